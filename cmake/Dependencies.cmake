@@ -1,0 +1,16 @@
+# Every third-party library retryguard uses, found once here. Why each one is
+# there is written in docs/dependencies.md.
+find_package(PkgConfig REQUIRED)
+find_package(Threads REQUIRED)
+find_package(fmt REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(SQLite3 REQUIRED)
+find_package(ZLIB REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)
+find_package(Boost 1.74 REQUIRED)
+pkg_check_modules(RE2 REQUIRED IMPORTED_TARGET re2)
+pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
+pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd)
+find_library(MILTER_LIBRARY NAMES milter REQUIRED)
+find_path(MILTER_INCLUDE_DIR libmilter/mfapi.h REQUIRED)

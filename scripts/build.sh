@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# build.sh -- configure and build retryguard.
+#   scripts/build.sh                 release build in build/
+#   scripts/build.sh --sanitize      ASan+UBSan build in build-asan/
+#   scripts/build.sh --fuzz          libFuzzer targets with clang in build-fuzz/
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=build flags=()
+case "${1:-}" in
+  --sanitize) dir=build-asan flags=(-DRETRYGUARD_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug) ;;
+  --fuzz) dir=build-fuzz flags=(-DRETRYGUARD_FUZZ=ON -DRETRYGUARD_SANITIZE=ON -DRETRYGUARD_BENCH=OFF
+                                -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++) ;;
+  "") ;;
+  *) echo "usage: $0 [--sanitize|--fuzz]" >&2; exit 2 ;;
+esac
+gen=()
+command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
+[ -f "$dir/CMakeCache.txt" ] && gen=()
+cmake -S . -B "$dir" "${gen[@]}" "${flags[@]}" >/dev/null
+cmake --build "$dir" -j "$(nproc)"
+echo "build: $dir"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# test.sh -- install what is needed, build, and run the whole test suite.
+#   scripts/test.sh               release build, every test (unit, fuzz replay, redis, e2e, slow)
+#   scripts/test.sh --sanitize    the same under ASan+UBSan
+#   scripts/test.sh --fast        skip the e2e and slow labels
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=() ctest_args=()
+for a in "$@"; do
+  case "$a" in
+    --sanitize) mode=(--sanitize) ;;
+    --fast) ctest_args+=(-LE "e2e|slow") ;;
+    *) echo "usage: $0 [--sanitize] [--fast]" >&2; exit 2 ;;
+  esac
+done
+scripts/install-deps.sh
+scripts/build.sh "${mode[@]}"
+dir=build
+[ "${mode[*]:-}" = --sanitize ] && dir=build-asan
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+cd "$dir"
+ctest --output-on-failure --timeout 600 -j "$(nproc)" "${ctest_args[@]}"

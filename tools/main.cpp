@@ -1,0 +1,26 @@
+// main.cpp -- entry point of the retryguard command.
+#include <cstdio>
+
+#include "commands.hpp"
+
+namespace retryguard::cli {
+int& exit_code() {
+    static int code = kExitOk;
+    return code;
+}
+}  // namespace retryguard::cli
+
+int main(int argc, char** argv) {
+    using namespace retryguard::cli;
+    CLI::App app{"retryguard: record, classify and act on Postfix deferrals", "retryguard"};
+    app.set_version_flag("--version", RETRYGUARD_VERSION);
+    app.require_subcommand(1);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        int rc = app.exit(e);
+        return rc == 0 ? kExitOk : kExitUsage;
+    }
+    return exit_code();
+}
