@@ -51,7 +51,7 @@ std::array<CategoryThresholds, kCategoryCount> RuleSettings::default_categories(
     return a;
 }
 
-Category Episode::dominant() const {
+Category EpisodeState::dominant() const {
     size_t best = static_cast<size_t>(Category::unknown);
     std::int64_t best_count = 0;
     for (size_t i = 0; i < kCategoryCount; ++i)
@@ -144,7 +144,7 @@ Verdict Engine::destination_verdict(const DestinationState& d, std::string name,
     v.name = std::move(name);
     v.add("destination", d.is_mx ? d.name.substr(3) : d.name).add("type", d.is_mx ? "mx" : "domain");
     if (d.open) {
-        const Episode& ep = *d.open;
+        const EpisodeState& ep = *d.open;
         v.add("category", std::string(to_string(ep.dominant())))
             .add("attempts", std::to_string(ep.attempts))
             .add("messages", std::to_string(ep.messages.size()))
@@ -296,7 +296,7 @@ void Engine::on_deferral(const Event& e, Category c, std::string_view name, bool
         d.open->first_deferral = e.time;
         opened = true;
     }
-    Episode& ep = *d.open;
+    EpisodeState& ep = *d.open;
     ep.attempts++;
     ep.by_category[static_cast<size_t>(c)]++;
     ep.last_deferral = e.time;
@@ -365,7 +365,7 @@ void Engine::check_flag(DestinationState& d, const RuleSettings& rs, TimePoint n
     if (d.flagged_at) return;
     int episodes = 0;
     auto horizon = now - rs.repeat_period;
-    for (const Episode& ep : d.history)
+    for (const EpisodeState& ep : d.history)
         if (!ep.local_suspect && ep.first_deferral >= horizon && ep.dominant() == Category::receiver_config)
             ++episodes;
     if (d.open && !d.open->local_suspect && d.open->dominant() == Category::receiver_config) ++episodes;
@@ -511,7 +511,7 @@ std::optional<Verdict> Engine::clear_flag(std::string_view destination, TimePoin
 namespace {
 using nlohmann::json;
 
-json episode_to_json(const Episode& ep) {
+json episode_to_json(const EpisodeState& ep) {
     json by = json::object();
     for (size_t i = 0; i < kCategoryCount; ++i)
         if (ep.by_category[i]) by[std::string(to_string(static_cast<Category>(i)))] = ep.by_category[i];
@@ -538,8 +538,8 @@ Category category_from(const std::string& s) {
     return category_from_string(s).value_or(Category::unknown);
 }
 
-Episode episode_from_json(const json& j) {
-    Episode ep;
+EpisodeState episode_from_json(const json& j) {
+    EpisodeState ep;
     ep.first_deferral = from_micros(j.at("first").get<std::int64_t>());
     ep.last_deferral = from_micros(j.at("last").get<std::int64_t>());
     ep.ended = from_micros(j.at("ended").get<std::int64_t>());

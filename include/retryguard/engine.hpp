@@ -77,7 +77,7 @@ struct EngineSettings {
 enum class Ladder { none, noted, watch, escalate, recovered };
 std::string_view to_string(Ladder l) noexcept;
 
-struct Episode {
+struct EpisodeState {
     TimePoint first_deferral{};
     TimePoint last_deferral{};
     TimePoint ended{};
@@ -96,8 +96,8 @@ struct Episode {
 struct DestinationState {
     std::string name;  // "example.com" or "mx:mx1.example.net"
     bool is_mx = false;
-    std::optional<Episode> open;
-    std::vector<Episode> history;             // closed episodes, newest last, bounded
+    std::optional<EpisodeState> open;
+    std::vector<EpisodeState> history;             // closed episodes, newest last, bounded
     std::vector<TimePoint> config_deferrals;  // receiver-config deferral times within the window
     TimePoint last_success{};
     std::optional<TimePoint> flagged_at;
