@@ -284,7 +284,6 @@ Result<RuleFile> parse_rules(const YAML::Node& node, std::string_view file_name)
     try {
         RuleFile out;
         out.file_name_ = std::string(file_name);
-        YAML::Node rules;
         if (!node || node.IsNull()) return out;
         if (node.IsMap()) {
             for (const auto& kv : node) {
@@ -298,11 +297,10 @@ Result<RuleFile> parse_rules(const YAML::Node& node, std::string_view file_name)
                     return config_error(file_name, version.Mark(),
                                         "unsupported rule file version (this is version 1)");
             }
-            rules = node["rules"];
-            if (!rules || rules.IsNull()) return out;
-        } else {
-            rules = node;
         }
+        // Bound once, never assigned: assigning a yaml-cpp node writes through it.
+        const YAML::Node rules = node.IsMap() ? node["rules"] : node;
+        if (!rules || rules.IsNull()) return out;
         if (!rules.IsSequence())
             return config_error(file_name, rules.Mark(), "`rules` must be a list of rules");
         if (rules.size() > kMaxRulesPerLayer)
