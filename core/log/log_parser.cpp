@@ -9,6 +9,8 @@
 // writes are trusted for splitting.
 #include "retryguard/log_parser.hpp"
 
+#include "retryguard/reply.hpp"
+
 #include <array>
 #include <charconv>
 #include <chrono>
@@ -790,6 +792,16 @@ bool LogParser::finish(Event& out) {
         return false;
     }
     ++stats_.recognised;
+    if (options_.parse_replies && !out.reason.empty() &&
+        (out.kind == EventKind::delivery || out.kind == EventKind::connection_problem ||
+         out.kind == EventKind::smtpd_action || out.kind == EventKind::milter_action)) {
+        // cleanup logs a milter's reply as "5.7.1 text" without the basic code.
+        std::string_view reason = out.reason;
+        if (!out.dsn.empty() && starts_with(reason, out.dsn) && reason.size() > out.dsn.size() &&
+            reason[out.dsn.size()] == ' ')
+            reason.remove_prefix(out.dsn.size() + 1);
+        out.reply = parse_postfix_reason(reason, out.dsn);
+    }
     return true;
 }
 
