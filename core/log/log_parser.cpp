@@ -179,7 +179,16 @@ sv strip_brackets(sv v) {
 // One "key=value" of a comma-separated Postfix list ("to=<a>, relay=x, ...").
 // A value in angle brackets runs to the first ">" that ends the item, so a
 // comma inside an address does not split it.
-bool next_comma_item(sv s, std::size_t& pos, sv& key, sv& value) {
+struct CommaScan {
+    std::size_t pos = 0;
+    // Next ">, " at or after the last search start (npos: none left). Remembered
+    // so a hostile run of "<" items does not rescan the line for every item.
+    std::size_t close = 0;
+    bool close_valid = false;
+};
+
+bool next_comma_item(sv s, CommaScan& scan, sv& key, sv& value) {
+    std::size_t& pos = scan.pos;
     while (pos < s.size() && s[pos] == ' ') ++pos;
     if (pos >= s.size()) return false;
     std::size_t eq = pos;
@@ -189,7 +198,11 @@ bool next_comma_item(sv s, std::size_t& pos, sv& key, sv& value) {
     std::size_t v = eq + 1;
     std::size_t end;
     if (v < s.size() && s[v] == '<') {
-        std::size_t close = s.find(">, ", v);
+        if (!scan.close_valid || (scan.close != npos && scan.close < v)) {
+            scan.close = s.find(">, ", v);
+            scan.close_valid = true;
+        }
+        std::size_t close = scan.close;
         if (close == npos) {
             close = (!s.empty() && s.back() == '>') ? s.size() - 1 : npos;
             end = close == npos ? s.find(", ", v) : close + 1;
@@ -352,10 +365,10 @@ void reset(Event& ev) {
 // "to=<r>, orig_to=<o>, relay=..., conn_use=N, delay=N, delays=a/b/c/d,
 //  dsn=X.Y.Z, status=WORD (reason)"
 bool parse_delivery(sv s, Event& ev) {
-    std::size_t pos = 0;
+    CommaScan scan;
     sv key, value;
     bool have_status = false;
-    while (next_comma_item(s, pos, key, value)) {
+    while (next_comma_item(s, scan, key, value)) {
         if (key == "status") {
             // status=WORD, then " (reason)" running to the last ')' of the line.
             std::size_t word_end = 0;
@@ -412,10 +425,10 @@ bool parse_delivery(sv s, Event& ev) {
 // qmgr "from=<s>, size=N, nrcpt=N (queue active)" and
 // "from=<s>, status=expired|force-expired, returned to sender"
 bool parse_qmgr_from(sv s, Event& ev) {
-    std::size_t pos = 0;
+    CommaScan scan;
     sv key, value;
     bool have_from = false;
-    while (next_comma_item(s, pos, key, value)) {
+    while (next_comma_item(s, scan, key, value)) {
         if (key == "from") {
             ev.sender.assign(strip_brackets(value));
             have_from = true;
@@ -435,7 +448,7 @@ bool parse_qmgr_from(sv s, Event& ev) {
                 ev.kind = EventKind::expired;
                 ev.status = DeliveryStatus::expired;
                 ev.action.assign(value);
-                sv rest = s.substr(pos);
+                sv rest = s.substr(scan.pos);
                 while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
                 ev.reason.assign(rest);
                 return true;
@@ -655,9 +668,9 @@ sv parse_postfix_message(sv process, sv text, Event& ev) {
         }
         if (process == "smtpd" || process == "postscreen") {
             if (starts_with(rest, "client=")) {
-                std::size_t pos = 0;
+                CommaScan scan;
                 sv key, value;
-                while (next_comma_item(rest, pos, key, value)) {
+                while (next_comma_item(rest, scan, key, value)) {
                     if (key == "client")
                         ev.client.assign(value);
                     else
