@@ -171,6 +171,14 @@ void set_relay(Event& ev, sv relay) {
     }
 }
 
+// Bounds what one hostile line can allocate; real lines carry a handful.
+constexpr std::size_t kMaxFields = 64;
+
+template <typename K, typename V>
+void add_field(Event& ev, K&& key, V&& value) {
+    if (ev.fields.size() < kMaxFields) ev.fields.emplace_back(std::string(key), std::string(value));
+}
+
 sv strip_brackets(sv v) {
     if (v.size() >= 2 && v.front() == '<' && v.back() == '>') return v.substr(1, v.size() - 2);
     return v;
@@ -257,7 +265,7 @@ void parse_space_tail(sv s, Event& ev, sv* trailing_reason) {
         else if (key == "to")
             ev.recipient.assign(strip_brackets(value));
         else
-            ev.fields.emplace_back(std::string(key), std::string(strip_brackets(value)));
+            add_field(ev, std::string(key), std::string(strip_brackets(value)));
         pos = end;
     }
 }
@@ -385,7 +393,7 @@ bool parse_delivery(sv s, Event& ev) {
             else if (word == "undeliverable")
                 ev.status = DeliveryStatus::undeliverable;
             else
-                ev.fields.emplace_back("status", std::string(word));
+                add_field(ev, "status", std::string(word));
             std::size_t abs = static_cast<std::size_t>(value.data() - s.data()) + word_end;
             sv rest = s.substr(abs);
             if (starts_with(rest, " (")) {
@@ -415,7 +423,7 @@ bool parse_delivery(sv s, Event& ev) {
         else if (key == "tls")
             ev.tls.assign(value);
         else
-            ev.fields.emplace_back(std::string(key), std::string(value));
+            add_field(ev, std::string(key), std::string(value));
     }
     if (!have_status) return false;
     ev.kind = EventKind::delivery;
@@ -455,7 +463,7 @@ bool parse_qmgr_from(sv s, Event& ev) {
             }
             return false;
         } else {
-            ev.fields.emplace_back(std::string(key), std::string(value));
+            add_field(ev, std::string(key), std::string(value));
         }
     }
     return false;
@@ -480,7 +488,7 @@ bool parse_action_line(sv s, Event& ev) {
         sv before = rest.substr(0, tail);
         std::size_t from = before.rfind(" from ");
         if (from != npos) ev.client.assign(before.substr(from + 6));
-        ev.fields.emplace_back(std::string(ev.stage),
+        add_field(ev, std::string(ev.stage),
                                std::string(before.substr(ev.stage.size() + 1,
                                                          from == npos ? npos : from - ev.stage.size() - 1)));
         sv reason;
@@ -577,7 +585,7 @@ bool parse_verdict(sv text, Event& ev) {
         sv key = s.substr(pos, k - pos);
         value.clear();
         if (k >= s.size() || s[k] == ' ') {
-            ev.fields.emplace_back(std::string(key), std::string());
+            add_field(ev, std::string(key), std::string());
             pos = k;
             continue;
         }
@@ -597,7 +605,7 @@ bool parse_verdict(sv text, Event& ev) {
             pos = e;
         }
         if (key == "verdict" && ev.action.empty()) ev.action = value;
-        ev.fields.emplace_back(std::string(key), value);
+        add_field(ev, std::string(key), value);
     }
     if (ev.action.empty()) return false;
     ev.kind = EventKind::verdict;
@@ -674,7 +682,7 @@ sv parse_postfix_message(sv process, sv text, Event& ev) {
                     if (key == "client")
                         ev.client.assign(value);
                     else
-                        ev.fields.emplace_back(std::string(key), std::string(value));
+                        add_field(ev, std::string(key), std::string(value));
                 }
                 ev.kind = EventKind::smtpd_client;
                 return {};
@@ -699,7 +707,7 @@ sv parse_postfix_message(sv process, sv text, Event& ev) {
                 ev.action.assign(type);
             else
                 return "bounce-other";
-            ev.fields.emplace_back("notify", std::string(who));
+            add_field(ev, "notify", std::string(who));
             ev.new_queue_id.assign(qid);
             ev.kind = EventKind::notification;
             return {};
