@@ -981,7 +981,7 @@ bool LogParser::parse_line(std::string_view line, Event& out) {
         time = std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now());
         pos = 1;
     } else {
-        mark_unknown(out, s[0] == '#' ? "comment" : "not-syslog");
+        mark_unknown(out, !s.empty() && s[0] == '#' ? "comment" : "not-syslog");
         return false;
     }
     out.time = time;

@@ -17,7 +17,8 @@ void check(bool ok) {
 }
 
 void exercise(const retryguard::Event& ev) {
-    std::string json = retryguard::event_to_json(ev).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::string json =
+        retryguard::event_to_json(ev).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     check(!json.empty());
     check(!retryguard::event_to_text(ev).empty());
     check(ev.text.size() <= retryguard::kMaxLogLineLength);
