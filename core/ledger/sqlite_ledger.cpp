@@ -291,10 +291,12 @@ class SqliteLedger final : public Ledger {
                 }
                 if (sqlite3_changes(db_) == 0) {
                     ++result.duplicates;
+                    result.fresh.push_back(false);
                     continue;
                 }
                 apply(op);
                 ++result.applied;
+                result.fresh.push_back(true);
             }
             if (position) store_position(*position);
         });

@@ -115,6 +115,11 @@ Engine::Engine(EngineSettings settings) : settings_(std::move(settings)) {
     if (settings_.defaults.rule.empty()) settings_.defaults.rule = "global";
 }
 
+void Engine::set_settings(EngineSettings settings) {
+    settings_ = std::move(settings);
+    if (settings_.defaults.rule.empty()) settings_.defaults.rule = "global";
+}
+
 const RuleSettings& Engine::settings_for(std::string_view domain, std::string_view mx) const {
     if (settings_.resolve)
         if (const RuleSettings* rs = settings_.resolve(domain, mx)) return *rs;

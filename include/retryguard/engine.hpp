@@ -118,6 +118,9 @@ class Engine {
     // call it directly at the end of an import or on a quiet live log.
     std::vector<Verdict> advance(TimePoint now);
 
+    // Replace the settings (configuration reload); the state is kept.
+    void set_settings(EngineSettings settings);
+
     // Clear a repeat-offender flag by command.
     std::optional<Verdict> clear_flag(std::string_view destination, TimePoint now);
 

@@ -88,6 +88,7 @@ struct IngestItem {
 struct IngestResult {
     std::size_t applied = 0;     // events whose effects were recorded
     std::size_t duplicates = 0;  // events already seen (replay): ignored
+    std::vector<bool> fresh;     // per batch item: true when it was applied (not a duplicate)
 };
 
 struct MessageInfo {
