@@ -10,6 +10,8 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 
+#include "retryguard/classifier.hpp"
+
 namespace retryguard {
 
 using namespace std::chrono_literals;
@@ -94,19 +96,8 @@ bool opens_episode(Category c) {
            c != Category::content && c != Category::expired;
 }
 
-// Categories whose simultaneous spread over unrelated destinations points at
-// the sender's own outbound path rather than at each destination.
-bool counts_for_spread(Category c) {
-    switch (c) {
-        case Category::receiver_config:
-        case Category::receiver_system:
-        case Category::network:
-        case Category::routing:
-        case Category::policy:
-        case Category::rate_limited:
-        case Category::unknown: return true;
-        default: return false;
-    }
+bool contains(const std::vector<Category>& v, Category c) {
+    return std::find(v.begin(), v.end(), c) != v.end();
 }
 
 }  // namespace
@@ -249,6 +240,7 @@ void Engine::on_delivery(const Event& e, Category c, std::vector<Verdict>& out) 
             Duration gap = e.time - r.last_attempt;
             Duration minimum =
                 r.last_category == Category::greylisting ? rs.greylist_min_retry : rs.min_retry_interval;
+            if (rs.honor_retry_after_hint && r.retry_after > minimum) minimum = r.retry_after;
             if (gap < minimum) {
                 Verdict v;
                 v.time = e.time;
@@ -263,13 +255,24 @@ void Engine::on_delivery(const Event& e, Category c, std::vector<Verdict>& out) 
         }
         r.last_attempt = e.time;
         r.last_category = c;
+        r.retry_after = Duration{0};
+        if (rs.honor_retry_after_hint && e.reply)
+            if (auto hint = extract_retry_after(e.reply->text)) r.retry_after = *hint;
         r.domain = domain;
         r.mx = mx;
         r.pending = true;
         r.reported_stalled = false;
 
+        if (settings_.spread_enabled && contains(settings_.spread_categories, c))
+            check_spread(
+                e, c,
+                c == Category::local ? std::string(kLocalDestination) : (mx.empty() ? domain : "mx:" + mx),
+                out);
+        if (c == Category::local) {
+            on_deferral(e, c, kLocalDestination, false, {}, {}, out);
+            return;
+        }
         if (!opens_episode(c)) return;
-        if (counts_for_spread(c)) check_spread(e, c, mx.empty() ? domain : "mx:" + mx, out);
         if (!domain.empty()) on_deferral(e, c, domain, false, domain, mx, out);
         if (!mx.empty()) on_deferral(e, c, "mx:" + mx, true, domain, mx, out);
         return;
@@ -302,6 +305,7 @@ void Engine::on_deferral(const Event& e, Category c, std::string_view name, bool
         opened = true;
     }
     EpisodeState& ep = *d.open;
+    const Ladder before = ep.ladder;
     ep.attempts++;
     ep.by_category[static_cast<size_t>(c)]++;
     ep.last_deferral = e.time;
@@ -315,30 +319,34 @@ void Engine::on_deferral(const Event& e, Category c, std::string_view name, bool
     const CategoryThresholds& th = rs.thresholds(dom);
     if (ep.ladder == Ladder::none) {
         ep.ladder = Ladder::noted;
+        ep.peak = std::max(ep.peak, Ladder::noted);
         auto v = destination_verdict(d, "noted", e.time, e.queue_id);
         v.add("rule", rs.rule);
         out.push_back(std::move(v));
     }
     if (ep.ladder == Ladder::noted && ep.attempts >= th.watch_after_deferrals) {
         ep.ladder = Ladder::watch;
+        ep.peak = std::max(ep.peak, Ladder::watch);
         out.push_back(destination_verdict(d, "watch", e.time, e.queue_id));
     }
     if (ep.ladder != Ladder::escalate && !ep.local_suspect && th.escalate_after &&
         e.time - ep.first_deferral >= *th.escalate_after) {
         ep.ladder = Ladder::escalate;
+        ep.peak = Ladder::escalate;
         ep.escalated_at = e.time;
         auto v = destination_verdict(d, "escalate", e.time, e.queue_id);
         if (!rs.contact.empty()) v.add("contact", rs.contact);
         out.push_back(std::move(v));
     }
-    if (c == Category::receiver_config && !ep.local_suspect) {
+    if (contains(rs.flag_categories, c) && !ep.local_suspect) {
         d.config_deferrals.push_back(e.time);
         auto horizon = e.time - rs.repeat_deferral_window;
         auto keep = std::find_if(d.config_deferrals.begin(), d.config_deferrals.end(),
                                  [&](TimePoint t) { return t >= horizon; });
         d.config_deferrals.erase(d.config_deferrals.begin(), keep);
     }
-    if (opened || c == Category::receiver_config) check_flag(d, rs, e.time, e.queue_id, out);
+    if (opened || contains(rs.flag_categories, c) || ep.ladder != before)
+        check_flag(d, rs, e.time, e.queue_id, out);
 }
 
 void Engine::on_success(const Event& e, std::string_view name, bool is_mx, std::vector<Verdict>& out) {
@@ -367,19 +375,23 @@ void Engine::on_success(const Event& e, std::string_view name, bool is_mx, std::
 
 void Engine::check_flag(DestinationState& d, const RuleSettings& rs, TimePoint now, std::string_view qid,
                         std::vector<Verdict>& out) {
-    if (d.flagged_at) return;
+    if (d.flagged_at || !rs.flags_enabled || d.name == kLocalDestination) return;
     int episodes = 0;
     auto horizon = now - rs.repeat_period;
+    // Blips (an episode that never reached `watch`) do not count.
+    auto counts = [&](const EpisodeState& ep) {
+        return !ep.local_suspect && ep.peak >= Ladder::watch && contains(rs.flag_categories, ep.dominant());
+    };
     for (const EpisodeState& ep : d.history)
-        if (!ep.local_suspect && ep.first_deferral >= horizon && ep.dominant() == Category::receiver_config)
-            ++episodes;
-    if (d.open && !d.open->local_suspect && d.open->dominant() == Category::receiver_config) ++episodes;
+        if (ep.first_deferral >= horizon && counts(ep)) ++episodes;
+    if (d.open && counts(*d.open)) ++episodes;
+    const std::string what = rs.flag_categories.size() == 1 ? std::string(to_string(rs.flag_categories[0]))
+                                                            : std::string("flag-category");
     std::string reason;
     if (rs.repeat_episodes > 0 && episodes >= rs.repeat_episodes)
-        reason =
-            fmt::format("{} receiver-config episodes within {} s", episodes, seconds_str(rs.repeat_period));
+        reason = fmt::format("{} {} episodes within {} s", episodes, what, seconds_str(rs.repeat_period));
     else if (rs.repeat_deferrals > 0 && static_cast<int>(d.config_deferrals.size()) >= rs.repeat_deferrals)
-        reason = fmt::format("{} receiver-config deferrals within {} s", d.config_deferrals.size(),
+        reason = fmt::format("{} {} deferrals within {} s", d.config_deferrals.size(), what,
                              seconds_str(rs.repeat_deferral_window));
     if (reason.empty()) return;
     d.flagged_at = now;
@@ -437,6 +449,7 @@ std::vector<Verdict> Engine::advance(TimePoint now) {
             const auto& th = rs.thresholds(d.open->dominant());
             if (th.escalate_after && now - d.open->first_deferral >= *th.escalate_after) {
                 d.open->ladder = Ladder::escalate;
+                d.open->peak = Ladder::escalate;
                 d.open->escalated_at = now;
                 auto v = destination_verdict(d, "escalate", now, {});
                 if (!rs.contact.empty()) v.add("contact", rs.contact);
@@ -529,6 +542,7 @@ json episode_to_json(const EpisodeState& ep) {
                 {"reply", ep.last_reply},
                 {"relay", ep.last_relay},
                 {"ladder", std::string(to_string(ep.ladder))},
+                {"peak", std::string(to_string(ep.peak))},
                 {"escalated_at", to_micros(ep.escalated_at)},
                 {"local_suspect", ep.local_suspect}};
 }
@@ -555,6 +569,7 @@ EpisodeState episode_from_json(const json& j) {
     ep.last_reply = j.at("reply").get<std::string>();
     ep.last_relay = j.at("relay").get<std::string>();
     ep.ladder = ladder_from(j.at("ladder").get<std::string>());
+    ep.peak = ladder_from(j.at("peak").get<std::string>());
     ep.escalated_at = from_micros(j.at("escalated_at").get<std::int64_t>());
     ep.local_suspect = j.at("local_suspect").get<bool>();
     return ep;

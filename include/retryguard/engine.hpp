@@ -49,6 +49,9 @@ struct RuleSettings {
     int repeat_deferrals = 100;                              // or this many receiver-config deferrals ...
     Duration repeat_deferral_window = std::chrono::days(7);  // ... within this window
     Duration flag_ttl = std::chrono::days(30);
+    bool flags_enabled = true;
+    std::vector<Category> flag_categories = {Category::receiver_config};  // episodes that count
+    bool honor_retry_after_hint = true;  // "try again in 300 seconds" raises the minimum
     std::string contact;  // carried by escalation reports
     std::string rule;     // name of the rule these settings came from ("global" by default)
 
@@ -69,6 +72,11 @@ struct EngineSettings {
     // (longer than Postfix's maximal_backoff_time, so retry gaps do not end it),
     // or when half the threshold of its destinations delivered again.
     Duration incident_quiet_after = std::chrono::hours(2);
+    bool spread_enabled = true;
+    std::vector<Category> spread_categories = {Category::receiver_config, Category::receiver_system,
+                                               Category::network,         Category::routing,
+                                               Category::policy,          Category::rate_limited,
+                                               Category::local,           Category::unknown};
     Duration evaluate_every = std::chrono::minutes(1);  // event time between time-based checks
     std::size_t max_messages_per_episode = 1000;
     std::size_t max_episode_history = 64;
@@ -87,6 +95,7 @@ struct EpisodeState {
     std::string last_reply;          // literal reply text as logged
     std::string last_relay;
     Ladder ladder = Ladder::none;
+    Ladder peak = Ladder::none;  // highest state reached: blips (noted only) never count towards a flag
     TimePoint escalated_at{};
     bool local_suspect = false;  // overlapped a local-outbound incident of its class
 
@@ -98,7 +107,7 @@ struct DestinationState {
     bool is_mx = false;
     std::optional<EpisodeState> open;
     std::vector<EpisodeState> history;             // closed episodes, newest last, bounded
-    std::vector<TimePoint> config_deferrals;  // receiver-config deferral times within the window
+    std::vector<TimePoint> config_deferrals;  // flag-category deferral times within the window
     TimePoint last_success{};
     std::optional<TimePoint> flagged_at;
     TimePoint flag_expires{};
@@ -139,6 +148,7 @@ class Engine {
     struct RecipientState {
         TimePoint last_attempt{};
         Category last_category = Category::unknown;
+        Duration retry_after{0};  // the receiver's "try again in N seconds", when honoured
         std::string domain, mx;
         bool pending = true;
         bool held = false;
@@ -178,6 +188,10 @@ class Engine {
     TimePoint now_{};
     TimePoint last_evaluated_{};
 };
+
+// The destination that local failures of the sending Postfix are filed under:
+// they are nobody else's outage, but they climb a ladder of their own.
+inline constexpr std::string_view kLocalDestination = "local:postfix";
 
 // Which destination an event concerns: the recipient's domain (lower case).
 std::string recipient_domain(std::string_view recipient);

@@ -1,0 +1,76 @@
+// runtime.cpp -- opens configuration, ledger and classifier the same way for
+// every program (see runtime.hpp).
+#include "retryguard/runtime.hpp"
+
+#include <filesystem>
+
+namespace retryguard {
+
+LedgerOptions ledger_options_from(const config::Config& c) {
+    LedgerOptions o;
+    if (c.ledger.backend == config::LedgerBackend::sqlite) {
+        o.spec = "sqlite:" + c.ledger.sqlite_path;
+    } else {
+        const std::string& a = c.ledger.redis_address;
+        o.spec = a.starts_with("unix:") ? "redis+unix:" + a.substr(5)
+                                        : "redis://" + a + "/" + std::to_string(c.ledger.redis_database);
+    }
+    if (c.ledger.sqlite_busy_timeout.count() > 0) o.busy_timeout = c.ledger.sqlite_busy_timeout;
+    if (!c.ledger.redis_key_prefix.empty()) o.key_prefix = c.ledger.redis_key_prefix;
+    if (c.ledger.redis_timeout.count() > 0) o.command_timeout = o.connect_timeout = c.ledger.redis_timeout;
+    return o;
+}
+
+Result<std::shared_ptr<const Classifier>> classifier_from(const config::Config& c) {
+    auto shipped_path = find_shipped_rules();
+    if (!shipped_path) return shipped_path.error();
+    auto shipped = parse_rules_file(*shipped_path);
+    if (!shipped) return shipped.error();
+    std::vector<RuleFile> user;
+    if (c.classifier.rules && c.classifier.rules.IsSequence() && c.classifier.rules.size() > 0) {
+        auto layer = parse_rules(c.classifier.rules, c.classifier.file.empty() ? c.source : c.classifier.file);
+        if (!layer) return layer.error();
+        user.push_back(std::move(layer.value()));
+    }
+    auto built = Classifier::build(*shipped, user);
+    if (!built) return built.error();
+    return std::make_shared<const Classifier>(std::move(built.value()));
+}
+
+Result<Runtime> open_runtime(const RuntimeOptions& options) {
+    Runtime rt;
+    std::string path = options.config_path;
+    if (path.empty() && std::filesystem::exists(kDefaultConfigPath)) path = kDefaultConfigPath;
+    if (path.empty()) {
+        rt.config = config::defaults();
+    } else {
+        auto loaded = config::load_file(path);
+        if (!loaded.ok()) {
+            std::string msg;
+            for (const auto& d : loaded.errors) msg += (msg.empty() ? "" : "\n") + d.to_string();
+            return make_error(ErrorKind::config, msg.empty() ? "cannot load " + path : msg);
+        }
+        rt.config = loaded.config;
+        rt.config_path = path;
+    }
+    if (options.load_classifier) {
+        auto c = classifier_from(*rt.config);
+        if (!c) return c.error();
+        rt.classifier = std::move(c.value());
+    }
+    if (options.open_ledger) {
+        LedgerOptions lo = ledger_options_from(*rt.config);
+        if (!options.ledger_spec.empty()) lo.spec = options.ledger_spec;
+        if (lo.spec.starts_with("sqlite:")) {
+            // The embedded default must work on first use: create its directory.
+            std::error_code ec;
+            std::filesystem::create_directories(std::filesystem::path(lo.spec.substr(7)).parent_path(), ec);
+        }
+        auto l = open_ledger(lo);
+        if (!l) return l.error();
+        rt.ledger = std::move(l.value());
+    }
+    return rt;
+}
+
+}  // namespace retryguard

@@ -1,0 +1,46 @@
+// runtime.hpp -- what every retryguard program opens at start: the
+// configuration snapshot, the ledger it names and the classifier with the
+// user's rules layered on the shipped ones. One function, so the CLI, the
+// policy daemon and the milter cannot disagree about how that is done.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "retryguard/classifier.hpp"
+#include "retryguard/config.hpp"
+#include "retryguard/ledger.hpp"
+#include "retryguard/result.hpp"
+
+namespace retryguard {
+
+inline constexpr const char* kDefaultConfigPath = "/etc/retryguard/retryguard.yaml";
+
+struct RuntimeOptions {
+    // Config file; empty: kDefaultConfigPath when it exists, else built-in defaults.
+    std::string config_path;
+    // Ledger spec overriding the configuration ("sqlite:/path", "redis://host:port/db").
+    std::string ledger_spec;
+    bool open_ledger = true;
+    bool load_classifier = true;
+};
+
+struct Runtime {
+    std::shared_ptr<const config::Config> config;
+    std::string config_path;  // "" for built-in defaults
+    std::unique_ptr<Ledger> ledger;
+    std::shared_ptr<const Classifier> classifier;
+};
+
+// Errors: ErrorKind::config with every diagnostic, one per line
+// ("file:line:col: error: ..."), or the ledger's / classifier's error.
+Result<Runtime> open_runtime(const RuntimeOptions& options);
+
+// The ledger options a configuration asks for.
+LedgerOptions ledger_options_from(const config::Config& config);
+
+// The classifier: shipped rules plus config->classifier.rules.
+Result<std::shared_ptr<const Classifier>> classifier_from(const config::Config& config);
+
+}  // namespace retryguard

@@ -1,0 +1,124 @@
+// cmd_import.cpp -- `retryguard import`: replays Postfix logs into the ledger
+// and the rules engine through the same path as the live follower (Ingestor),
+// printing the verdicts the history produces. Glue only.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "retryguard/engine_config.hpp"
+#include "retryguard/ingest.hpp"
+#include "retryguard/log_reader.hpp"
+#include "retryguard/runtime.hpp"
+#include "retryguard/verdict_log.hpp"
+
+namespace retryguard::cli {
+namespace {
+
+struct ImportOptions {
+    std::string config;
+    std::string ledger;
+    std::vector<std::string> files;
+    std::optional<int> year;
+    bool utc = false;
+    bool quiet = false;
+    bool to_log = false;
+    std::size_t batch = 2000;
+};
+
+int run_import(const ImportOptions& opt) {
+    RuntimeOptions ro;
+    ro.config_path = opt.config;
+    ro.ledger_spec = opt.ledger;
+    auto rt = open_runtime(ro);
+    if (!rt) {
+        fmt::print(stderr, "retryguard import: {}\n", rt.error().message);
+        return kExitUsage;
+    }
+    VerdictLog log;
+    if (opt.to_log) {
+        VerdictLogTarget t;
+        t.ident = rt->config->log.ident + "/import";
+        if (auto st = log.open(t); !st) fmt::print(stderr, "retryguard import: verdict log: {}\n", st.error().message);
+    }
+    Ingestor ingestor(*rt->ledger, rt->classifier, engine_settings_from(rt->config), [&](const Verdict& v) {
+        if (!opt.quiet) fmt::print("{} {}\n", format_rfc3339(v.time), format_verdict(v));
+        if (opt.to_log) log.write(v);
+    });
+    if (auto st = ingestor.restore(); !st) {
+        fmt::print(stderr, "retryguard import: {}\n", st.error().message);
+        return kExitAttention;
+    }
+    int rc = kExitOk;
+    std::vector<std::string> batch;
+    std::optional<TimePoint> last_time;
+    for (const auto& path : opt.files) {
+        auto reader = LogFileReader::open(path);
+        if (!reader) {
+            fmt::print(stderr, "retryguard import: {}\n", reader.error().message);
+            rc = kExitAttention;
+            continue;
+        }
+        LogParserOptions po;
+        po.reference_time = reader->modified();
+        po.year = opt.year;
+        po.local_time = !opt.utc;
+        LogParser parser(po);
+        auto flush = [&]() -> bool {
+            if (batch.empty()) return true;
+            auto st = ingestor.ingest_lines(parser, batch, std::nullopt);
+            batch.clear();
+            if (!st) {
+                fmt::print(stderr, "retryguard import: {}: ledger: {}\n", path, st.error().message);
+                return false;
+            }
+            return true;
+        };
+        std::string_view line;
+        bool ok = true;
+        for (;;) {
+            auto more = reader->next(line);
+            if (!more) {
+                fmt::print(stderr, "retryguard import: {}\n", more.error().message);
+                rc = kExitAttention;
+                break;
+            }
+            if (!*more) break;
+            batch.emplace_back(line);
+            if (batch.size() >= opt.batch && !(ok = flush())) break;
+        }
+        if (ok && !flush()) ok = false;
+        if (!ok) rc = kExitAttention;
+        if (ingestor.engine().now() > TimePoint{}) last_time = ingestor.engine().now();
+    }
+    if (last_time) (void)ingestor.advance(*last_time);
+    if (auto st = ingestor.save(); !st) {
+        fmt::print(stderr, "retryguard import: saving engine state: {}\n", st.error().message);
+        rc = kExitAttention;
+    }
+    const auto& s = ingestor.stats();
+    fmt::print(stderr, "retryguard import: {} lines, {} events, {} new, {} already known, {} verdicts\n", s.lines,
+               s.events, s.applied, s.duplicates, s.verdicts);
+    return rc;
+}
+
+}  // namespace
+
+void add_import_command(CLI::App& app) {
+    auto opt = std::make_shared<ImportOptions>();
+    auto* cmd = app.add_subcommand("import", "Replay Postfix logs into the ledger and the rules engine");
+    cmd->add_option("files", opt->files, "Log files (plain or .gz; - for standard input)")->required();
+    cmd->add_option("-c,--config", opt->config, "Configuration file (default /etc/retryguard/retryguard.yaml)");
+    cmd->add_option("--ledger", opt->ledger, "Ledger spec overriding the configuration (sqlite:/path, redis://h:p/db)");
+    cmd->add_option("--year", opt->year, "Year of the first line for time stamps without one");
+    cmd->add_flag("--utc", opt->utc, "Time stamps without a zone are UTC (default: local time)");
+    cmd->add_flag("-q,--quiet", opt->quiet, "Do not print the verdicts");
+    cmd->add_flag("--log", opt->to_log, "Also write the verdicts to the mail log (syslog)");
+    cmd->add_option("--batch", opt->batch, "Lines per ledger transaction")->check(CLI::Range(1, 1000000));
+    cmd->callback([opt] { exit_code() = run_import(*opt); });
+}
+
+}  // namespace retryguard::cli
