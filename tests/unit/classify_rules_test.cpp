@@ -149,7 +149,10 @@ TEST(ClassifyPrecedence, PreciseCodeBeatsContradictingText) {
     EXPECT_EQ(c.category, Category::receiver_config);
     EXPECT_EQ(c.decided_by, Decider::enhanced_code);
     EXPECT_EQ(c.rule, "4.3.5-system-config");
-    EXPECT_NE(c.note.find("rate-limited"), std::string::npos) << c.note;  // the text is noted, not obeyed
+    EXPECT_EQ(c.overruled_rule, "rate-limited");  // the text is noted, not obeyed
+    EXPECT_EQ(c.overruled_category, Category::rate_limited);
+    EXPECT_NE(c.note(parse_smtp_reply("451 4.3.5 x").value()).find("precise code 4.3.5 decides"),
+              std::string::npos);
 }
 
 TEST(ClassifyPrecedence, TextRefinesOnlyTheCodesItNames) {
@@ -157,6 +160,8 @@ TEST(ClassifyPrecedence, TextRefinesOnlyTheCodesItNames) {
         shipped().classify_reason("450 4.7.1 <u@example.net>: Recipient address rejected: greylisted");
     EXPECT_EQ(grey.category, Category::greylisting);
     EXPECT_EQ(grey.decided_by, Decider::text_refinement);
+    EXPECT_EQ(grey.refined_rule, "x.7.1-not-authorized");
+    EXPECT_EQ(grey.refined_category, Category::policy);
     // The same word under a code the greylisting rule does not name: the code decides.
     Classification cfg = shipped().classify_reason("451 4.3.5 greylisting backend misconfigured");
     EXPECT_EQ(cfg.category, Category::receiver_config);
