@@ -606,6 +606,8 @@ Classification Classifier::classify(const Reply& reply) const {
                 c.overruled_rule = r.iname, c.overruled_category = r.category;
             continue;
         }
+        // A text rule that agrees with the code refines nothing: the code decides.
+        if (precise && r.category == precise->category) break;
         c.overruled_rule = {};
         decide(c, r, precise ? Decider::text_refinement : Decider::text);
         if (precise) c.refined_rule = precise->iname, c.refined_category = precise->category;

@@ -170,6 +170,13 @@ TEST(ClassifyPrecedence, TextRefinesOnlyTheCodesItNames) {
     EXPECT_EQ(auth.category, Category::policy);
 }
 
+TEST(ClassifyPrecedence, TextThatAgreesWithTheCodeLeavesTheDecisionToTheCode) {
+    Classification c = shipped().classify_reason("554 5.4.7 Delivery expired (message too old)");
+    EXPECT_EQ(c.category, Category::expired);
+    EXPECT_EQ(c.decided_by, Decider::enhanced_code);
+    EXPECT_TRUE(c.refined_rule.empty());
+}
+
 TEST(ClassifyPrecedence, TextDecidesWhenThereIsNoPreciseCode) {
     Classification c = shipped().classify_reason("450 Greylisted for 5 minutes");
     EXPECT_EQ(c.category, Category::greylisting);
