@@ -9,6 +9,7 @@
 #include "retryguard/classifier.hpp"
 
 #include <re2/re2.h>
+#include <yaml-cpp/depthguard.h>
 #include <re2/set.h>
 
 #include <algorithm>
@@ -334,6 +335,8 @@ Result<RuleFile> parse_rules_file(const std::filesystem::path& path) {
         if (buf.str().size() > (8u << 20))
             return make_error(ErrorKind::config, name + ": rule file larger than 8 MiB");
         return parse_rules(YAML::Load(buf.str()), name);
+    } catch (const YAML::DeepRecursion& e) {
+        return config_error(name, e.mark, "nesting is too deep");
     } catch (const YAML::Exception& e) {
         return config_error(name, e.mark, e.msg);
     } catch (const std::exception& e) {

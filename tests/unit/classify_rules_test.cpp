@@ -335,6 +335,10 @@ TEST(ClassifyRuleErrors, YamlSyntaxErrorsFromAFileCarryThePosition) {
     EXPECT_EQ(r.error().message.rfind(path.string() + ":", 0), 0u) << r.error().message;
     EXPECT_TRUE(std::regex_search(r.error().message, std::regex(R"(broken\.yaml:\d+:\d+: )")))
         << r.error().message;
+    std::ofstream(dir / "deep.yaml") << "rules: " << std::string(100000, '[') << "\n";
+    auto deep = parse_rules_file(dir / "deep.yaml");
+    ASSERT_FALSE(deep.ok());
+    EXPECT_NE(deep.error().message.find("nesting is too deep"), std::string::npos) << deep.error().message;
     auto missing = Classifier::load(kShipped, dir / "absent.yaml");
     ASSERT_FALSE(missing.ok());
     EXPECT_NE(missing.error().message.find("absent.yaml"), std::string::npos);
