@@ -122,7 +122,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
         for (const auto& run : runs) {
             auto it = run.counters.find("items_per_second");
             // Single runs, or the median when --benchmark_repetitions is given.
-            bool take = run.run_type == Run::RT_Iteration ? run.repetitions <= 1 : run.aggregate_name == "median";
+            bool take =
+                run.run_type == Run::RT_Iteration ? run.repetitions <= 1 : run.aggregate_name == "median";
             if (it != run.counters.end() && take)
                 rates_.emplace_back(run.benchmark_name(), static_cast<double>(it->second));
         }

@@ -9,8 +9,8 @@
 #include "retryguard/classifier.hpp"
 
 #include <re2/re2.h>
-#include <yaml-cpp/depthguard.h>
 #include <re2/set.h>
+#include <yaml-cpp/depthguard.h>
 
 #include <algorithm>
 #include <array>
