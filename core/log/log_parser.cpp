@@ -489,8 +489,8 @@ bool parse_action_line(sv s, Event& ev) {
         std::size_t from = before.rfind(" from ");
         if (from != npos) ev.client.assign(before.substr(from + 6));
         add_field(ev, std::string(ev.stage),
-                               std::string(before.substr(ev.stage.size() + 1,
-                                                         from == npos ? npos : from - ev.stage.size() - 1)));
+                  std::string(
+                      before.substr(ev.stage.size() + 1, from == npos ? npos : from - ev.stage.size() - 1)));
         sv reason;
         parse_space_tail(rest.substr(tail + 2), ev, &reason);
         ev.reason.assign(reason);
@@ -780,20 +780,27 @@ bool LogParser::parse_record(const LogRecord& record, Event& out) {
     out.program.assign(record.identifier.substr(0, 255));
     out.pid = record.pid;
     note_time(record.time, year_of(record.time));
-    sv program = out.program;
-    std::size_t slash = program.rfind('/');
-    out.process.assign(slash == npos ? program : program.substr(slash + 1));
-    out.text.assign(message);
-    sv process = out.process;
-    if (starts_with(process, "retryguard") || starts_with(program, "retryguard")) {
-        if (!parse_verdict(message, out)) mark_unknown(out, "retryguard-other");
-    } else if (!is_postfix_process(process) || (slash == npos && program != "postfix")) {
-        mark_unknown(out, "not-postfix");
-    } else {
-        sv kind = parse_postfix_message(process, message, out);
-        if (!kind.empty()) mark_unknown(out, kind);
-    }
+    dispatch(out.program, message, out);
     return finish(out);
+}
+
+void LogParser::dispatch(std::string_view program, std::string_view text, Event& out) {
+    if (out.program.data() != program.data()) out.program.assign(program);
+    std::size_t slash = out.program.rfind('/');
+    sv process = slash == npos ? sv(out.program) : sv(out.program).substr(slash + 1);
+    out.process.assign(process);
+    out.text.assign(text);
+    if (starts_with(process, "retryguard") || starts_with(out.program, "retryguard")) {
+        if (!parse_verdict(text, out)) mark_unknown(out, "retryguard-other");
+        return;
+    }
+    // A daemon name alone is not enough: Postfix always logs "syslog_name/daemon".
+    if (!is_postfix_process(process) || (slash == npos && out.program != "postfix")) {
+        mark_unknown(out, "not-postfix");
+        return;
+    }
+    sv kind = parse_postfix_message(process, text, out);
+    if (!kind.empty()) mark_unknown(out, kind);
 }
 
 void LogParser::mark_unknown(Event& out, std::string_view kind) {
@@ -1067,27 +1074,8 @@ bool LogParser::parse_line(std::string_view line, Event& out) {
         mark_unknown(out, "not-syslog");
         return false;
     }
-    out.program.assign(program);
-    std::size_t slash = program.rfind('/');
-    sv process = slash == npos ? program : program.substr(slash + 1);
-    out.process.assign(process);
-    out.text.assign(text);
-
-    if (starts_with(process, "retryguard") || starts_with(program, "retryguard")) {
-        if (!parse_verdict(text, out)) mark_unknown(out, "retryguard-other");
-        return out.kind != EventKind::unknown;
-    }
-    if (!is_postfix_process(process) || (slash == npos && program != "postfix")) {
-        mark_unknown(out, "not-postfix");
-        return false;
-    }
-    sv kind = parse_postfix_message(process, text, out);
-    if (!kind.empty()) {
-        // Keep only the fields a recognised line would own.
-        mark_unknown(out, kind);
-        return false;
-    }
-    return true;
+    dispatch(program, text, out);
+    return out.kind != EventKind::unknown;
 }
 
 }  // namespace retryguard
