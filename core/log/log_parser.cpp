@@ -260,6 +260,8 @@ void parse_space_tail(sv s, Event& ev, sv* trailing_reason) {
                 ++end;
         }
         sv value = s.substr(v, end - v);
+        // postscreen separates its tail with ", ".
+        if (!value.empty() && value.back() == ',' && value.front() != '<') value.remove_suffix(1);
         if (key == "from")
             ev.sender.assign(strip_brackets(value));
         else if (key == "to")
@@ -502,13 +504,29 @@ bool parse_action_line(sv s, Event& ev) {
         if (stage_end == 0 || !starts_with(rest.substr(stage_end), " from ")) return false;
         ev.stage.assign(rest.substr(0, stage_end));
         sv after = rest.substr(stage_end + 6);
-        std::size_t client_end = after.find("]: ");
-        if (client_end == npos) {
-            // "unknown[unknown]" has a bracket too; a client without one is not Postfix's.
-            return false;
+        // smtpd: "host[addr]: ", postscreen: "[addr]:port: ". Every client has a
+        // bracket ("unknown[unknown]"); one without is not Postfix's.
+        std::size_t client_end = npos, body_start = 0;
+        for (std::size_t b = after.find(']'); b != npos; b = after.find(']', b + 1)) {
+            std::size_t q = b + 1;
+            if (q < after.size() && after[q] == ':') {
+                std::size_t d = q + 1;
+                while (d < after.size() && is_digit(after[d]) && d - q <= 6) ++d;
+                if (d + 1 < after.size() && after[d] == ':' && after[d + 1] == ' ' && d > q + 1) {
+                    client_end = d;
+                    body_start = d + 2;
+                    break;
+                }
+            }
+            if (starts_with(after.substr(q), ": ")) {
+                client_end = q;
+                body_start = q + 2;
+                break;
+            }
         }
-        ev.client.assign(after.substr(0, client_end + 1));
-        sv body = after.substr(client_end + 3);
+        if (client_end == npos) return false;
+        ev.client.assign(after.substr(0, client_end));
+        sv body = after.substr(body_start);
         // The reason ends at the first "; " that starts Postfix's own tail.
         std::size_t cut = npos;
         for (std::size_t p = body.find("; "); p != npos; p = body.find("; ", p + 2)) {
@@ -1049,6 +1067,7 @@ bool LogParser::parse_line(std::string_view line, Event& out) {
             }
             out.host.assign(first.substr(0, 255));
             s.remove_prefix(sp + 1);
+            while (!s.empty() && s[0] == ' ') s.remove_prefix(1);
             sp = s.find(' ');
             first = s.substr(0, sp);
         }
