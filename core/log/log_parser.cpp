@@ -985,6 +985,18 @@ bool LogParser::parse_line(std::string_view line, Event& out) {
             std::int64_t off = oh * 3600 + om * 60;
             utc = s[pos] == '+' ? local - off : local + off;
             pos += 6;
+        } else if (pos + 5 <= s.size() && (s[pos] == '+' || s[pos] == '-') && is_digit(s[pos + 1]) &&
+                   is_digit(s[pos + 2]) && is_digit(s[pos + 3]) && is_digit(s[pos + 4])) {
+            // "+0100" as journalctl -o short-iso writes it.
+            int oh = (s[pos + 1] - '0') * 10 + (s[pos + 2] - '0'),
+                om = (s[pos + 3] - '0') * 10 + (s[pos + 4] - '0');
+            if (oh > 23 || om > 59) {
+                mark_unknown(out, "bad-time");
+                return false;
+            }
+            std::int64_t off = oh * 3600 + om * 60;
+            utc = s[pos] == '+' ? local - off : local + off;
+            pos += 5;
         } else if (!local_to_utc(local, utc)) {
             mark_unknown(out, "bad-time");
             return false;
