@@ -635,7 +635,12 @@ bool parse_verdict(sv text, Event& ev) {
 sv parse_postfix_message(sv process, sv text, Event& ev) {
     // Severity-prefixed diagnostics are Postfix talking about itself.
     for (sv sev : {sv("warning: "), sv("error: "), sv("fatal: "), sv("panic: ")}) {
-        if (starts_with(text, sev)) return sev.substr(0, sev.size() - 2);
+        if (!starts_with(text, sev)) continue;
+        // "warning: QID: header_checks map lookup problem ...": keep the message.
+        sv after = text.substr(sev.size());
+        std::size_t c = after.find(": ");
+        if (c != npos && c <= 24 && is_queue_id(after.substr(0, c))) ev.queue_id.assign(after.substr(0, c));
+        return sev.substr(0, sev.size() - 2);
     }
 
     sv rest = text;
@@ -705,7 +710,8 @@ sv parse_postfix_message(sv process, sv text, Event& ev) {
                 ev.kind = EventKind::smtpd_client;
                 return {};
             }
-            return parse_action_line(rest, ev) ? sv{} : sv("smtpd-other");
+            if (parse_action_line(rest, ev)) return {};
+            return process == "postscreen" ? "postscreen-other" : "smtpd-other";
         }
         if (process == "bounce" || process == "defer" || process == "trace") {
             // "sender non-delivery notification: NEWQID" (also postmaster, delay,
@@ -762,7 +768,7 @@ sv parse_postfix_message(sv process, sv text, Event& ev) {
         if (starts_with(rest, "disconnect from ")) return "smtpd-disconnect";
         if (starts_with(rest, "lost connection after ") || starts_with(rest, "timeout after "))
             return "smtpd-lost-connection";
-        return "smtpd-other";
+        return process == "postscreen" ? "postscreen-other" : "smtpd-other";
     }
     if (process == "postsuper") return "postsuper-summary";
     return "postfix-other";
