@@ -638,15 +638,16 @@ sv parse_postfix_message(sv process, sv text, Event& ev) {
         if (!starts_with(text, sev)) continue;
         // "warning: QID: header_checks map lookup problem ...": keep the message.
         sv after = text.substr(sev.size());
-        std::size_t c = after.find(": ");
-        if (c != npos && c <= 24 && is_queue_id(after.substr(0, c))) ev.queue_id.assign(after.substr(0, c));
+        std::size_t c = after.substr(0, 26).find(": ");
+        if (c != npos && is_queue_id(after.substr(0, c))) ev.queue_id.assign(after.substr(0, c));
         return sev.substr(0, sev.size() - 2);
     }
 
     sv rest = text;
     bool keyed = false;  // "QID: " or "NOQUEUE: "
-    std::size_t colon = text.find(": ");
-    if (colon != npos && colon <= 24) {
+    // A queue id is at most 24 characters: look no further for its colon.
+    std::size_t colon = text.substr(0, 26).find(": ");
+    if (colon != npos) {
         sv prefix = text.substr(0, colon);
         if (prefix == "NOQUEUE") {
             keyed = true;
