@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", RETRYGUARD_VERSION);
     app.require_subcommand(1);
     add_classify_command(app);
+    add_events_command(app);
 
     try {
         app.parse(argc, argv);

@@ -86,13 +86,19 @@ struct Event {
     // notification: kind in `action` ("non-delivery", "delay", "success"), new queue id here
     std::string new_queue_id;
 
-    // verdict: key=value pairs in log order (values unquoted)
+    // verdict: key=value pairs in log order (values unquoted). Other kinds: the
+    // key=value items Postfix logged that have no field above (proto, helo,
+    // sasl_username, ...), so nothing logged is lost.
     std::vector<std::pair<std::string, std::string>> fields;
+    // verdict: the destination when the line is keyed by one instead of a QID
+    std::string destination;
 
     // unknown: what kind of line was not recognised ("not-postfix", "bad-time", "qmgr-other", ...)
     std::string unknown_kind;
 
     std::string text;  // the message part of the line after "program[pid]: ", verbatim
+    // the line exceeded kMaxLogLineLength (log_parser.hpp) and was cut
+    bool truncated = false;
 };
 
 }  // namespace retryguard
