@@ -129,7 +129,8 @@ Result<FollowerPosition> parse_position(std::string_view text) {
     return p;
 }
 
-FilePositionStore::FilePositionStore(std::string directory) : dir_(std::move(directory)) {}
+FilePositionStore::FilePositionStore(std::string directory, bool sync)
+    : dir_(std::move(directory)), sync_(sync) {}
 
 std::string FilePositionStore::file_for(const std::string& source) const {
     std::string name;
@@ -181,13 +182,13 @@ Status FilePositionStore::save(const FollowerPosition& position) {
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
     if (fd < 0) return make_error(ErrorKind::io, fmt::format("open {}: {}", tmp, std::strerror(errno)));
     Status written = write_all(fd, serialize_position(position));
-    if (written && ::fsync(fd) != 0)
+    if (written && sync_ && ::fsync(fd) != 0)
         written = make_error(ErrorKind::io, fmt::format("fsync {}: {}", tmp, std::strerror(errno)));
     ::close(fd);
     if (!written) return written;
     if (::rename(tmp.c_str(), path.c_str()) != 0)
         return make_error(ErrorKind::io, fmt::format("rename {}: {}", tmp, std::strerror(errno)));
-    int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dfd = sync_ ? ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
     if (dfd >= 0) {
         ::fsync(dfd);  // makes the rename itself durable across a power loss
         ::close(dfd);

@@ -126,13 +126,16 @@ class PositionStore {
 // the new position, never a torn one.
 class FilePositionStore final : public PositionStore {
   public:
-    explicit FilePositionStore(std::string directory);
+    // sync=false skips the fsyncs: still atomic against a killed process (the page
+    // cache survives it), not against a power loss. For tests and throwaway runs.
+    explicit FilePositionStore(std::string directory, bool sync = true);
     Result<FollowerPosition> load(const std::string& source) override;
     Status save(const FollowerPosition& position) override;
     std::string file_for(const std::string& source) const;
 
   private:
     std::string dir_;
+    bool sync_ = true;
 };
 
 // Text form used by FilePositionStore (one key=value per line, values escaped).
