@@ -70,7 +70,8 @@ Status validate(const FollowerSettings& settings);
 
 struct RawLine {
     std::string text;            // without the trailing newline; bytes as found (any encoding)
-    std::uint64_t position = 0;  // file: byte offset of the line's start; socket: datagram number
+    std::uint64_t position = 0;  // file: byte offset of the line's start; socket: datagram number;
+                                 // journal: entry number in this run (the cursor is in LineBatch::end)
     bool truncated = false;      // cut at max_line_bytes / max_datagram_bytes
 };
 
@@ -249,8 +250,10 @@ std::uint16_t bound_port(const LineSource& source);
 //   "<22>2026-11-29T20:38:50.1Z host postfix/smtp[1]: m"    -> as is, PRI stripped (rsyslog forward format)
 //   "<22>1 2026-11-29T20:38:50.1Z host postfix/smtp 1 - - m" -> "2026-11-29T20:38:50.1Z host postfix/smtp[1]:
 //   m"
-// Strict and bounded: invalid PRI, version or header -> invalid_input; the
-// result never holds a newline or NUL and is at most max_bytes long.
+// Strict and bounded: invalid PRI, version or header, and an RFC 5424 nil
+// timestamp ("-": events carry their own time, the clock must not invent one)
+// -> invalid_input; the result never holds a newline, CR or NUL and is at most
+// max_bytes long.
 struct SyslogLine {
     std::string line;
     int facility = 0;
