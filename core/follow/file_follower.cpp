@@ -218,16 +218,16 @@ class FileFollower final : public LineSource {
         std::string found;
         std::vector<std::string> newer;
     };
-    std::optional<Rotated> find_rotated(std::uint64_t dev, std::uint64_t ino) {
-        DIR* d = ::opendir(dir_.c_str());
-        if (!d) return std::nullopt;
-        struct Entry {
-            std::string name;
-            bool numbered;
-            std::uint32_t number;
-            std::uint64_t dev, ino;
-        };
+    struct Entry {
+        std::string name;
+        bool numbered;
+        std::uint32_t number;
+        std::uint64_t dev, ino, size;
+    };
+    std::vector<Entry> list_rotated() {
         std::vector<Entry> entries;
+        DIR* d = ::opendir(dir_.c_str());
+        if (!d) return entries;
         while (dirent* e = ::readdir(d)) {
             std::string_view name = e->d_name;
             if (name.size() <= base_.size() + 1 || name.substr(0, base_.size()) != base_) continue;
@@ -238,12 +238,42 @@ class FileFollower final : public LineSource {
             struct stat sb {};
             if (::stat(full.c_str(), &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
             std::string_view suffix = name.substr(base_.size() + 1);
-            Entry entry{full, sep == '.' && all_digits(suffix), 0, static_cast<std::uint64_t>(sb.st_dev),
-                        static_cast<std::uint64_t>(sb.st_ino)};
+            Entry entry{full,
+                        sep == '.' && all_digits(suffix),
+                        0,
+                        static_cast<std::uint64_t>(sb.st_dev),
+                        static_cast<std::uint64_t>(sb.st_ino),
+                        static_cast<std::uint64_t>(sb.st_size)};
             if (entry.numbered) std::from_chars(suffix.data(), suffix.data() + suffix.size(), entry.number);
             entries.push_back(std::move(entry));
         }
         ::closedir(d);
+        return entries;
+    }
+
+    // After copytruncate, the bytes between what we had read and the truncation
+    // are only in the copy (path.1 or path-SUFFIX): the rotated file, other than
+    // the current inode, that starts with the same bytes and reaches `offset`.
+    std::optional<std::string> find_copy(std::uint64_t offset, const std::string& fp) {
+        auto entries = list_rotated();
+        // Newest first: path.1 before path.2, later dates before earlier ones.
+        std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+            if (a.numbered != b.numbered) return a.numbered;
+            return a.numbered ? a.number < b.number : a.name > b.name;
+        });
+        for (const auto& e : entries) {
+            if ((e.dev == cur_dev_ && e.ino == cur_ino_) || e.size < offset) continue;
+            int fd = ::open(e.name.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+            if (fd < 0) continue;
+            bool same = same_head(fd, offset, fp);
+            ::close(fd);
+            if (same) return e.name;
+        }
+        return std::nullopt;
+    }
+
+    std::optional<Rotated> find_rotated(std::uint64_t dev, std::uint64_t ino) {
+        auto entries = list_rotated();
         auto hit = std::find_if(entries.begin(), entries.end(),
                                 [&](const Entry& e) { return e.dev == dev && e.ino == ino; });
         if (hit == entries.end()) return std::nullopt;
@@ -281,13 +311,20 @@ class FileFollower final : public LineSource {
                 if (static_cast<std::uint64_t>(sb.st_size) >= saved.offset &&
                     same_head(cur_fd_, saved.offset, saved.head_fingerprint)) {
                     reset_reader(saved.offset);
-                } else {
-                    ++counters_.truncations;
-                    note_error(
-                        fmt::format("{} was truncated or replaced while stopped (offset {} no longer valid); "
-                                    "reading it from its start",
-                                    path_, saved.offset));
+                    return;
                 }
+                ++counters_.truncations;
+                if (auto copy =
+                        saved.offset > 0 ? find_copy(saved.offset, saved.head_fingerprint) : std::nullopt) {
+                    open_at(*copy, 0, false);  // copytruncate while stopped: the rest is in the copy
+                    reset_reader(saved.offset);
+                    start_draining();
+                    return;
+                }
+                note_error(
+                    fmt::format("{} was truncated or replaced while stopped (offset {} no longer valid); "
+                                "reading it from its start",
+                                path_, saved.offset));
                 return;
             }
         }
@@ -368,6 +405,16 @@ class FileFollower final : public LineSource {
         bool head_changed = !head_.empty() && pread_upto(cur_fd_, 0, head_.size()) != head_;
         if (size < read_end || head_changed) {
             ++counters_.truncations;
+            std::uint64_t resume_at = line_start();
+            std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kHeadBytes, resume_at));
+            if (at_path_ && resume_at > 0 && head_.size() >= n) {
+                if (auto copy = find_copy(resume_at, fingerprint(std::string_view(head_).substr(0, n)))) {
+                    open_at(*copy, 0, false);  // finish from the copy, then back to the path at 0
+                    reset_reader(resume_at);
+                    start_draining();
+                    return;
+                }
+            }
             head_.clear();
             reset_reader(0);
             return;

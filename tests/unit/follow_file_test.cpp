@@ -281,6 +281,41 @@ TEST(FollowFile, FollowsCopytruncate) {
     EXPECT_EQ(src->committed().offset, 7u);
 }
 
+TEST(FollowFile, CopytruncateLinesNotYetReadAreTakenFromTheCopy) {
+    TempDir dir;
+    auto log = dir / "mail.log";
+    append(log, "before1\n");
+    auto src = follow(log);
+    ASSERT_EQ(texts(drain(*src, 1)), (Lines{"before1"}));
+    append(log, "before2\nbefore3 half");  // logged before the copy, not read yet
+    append(log + ".2", "before1\nan older generation with the same first line\n");
+    std::filesystem::copy_file(log, log + ".1");
+    ASSERT_EQ(::truncate(log.c_str(), 0), 0);
+    append(log, "after1\n");
+    EXPECT_EQ(texts(drain(*src, 3)), (Lines{"before2", "before3 half", "after1"}));
+    EXPECT_EQ(texts(drain(*src, 1, 200ms)), Lines{});
+    EXPECT_EQ(src->status().truncations, 1u);
+}
+
+TEST(FollowFile, CopytruncateWhileStoppedFinishesFromTheCopy) {
+    TempDir dir;
+    auto log = dir / "mail.log";
+    append(log, "c1\n");
+    FollowerPosition pos;
+    {
+        auto src = follow(log);
+        drain(*src, 1);
+        pos = src->committed();
+    }
+    append(log, "c2\n");
+    std::filesystem::copy_file(log, log + ".1");
+    ASSERT_EQ(::truncate(log.c_str(), 0), 0);
+    append(log, "d1\nd2\nd3 which makes the file longer than before\n");
+    auto src = follow(log, pos);
+    EXPECT_EQ(texts(drain(*src, 4)), (Lines{"c2", "d1", "d2", "d3 which makes the file longer than before"}));
+    EXPECT_EQ(src->status().truncations, 1u);
+}
+
 TEST(FollowFile, DetectsTruncationFollowedByRegrowthThroughTheHead) {
     TempDir dir;
     auto log = dir / "mail.log";
