@@ -451,18 +451,29 @@ class FileFollower final : public LineSource {
         }
         // The file right after this one is the next newer rotated name, looked up
         // now (not remembered): more rotations may have happened while we read.
+        // Until a successor can be opened, stay on the drained file, so that the
+        // next look is still relative to it (a new file that is rotated away
+        // before we open the path must not be skipped).
         if (auto rotated = find_rotated(cur_dev_, cur_ino_)) {
-            for (const auto& next : rotated->newer) {
-                if (open_at(next, 0, false)) {
+            if (!rotated->newer.empty()) {
+                if (open_at(rotated->newer.front(), 0, false)) {
                     ++counters_.rotations;
                     start_draining();
-                    return;
                 }
+                return;  // renamed under our feet: look again on the next round
             }
         }
-        ++counters_.rotations;
-        draining_ = false;
-        if (!open_at(path_, 0, true)) close_current();  // not re-created yet: wait for it
+        struct stat pb {};
+        if (::stat(path_.c_str(), &pb) == 0 && static_cast<std::uint64_t>(pb.st_dev) == cur_dev_ &&
+            static_cast<std::uint64_t>(pb.st_ino) == cur_ino_) {
+            at_path_ = true;  // renamed back: it is the live file again, keep our place
+            draining_ = false;
+            return;
+        }
+        if (open_at(path_, 0, true)) {
+            ++counters_.rotations;
+            draining_ = false;
+        }
     }
 
     Status read_lines(LineBatch& out) {

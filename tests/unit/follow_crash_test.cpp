@@ -6,6 +6,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <random>
 #include <thread>
 
@@ -109,7 +112,22 @@ TEST(FollowCrash, KillNineAtRandomPointsLosesAndRepeatsNoLine) {
     if (r == 0) {
         ::kill(child, SIGKILL);
         ::waitpid(child, &status, 0);
-        FAIL() << "final follower did not catch up";
+        std::string listing;
+        for (const auto& e : std::filesystem::directory_iterator(dir.path))
+            listing += fmt::format(" {}({}b,ino {})", e.path().filename().string(),
+                                   e.is_regular_file() ? e.file_size() : 0, [&] {
+                                       struct stat sb {};
+                                       ::stat(e.path().c_str(), &sb);
+                                       return sb.st_ino;
+                                   }());
+        std::string consumed = test::slurp(out);
+        std::size_t lines = static_cast<std::size_t>(std::count(consumed.begin(), consumed.end(), '\n'));
+        auto last_nl = consumed.rfind('\n', consumed.size() >= 2 ? consumed.size() - 2 : 0);
+        FAIL() << "final follower did not catch up: written=" << written << " consumed=" << lines << " last='"
+               << consumed.substr(last_nl == std::string::npos ? 0 : last_nl + 1) << "' files:" << listing
+               << " position:\n"
+               << serialize_position(
+                      FilePositionStore(store_dir).load(file_source_id(log)).value_or(FollowerPosition{}));
     }
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 

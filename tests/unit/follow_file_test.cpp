@@ -186,6 +186,23 @@ TEST(FollowFile, FollowsRenameAndCreateRotationWhileRunning) {
     EXPECT_EQ(src->committed().offset, 10u);
 }
 
+TEST(FollowFile, ANewFileRotatedAwayBeforeTheFollowerOpenedItIsNotSkipped) {
+    TempDir dir;
+    auto log = dir / "mail.log";
+    append(log, "a1\n");
+    auto src = follow(log);
+    ASSERT_EQ(texts(drain(*src, 1)), (Lines{"a1"}));
+    ASSERT_EQ(::rename(log.c_str(), (log + ".1").c_str()), 0);  // no new file yet
+    auto b = src->next_batch(200ms);                            // drains a, waits for the path
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(*b, nullptr);
+    append(log, "b1\n");
+    ::rename((log + ".1").c_str(), (log + ".2").c_str());
+    ::rename(log.c_str(), (log + ".1").c_str());
+    append(log, "c1\n");
+    EXPECT_EQ(texts(drain(*src, 2)), (Lines{"b1", "c1"}));
+}
+
 TEST(FollowFile, RotationWithoutPollingNotification) {
     TempDir dir;
     auto log = dir / "mail.log";
