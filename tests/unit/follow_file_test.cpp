@@ -558,7 +558,7 @@ TEST(FollowFile, ManySmallAppendsWhileRotatingLoseAndRepeatNothing) {
     ASSERT_EQ(got.size(), static_cast<std::size_t>(kLines)) << format_status(src->status());
     for (int i = 0; i < kLines; ++i)
         ASSERT_EQ(got[i].text, fmt::format("Nov 29 20:38:50 host postfix/smtp[{}]: line {}", i % 100, i));
-    EXPECT_EQ(texts(drain(*src, 1, 300ms)), Lines{});
+    EXPECT_EQ(texts(drain(*src, 1, 1000ms)), Lines{});
     EXPECT_EQ(src->status().rotations, 6u);
 }
 
