@@ -224,6 +224,7 @@ awaitable<void> Server::session(Socket socket) {
             }
             break;
         }
+        conn->idle = false;  // until every request of this read is answered
         std::string_view in(buf, n);
         out.clear();
         bool malformed = false;
@@ -271,7 +272,6 @@ awaitable<void> Server::session(Socket socket) {
         if (malformed) break;
         const auto now = PolicyClock::now();
         if (parser.in_request()) {
-            conn->idle = false;
             if (!request_deadline_set) {
                 // The deadline moves earlier: wake the watchdog to re-arm.
                 request_deadline_set = true;
