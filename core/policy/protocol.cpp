@@ -143,6 +143,7 @@ PolicyParser::State PolicyParser::feed(std::string_view& input) {
                 return fail(PolicyError::request_too_large);
             // Refuse binary garbage (a TLS hello, say) now rather than at the
             // line limit; a CR at the very end may be half of a CRLF.
+            if (!line_.empty() && line_.back() == '\r') return fail(PolicyError::binary_data);  // CR, no LF
             std::string_view head = input;
             if (head.back() == '\r') head.remove_suffix(1);
             if (has_control_byte(head)) return fail(PolicyError::binary_data);

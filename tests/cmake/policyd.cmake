@@ -9,3 +9,11 @@ if(TARGET retryguard-policyd)
   gtest_discover_tests(policyd_daemon_tests TEST_PREFIX "policyd." PROPERTIES LABELS policyd
                        DISCOVERY_TIMEOUT 60)
 endif()
+
+# End-to-end with a private loopback Postfix instance (needs root, postfix, swaks;
+# skipped otherwise).
+if(TARGET retryguard-policyd)
+  add_test(NAME e2e.policyd_postfix
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/e2e/policyd_postfix.sh $<TARGET_FILE:retryguard-policyd>)
+  set_tests_properties(e2e.policyd_postfix PROPERTIES LABELS e2e SKIP_RETURN_CODE 77 TIMEOUT 120)
+endif()
