@@ -31,7 +31,7 @@ using boost::system::error_code;
 
 // ------------------------------------------------------------------ Logger
 
-Logger::Logger(bool to_stderr) : stderr_(to_stderr) {
+Logger::Logger(bool to_stderr) : stderr_(to_stderr), pid_(static_cast<int>(::getpid())) {
     if (!stderr_) openlog("retryguard-policyd", LOG_PID | LOG_NDELAY, LOG_MAIL);
 }
 void Logger::info(const std::string& msg) {

@@ -95,6 +95,7 @@ class Logger {
   private:
     void emit(int priority, const char* level, const std::string& msg);
     bool stderr_;
+    int pid_;  // stderr logging means --foreground: the pid never changes
 };
 
 }  // namespace retryguard::policyd

@@ -61,10 +61,10 @@ int hex_value(char c) noexcept {
 // one here means a confused or hostile peer. TAB is allowed: it is printable
 // in Postfix's sense and may appear in certificate names.
 bool has_control_byte(std::string_view s) noexcept {
-    for (unsigned char c : s) {
-        if ((c < 0x20 && c != '\t') || c == 0x7f) return true;
-    }
-    return false;
+    // No early exit: the loop vectorizes, and lines are short.
+    unsigned bad = 0;
+    for (unsigned char c : s) bad |= static_cast<unsigned>((c < 0x20 && c != '\t') | (c == 0x7f));
+    return bad != 0;
 }
 
 }  // namespace
@@ -179,12 +179,16 @@ PolicyParser::State PolicyParser::feed(std::string_view& input) {
             return fail(PolicyError::too_many_attributes);
         const std::string_view name = line.substr(0, eq);
         const std::string_view value = line.substr(eq + 1);
-        // Postfix sends attributes in a fixed order: try the one after the
-        // previous attribute before searching the table.
-        PolicyAttr attr = static_cast<PolicyAttr>(next_hint_);
-        bool known = next_hint_ < kPolicyAttrCount && kAttrNames[next_hint_] == name;
+        // A Postfix version sends its attributes in one fixed order: guess the
+        // successor seen last time before searching the table.
+        const std::size_t guess = successor_[prev_];
+        PolicyAttr attr = static_cast<PolicyAttr>(guess);
+        bool known = guess < kPolicyAttrCount && kAttrNames[guess] == name;
         if (!known) known = policy_attr_from_name(name, attr);
-        if (known) next_hint_ = static_cast<std::size_t>(attr) + 1;
+        if (known) {
+            successor_[prev_] = static_cast<std::uint8_t>(attr);
+            prev_ = static_cast<std::size_t>(attr) + 1;
+        }
         request_.count_attribute(known);
         if (known) {
             if (request_.has(attr)) return fail(PolicyError::duplicate_attribute);
@@ -205,7 +209,7 @@ PolicyParser::State PolicyParser::end_line() {
     if (!request_.has(PolicyAttr::request) || request_.get(PolicyAttr::request) != "smtpd_access_policy")
         return fail(PolicyError::bad_request_type);
     request_bytes_ = 0;
-    next_hint_ = 0;
+    prev_ = 0;
     complete_pending_clear_ = true;
     return State::complete;
 }

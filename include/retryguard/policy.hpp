@@ -149,7 +149,14 @@ class PolicyParser {
     PolicyRequest request_;
     std::string line_;  // the current line when it spans reads
     std::size_t request_bytes_ = 0;
-    std::size_t next_hint_ = 0;
+    // successor_[i]: the attribute that followed attribute i-1 last time
+    // (index 0: the first line). Starts in SMTPD_POLICY_README order.
+    std::array<std::uint8_t, kPolicyAttrCount + 1> successor_ = [] {
+        std::array<std::uint8_t, kPolicyAttrCount + 1> a{};
+        for (std::size_t i = 0; i <= kPolicyAttrCount; ++i) a[i] = static_cast<std::uint8_t>(i);
+        return a;
+    }();
+    std::size_t prev_ = 0;
     bool complete_pending_clear_ = false;
     PolicyError error_ = PolicyError::none;
 };

@@ -382,3 +382,27 @@ TEST(PolicyProtocol, RandomBytesNeverCrashAndEndInAKnownState) {
         x += 0x9E3779B97F4A7C15ull;
     }
 }
+
+TEST(PolicyProtocol, AttributeOrderDoesNotMatterAcrossRequests) {
+    // The parser guesses each attribute from the order seen before; a
+    // different order (another Postfix version) must parse the same.
+    std::vector<std::string> lines;
+    {
+        std::string_view all = kFullRequest;
+        while (!all.empty()) {
+            const auto nl = all.find('\n');
+            if (nl > 0) lines.emplace_back(all.substr(0, nl + 1));
+            all.remove_prefix(nl + 1);
+        }
+    }
+    std::string reversed;
+    for (auto it = lines.rbegin(); it != lines.rend(); ++it) reversed += *it;
+    reversed += "\n";
+    PolicyParser p;
+    const std::string* inputs[] = {&kFullRequest, &reversed, &kFullRequest, &reversed};
+    for (const std::string* in : inputs) {
+        std::string_view v = *in;
+        ASSERT_EQ(p.feed(v), PolicyParser::State::complete);
+        expect_full(p.request());
+    }
+}
