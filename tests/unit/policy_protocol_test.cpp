@@ -406,3 +406,30 @@ TEST(PolicyProtocol, AttributeOrderDoesNotMatterAcrossRequests) {
         expect_full(p.request());
     }
 }
+
+TEST(PolicyProtocol, ControlByteFoundAtEveryPositionAndHighBytesAllowed) {
+    // The scan works eight bytes at a time: probe every offset and length.
+    for (std::size_t len = 1; len <= 20; ++len) {
+        for (std::size_t at = 0; at < len; ++at) {
+            for (unsigned char bad : {0x00, 0x01, 0x0d, 0x1b, 0x1f, 0x7f}) {
+                if (bad == 0x0d && at + 1 == len) continue;  // that is a CRLF line end
+                std::string value(len, 'a');
+                value[at] = static_cast<char>(bad);
+                const std::string in = "request=smtpd_access_policy\nsender=" + value + "\n\n";
+                PolicyParser p;
+                std::string_view v = in;
+                ASSERT_EQ(p.feed(v), PolicyParser::State::error) << len << " " << at << " " << int(bad);
+                EXPECT_EQ(p.error(), PolicyError::binary_data);
+            }
+            for (unsigned char fine : {0x09, 0x20, 0x7e, 0x80, 0xc3, 0xff}) {
+                std::string value(len, 'a');
+                value[at] = static_cast<char>(fine);
+                const std::string in = "request=smtpd_access_policy\nsender=" + value + "\n\n";
+                PolicyParser p;
+                std::string_view v = in;
+                ASSERT_EQ(p.feed(v), PolicyParser::State::complete) << len << " " << at << " " << int(fine);
+                EXPECT_EQ(p.request().get(PolicyAttr::sender), value);
+            }
+        }
+    }
+}
