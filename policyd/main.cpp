@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -59,20 +60,38 @@ class DunnoDecider final : public PolicyDecider {
     std::string describe() const override { return "no destination table (every answer is DUNNO)"; }
 };
 
-bool daemonize() {
+// Forks into the background before any thread or event loop exists (threads
+// do not survive fork). The parent waits on a pipe until the child reports
+// whether it could listen, so the exit status of the start command is true.
+// Returns the child's end of that pipe, or -1 on failure.
+int daemonize_begin() {
+    int fds[2];
+    if (::pipe(fds) != 0) return -1;
     const pid_t pid = ::fork();
-    if (pid < 0) return false;
-    if (pid > 0) ::_exit(0);
-    if (::setsid() < 0) return false;
-    if (::chdir("/") != 0) return false;
-    const int fd = ::open("/dev/null", O_RDWR);
-    if (fd >= 0) {
-        ::dup2(fd, 0);
-        ::dup2(fd, 1);
-        ::dup2(fd, 2);
-        if (fd > 2) ::close(fd);
+    if (pid < 0) return -1;
+    if (pid > 0) {
+        ::close(fds[1]);
+        char status = 1;
+        const ssize_t n = ::read(fds[0], &status, 1);
+        ::_exit(n == 1 ? status : 1);
     }
-    return true;
+    ::close(fds[0]);
+    if (::setsid() < 0 || ::chdir("/") != 0) return -1;
+    return fds[1];
+}
+
+void daemonize_end(int fd, int status) {
+    if (fd < 0) return;
+    const char c = static_cast<char>(status);
+    [[maybe_unused]] const ssize_t n = ::write(fd, &c, 1);
+    ::close(fd);
+    const int null = ::open("/dev/null", O_RDWR);
+    if (null >= 0) {
+        ::dup2(null, 0);
+        ::dup2(null, 1);
+        ::dup2(null, 2);
+        if (null > 2) ::close(null);
+    }
 }
 
 void notify(const char* state) {
@@ -121,7 +140,7 @@ int main(int argc, char** argv) {
     app.add_option("--worker-threads", worker_threads, "threads for deciders that may block")
         ->capture_default_str();
     app.add_option("--simulate-slow-decider", slow_ms, "testing aid: every decision sleeps this many ms");
-    app.add_option("--ready-file", ready_file, "write the bound endpoints here once listening");
+    app.add_option("--ready-file", ready_file, "write the bound endpoints and the pid here once listening");
     app.add_flag("--foreground", foreground, "stay in the foreground and log to stderr");
     try {
         app.parse(argc, argv);
@@ -130,6 +149,11 @@ int main(int argc, char** argv) {
     }
 
     Logger log(foreground);
+    // A daemon runs in "/": relative paths must not change meaning (SIGHUP
+    // re-reads the table by name).
+    std::error_code path_error;
+    if (!flagged.empty()) flagged = std::filesystem::absolute(flagged, path_error).string();
+    if (!ready_file.empty()) ready_file = std::filesystem::absolute(ready_file, path_error).string();
     try {
         opt.unix_mode = static_cast<unsigned>(std::stoul(unix_mode_text, nullptr, 8)) & 07777u;
     } catch (const std::exception&) {
@@ -168,6 +192,12 @@ int main(int argc, char** argv) {
     const auto* table_decider = dynamic_cast<const StaticDestinationDecider*>(decider.get());
     if (slow_ms > 0) decider = std::make_shared<SlowDecider>(decider, std::chrono::milliseconds(slow_ms));
 
+    int daemon_fd = -1;
+    if (!foreground && (daemon_fd = daemonize_begin()) < 0) {
+        log.error("cannot become a daemon");
+        return kExitFailure;
+    }
+
     PolicyMetrics metrics;
     metrics.set_destinations(destinations);
     PolicyService service(*stages, metrics);
@@ -177,11 +207,9 @@ int main(int argc, char** argv) {
     auto bound = server.bind();
     if (!bound) {
         log.error(bound.error().message);
-        return bound.error().kind == ErrorKind::config ? kExitUsage : kExitFailure;
-    }
-    if (!foreground && !daemonize()) {
-        log.error("cannot become a daemon");
-        return kExitFailure;
+        const int rc = bound.error().kind == ErrorKind::config ? kExitUsage : kExitFailure;
+        daemonize_end(daemon_fd, rc);
+        return rc;
     }
     ::signal(SIGPIPE, SIG_IGN);
 
@@ -229,10 +257,12 @@ int main(int argc, char** argv) {
         {
             std::ofstream f(tmp, std::ios::trunc);
             for (const auto& line : *bound) f << line << '\n';
+            f << "pid " << ::getpid() << '\n';
         }
         std::rename(tmp.c_str(), ready_file.c_str());
     }
     notify("READY=1");
+    daemonize_end(daemon_fd, kExitOk);
 
     try {
         io.run();

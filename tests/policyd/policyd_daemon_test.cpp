@@ -566,6 +566,59 @@ TEST(PolicydDaemon, SystemdNotifyReadyReloadingStopping) {
     fs::remove(sock);
 }
 
+TEST(PolicydDaemon, DaemonModeDetachesReloadsAndStops) {
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-bg-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "flagged") << "a.test REJECT 5.7.1 no\n";
+    // Relative paths: the daemon runs in "/" and must still find its table on SIGHUP.
+    const pid_t starter = ::fork();
+    if (starter == 0) {
+        if (::chdir(dir.c_str()) != 0) ::_exit(126);
+        ::execl(RETRYGUARD_POLICYD, RETRYGUARD_POLICYD, "-l", "tcp:127.0.0.1:0", "--metrics", "127.0.0.1:0",
+                "--flagged", "flagged", "--ready-file", "ready", static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    int st = 0;
+    ::waitpid(starter, &st, 0);
+    ASSERT_TRUE(WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 0);  // returns once the daemon listens
+    std::map<std::string, std::string> ready;
+    {
+        std::istringstream in(read_file(dir / "ready"));
+        std::string key, value;
+        while (in >> key >> value) ready[key] = value;
+    }
+    ASSERT_TRUE(ready.count("pid") && ready.count("metrics")) << read_file(dir / "ready");
+    const pid_t daemon_pid = std::stoi(ready["pid"]);
+    EXPECT_NE(daemon_pid, starter);
+    const int port = std::stoi(ready["policy"].substr(ready["policy"].rfind(':') + 1));
+    const int mport = std::stoi(ready["metrics"].substr(ready["metrics"].rfind(':') + 1));
+    Client c = Client::tcp(port);
+    ASSERT_TRUE(c.send(request("u@a.test")));
+    EXPECT_EQ(c.answer(), "action=REJECT 5.7.1 no\n\n");
+    std::ofstream(dir / "flagged", std::ios::trunc) << "a.test HOLD\n";
+    ::kill(daemon_pid, SIGHUP);
+    std::string got;
+    for (int i = 0; i < 100 && got != "action=HOLD\n\n"; ++i) {
+        std::this_thread::sleep_for(20ms);
+        ASSERT_TRUE(c.send(request("u@a.test")));
+        got = c.answer();
+    }
+    EXPECT_EQ(got, "action=HOLD\n\n");
+    EXPECT_EQ(metric(http_body(mport, "/metrics"), "retryguard_policy_reloads_total{result=\"ok\"}"), 1);
+    ::kill(daemon_pid, SIGTERM);
+    EXPECT_TRUE(c.closed_within(3000ms));
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; ++i) {
+        gone = ::kill(daemon_pid, 0) != 0;
+        std::this_thread::sleep_for(20ms);
+    }
+    EXPECT_TRUE(gone);
+    if (!gone) ::kill(daemon_pid, SIGKILL);
+    fs::remove_all(dir);
+}
+
 TEST(PolicydDaemon, RefusesBadConfiguration) {
     const fs::path dir = fs::temp_directory_path() / ("rg-policyd-bad-" + std::to_string(::getpid()));
     fs::create_directories(dir);
