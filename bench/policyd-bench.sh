@@ -215,7 +215,7 @@ kv() { grep -m1 '^RESULT' "$OUT/raw/$1.txt" 2>/dev/null | tr ' ' '\n' | awk -F= 
       [ -z "$r" ] || [ -z "$nr" ] && continue
       awk -v tr="$tr" -v c="$c" -v r="$r" -v nr="$nr" -v p="$p" -v np="$np" -v bp="$best_peer" -v bn="$best_name" 'BEGIN {
         printf "  %s c=%s: throughput %.2f x null (target >= 0.5: %s)", tr, c, r/nr, (r/nr >= 0.5 ? "met" : "MISSED")
-        if (bp > 0) printf "; %.0f x the faster peer (%s; target >= 20: %s)", r/bp, bn, (r/bp >= 20 ? "met" : "MISSED")
+        if (bp > 0 && index(bn, "c=" c) > 0) printf "; %.0f x the faster peer (%s; target >= 20: %s)", r/bp, bn, (r/bp >= 20 ? "met" : "MISSED")
         if (c == 8) printf "; p99 %.0f us (target < 1000: %s)", p, (p < 1000 ? "met" : "MISSED")
         if (c == 64) printf "; p99 %.2f x null (target <= 2: %s)", p/np, (p/np <= 2 ? "met" : "MISSED")
         printf "\n" }'
