@@ -185,19 +185,19 @@ done
 kv() { grep -m1 '^RESULT' "$OUT/raw/$1.txt" 2>/dev/null | tr ' ' '\n' | awk -F= -v k="$2" '$1==k {print $2}'; }
 {
   echo
-  echo "| server | transport | conc | req/s | p99 us | errors | server us/req | other CPU % | req/s vs null | p99 vs null | server us/req vs null | actions |"
-  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+  echo "| server | transport | conc | req/s | p50 us | p99 us | errors | server us/req | other CPU % | req/s vs null | p99 vs null | server us/req vs null | actions |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
   for f in "$OUT"/raw/*.txt; do
     tag=$(basename "$f" .txt); case $tag in *.server) continue ;; esac
     s=${tag%-*-c*}; rest=${tag#"$s"-}; tr=${rest%-c*}; c=${rest##*-c}
     rps=$(kv "$tag" rps); p99=$(kv "$tag" p99_us); null_rps=$(kv "nullpolicy-$tr-c$c" rps); null_p99=$(kv "nullpolicy-$tr-c$c" p99_us)
     awk -v s="$s" -v tr="$tr" -v c="$c" -v r="$rps" -v p="$p99" -v nr="$null_rps" -v np="$null_p99" \
         -v e="$(kv "$tag" errors)" -v u="$(kv "$tag" server_us_per_req)" -v nu="$(kv "nullpolicy-$tr-c$c" server_us_per_req)" \
-        -v o="$(kv "$tag" other_cpu_pct)" -v a="$(kv "$tag" actions)" 'BEGIN {
+        -v o="$(kv "$tag" other_cpu_pct)" -v a="$(kv "$tag" actions)" -v p50="$(kv "$tag" p50_us)" 'BEGIN {
       rr = (nr > 0 && s != "nullpolicy") ? sprintf("%.2f", r / nr) : "-"
       pr = (np > 0 && s != "nullpolicy") ? sprintf("%.2f", p / np) : "-"
       ur = (nu > 0 && s != "nullpolicy") ? sprintf("%.2f", u / nu) : "-"
-      printf "| %s | %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s |\n", s, tr, c, r, p, e, u, o, rr, pr, ur, a }'
+      printf "| %s | %s | %s | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s |\n", s, tr, c, r, p50, p, e, u, o, rr, pr, ur, a }'
   done | sort -t'|' -k2,2 -k3,3 -k4,4n
   echo
   best_peer=0; best_name=none
