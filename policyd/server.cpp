@@ -204,6 +204,21 @@ awaitable<void> Server::session(Socket socket) {
     conn->deadline = PolicyClock::now() + options_.idle_timeout;
     conns_.insert(conn.get());
     service_.metrics().connection_opened();
+    // Runs however the session ends, an exception included, so the drain
+    // never waits for a connection that is gone.
+    struct Cleanup {
+        Server& server;
+        Conn& conn;
+        ~Cleanup() {
+            conn.open = false;
+            if (conn.close) conn.close();
+            conn.close = nullptr;
+            conn.timer.cancel();
+            server.conns_.erase(&conn);
+            server.service_.metrics().connection_closed();
+            if (server.draining_ && server.conns_.empty()) server.io_.stop();
+        }
+    } cleanup{*this, *conn};
     asio::co_spawn(io_, watchdog(conn), asio::detached);
 
     PolicyParser parser(options_.limits);
@@ -211,6 +226,8 @@ awaitable<void> Server::session(Socket socket) {
     out.reserve(256);
     char buf[16384];
     bool request_deadline_set = false;
+    std::uint64_t completed = 0;         // requests answered on this connection
+    std::uint64_t deadline_request = 0;  // `completed` when the request deadline was set
     for (;;) {
         if (draining_ && !parser.in_request()) break;
         error_code ec;
@@ -242,6 +259,7 @@ awaitable<void> Server::session(Socket socket) {
                                     peer_of(socket), to_string(parser.error()), suppressed));
                 break;
             }
+            ++completed;
             const auto started = PolicyClock::now();
             const PolicyRequest& request = parser.request();
             if (!service_.wants_decision(request)) {
@@ -272,11 +290,16 @@ awaitable<void> Server::session(Socket socket) {
         if (malformed) break;
         const auto now = PolicyClock::now();
         if (parser.in_request()) {
-            if (!request_deadline_set) {
-                // The deadline moves earlier: wake the watchdog to re-arm.
+            // A new partial request (possibly after complete ones in the same
+            // read) gets its own deadline.
+            if (!request_deadline_set || deadline_request != completed) {
+                const bool from_idle = !request_deadline_set;
                 request_deadline_set = true;
+                deadline_request = completed;
                 conn->deadline = now + options_.request_timeout;
-                conn->timer.cancel();
+                // From the idle deadline the deadline usually moves earlier:
+                // wake the watchdog to re-arm. Later moves it picks up lazily.
+                if (from_idle) conn->timer.cancel();
             }
         } else {
             conn->idle = true;
@@ -284,13 +307,6 @@ awaitable<void> Server::session(Socket socket) {
             conn->deadline = now + options_.idle_timeout;  // the watchdog re-arms lazily
         }
     }
-    conn->open = false;
-    conn->close();
-    conn->close = nullptr;
-    conn->timer.cancel();
-    conns_.erase(conn.get());
-    service_.metrics().connection_closed();
-    if (draining_ && conns_.empty()) io_.stop();
 }
 
 template <typename Acceptor>
@@ -316,7 +332,16 @@ awaitable<void> Server::accept_loop(Acceptor& acceptor) {
         }
         if constexpr (std::is_same_v<decltype(socket), asio::ip::tcp::socket>)
             socket.set_option(asio::ip::tcp::no_delay(true), ec);
-        asio::co_spawn(io_, session(std::move(socket)), asio::detached);
+        asio::co_spawn(io_, session(std::move(socket)), [this](std::exception_ptr e) {
+            if (!e) return;
+            try {
+                std::rethrow_exception(e);
+            } catch (const std::exception& ex) {
+                log_.error(std::string("connection aborted: ") + ex.what());
+            } catch (...) {
+                log_.error("connection aborted by an unknown exception");
+            }
+        });
     }
 }
 

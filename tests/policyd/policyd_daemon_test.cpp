@@ -381,6 +381,21 @@ TEST(PolicydDaemon, OneBytePerSecondClientHitsTimeoutWithoutStallingOthers) {
     EXPECT_NE(d.log().find("request timeout"), std::string::npos) << d.log();
 }
 
+TEST(PolicydDaemon, EachPartialRequestGetsItsOwnRequestDeadline) {
+    Daemon d({"--request-timeout", "2"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client c = Client::tcp(d.port());
+    const std::string a = request("a@flagged.test");
+    const std::string b = request("b@x.test");
+    ASSERT_TRUE(c.send(a.substr(0, 40)));  // request A starts: deadline t0 + 2 s
+    std::this_thread::sleep_for(1500ms);
+    ASSERT_TRUE(c.send(a.substr(40) + b.substr(0, 40)));  // A ends, B starts: deadline t0 + 3.5 s
+    EXPECT_EQ(c.answer(), kReject);
+    std::this_thread::sleep_for(1000ms);  // t0 + 2.5 s: past A's deadline, within B's
+    ASSERT_TRUE(c.send(b.substr(40)));
+    EXPECT_EQ(c.answer(), kDunno);
+}
+
 TEST(PolicydDaemon, IdleConnectionIsClosedAfterIdleTimeout) {
     Daemon d({"--idle-timeout", "1"});
     ASSERT_TRUE(d.ready()) << d.log();
