@@ -42,8 +42,12 @@ std::string_view trim(std::string_view s) noexcept {
 bool normalize_domain(std::string_view domain, char* buf, std::size_t& len) noexcept {
     if (!domain.empty() && domain.back() == '.') domain.remove_suffix(1);
     if (domain.empty() || domain.size() > kMaxDomainBytes) return false;
-    for (std::size_t i = 0; i < domain.size(); ++i)
-        buf[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(domain[i])));
+    // ASCII only, independent of the locale: domain names in the table and in
+    // Postfix's requests compare byte for byte apart from letter case.
+    for (std::size_t i = 0; i < domain.size(); ++i) {
+        const char c = domain[i];
+        buf[i] = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+    }
     len = domain.size();
     return true;
 }
