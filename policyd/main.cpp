@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
     CLI::App app{"retryguard-policyd: Postfix policy service of retryguard", "retryguard-policyd"};
     app.set_version_flag("--version", RETRYGUARD_VERSION);
     ServerOptions opt;
-    std::string flagged, stages_text = "RCPT", unix_mode_text = "0660", ready_file;
+    std::string flagged, stages_text = "RCPT", unix_mode_text = "0660", ready_file, verdict_log_spec;
     bool foreground = false;
     std::size_t worker_threads = 2;
     long idle_s = 330, request_s = 10, decision_ms = 100, slow_ms = 0;
@@ -140,6 +140,9 @@ int main(int argc, char** argv) {
     app.add_option("--worker-threads", worker_threads, "threads for deciders that may block")
         ->capture_default_str();
     app.add_option("--simulate-slow-decider", slow_ms, "testing aid: every decision sleeps this many ms");
+    app.add_option("--verdict-log", verdict_log_spec,
+                   "where verdict lines go: syslog[:FACILITY], postlog:/path, file:/path, stderr, none "
+                   "(default: stderr with --foreground, else syslog)");
     app.add_option("--ready-file", ready_file, "write the bound endpoints and the pid here once listening");
     app.add_flag("--foreground", foreground, "stay in the foreground and log to stderr");
     try {
@@ -192,18 +195,32 @@ int main(int argc, char** argv) {
     const auto* table_decider = dynamic_cast<const StaticDestinationDecider*>(decider.get());
     if (slow_ms > 0) decider = std::make_shared<SlowDecider>(decider, std::chrono::milliseconds(slow_ms));
 
+    auto verdict_target = parse_verdict_log_target(
+        verdict_log_spec.empty() ? (foreground ? "stderr" : "syslog") : verdict_log_spec);
+    if (!verdict_target) {
+        log.error("--verdict-log: " + verdict_target.error().message);
+        return kExitUsage;
+    }
+    verdict_target->ident = "retryguard/policyd";
+
     int daemon_fd = -1;
     if (!foreground && (daemon_fd = daemonize_begin()) < 0) {
         log.error("cannot become a daemon");
         return kExitFailure;
     }
 
+    VerdictLog verdicts;
+    if (auto st = verdicts.open(*verdict_target); !st) {
+        log.error("verdict log: " + st.error().message);
+        daemonize_end(daemon_fd, kExitUsage);
+        return kExitUsage;
+    }
     PolicyMetrics metrics;
     metrics.set_destinations(destinations);
     PolicyService service(*stages, metrics);
     asio::io_context io(1);
     asio::thread_pool workers(worker_threads);
-    Server server(io, opt, service, decider, workers, log);
+    Server server(io, opt, service, decider, workers, log, verdicts);
     auto bound = server.bind();
     if (!bound) {
         log.error(bound.error().message);

@@ -32,7 +32,7 @@ using boost::system::error_code;
 // ------------------------------------------------------------------ Logger
 
 Logger::Logger(bool to_stderr) : stderr_(to_stderr), pid_(static_cast<int>(::getpid())) {
-    if (!stderr_) openlog("retryguard-policyd", LOG_PID | LOG_NDELAY, LOG_MAIL);
+    if (!stderr_) openlog("retryguard/policyd", LOG_PID | LOG_NDELAY, LOG_MAIL);
 }
 void Logger::info(const std::string& msg) {
     emit(LOG_INFO, nullptr, msg);
@@ -66,13 +66,15 @@ struct Server::Conn {
 };
 
 Server::Server(asio::io_context& io, ServerOptions options, PolicyService& service,
-               std::shared_ptr<PolicyDecider> decider, asio::thread_pool& workers, Logger& log)
+               std::shared_ptr<PolicyDecider> decider, asio::thread_pool& workers, Logger& log,
+               VerdictLog& verdicts)
     : io_(io),
       options_(std::move(options)),
       service_(service),
       decider_(std::move(decider)),
       workers_(workers),
       log_(log),
+      verdicts_(verdicts),
       pending_decisions_(std::make_shared<std::atomic<std::size_t>>(0)) {}
 
 Server::~Server() {
@@ -114,13 +116,22 @@ class LogLimiter {
 LogLimiter g_fail_open_log;
 LogLimiter g_malformed_log;
 
-void log_verdict(Logger& log, const PolicyRequest& r, const Decision& d) {
+// One line per answer other than DUNNO, in the project's verdict format
+// (docs/verdicts.md), keyed by queue ID like Postfix's own lines; NOQUEUE, as
+// Postfix writes, at the first RCPT before the queue file exists.
+void log_verdict(VerdictLog& verdicts, const PolicyRequest& r, const Decision& d) {
     if (d.kind == ActionKind::dunno) return;
     const std::string_view qid = r.get(PolicyAttr::queue_id);
-    log.info(fmt::format("{}: verdict={} action=\"{}\" recipient=<{}> destination={} stage={} client={}",
-                         qid.empty() ? std::string_view("NOQUEUE") : qid, to_string(d.kind), d.action,
-                         r.get(PolicyAttr::recipient), r.recipient_domain(),
-                         r.get(PolicyAttr::protocol_state), r.get(PolicyAttr::client_address)));
+    Verdict v;
+    v.key = qid.empty() ? "NOQUEUE" : std::string(qid);
+    v.name = "policy_" + std::string(to_string(d.kind));
+    v.add("action", d.action)
+        .add("recipient", std::string(r.get(PolicyAttr::recipient)))
+        .add("destination", std::string(r.recipient_domain()))
+        .add("stage", std::string(r.get(PolicyAttr::protocol_state)))
+        .add("client", std::string(r.get(PolicyAttr::client_address)))
+        .add("instance", std::string(r.get(PolicyAttr::instance)));
+    verdicts.write(v);
 }
 
 }  // namespace
@@ -182,7 +193,7 @@ awaitable<void> Server::decide_offloaded(const PolicyRequest& request, std::stri
     co_await state->timer.async_wait(asio::redirect_error(use_awaitable, ec));
     if (state->result) {
         service_.answer(out, *state->result);
-        log_verdict(log_, request, *state->result);
+        log_verdict(verdicts_, request, *state->result);
         co_return;
     }
     const FailOpenReason why = state->failed ? FailOpenReason::decider_error : FailOpenReason::timeout;
@@ -274,7 +285,7 @@ awaitable<void> Server::session(Socket socket) {
                                              request.get(PolicyAttr::recipient)));
                 } else {
                     service_.answer(out, d);
-                    log_verdict(log_, request, d);
+                    log_verdict(verdicts_, request, d);
                 }
             } else {
                 co_await decide_offloaded(request, out);

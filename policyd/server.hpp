@@ -21,6 +21,7 @@
 
 #include "retryguard/policy.hpp"
 #include "retryguard/policy_service.hpp"
+#include "retryguard/verdict_log.hpp"
 
 namespace retryguard::policyd {
 
@@ -44,7 +45,8 @@ class Logger;
 class Server {
   public:
     Server(asio::io_context& io, ServerOptions options, PolicyService& service,
-           std::shared_ptr<PolicyDecider> decider, asio::thread_pool& workers, Logger& log);
+           std::shared_ptr<PolicyDecider> decider, asio::thread_pool& workers, Logger& log,
+           VerdictLog& verdicts);
     ~Server();
 
     // Binds every listener; the endpoints actually bound (port 0 resolved)
@@ -74,6 +76,7 @@ class Server {
     std::shared_ptr<PolicyDecider> decider_;
     asio::thread_pool& workers_;
     Logger& log_;
+    VerdictLog& verdicts_;
     std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> tcp_acceptors_;
     std::vector<std::unique_ptr<asio::local::stream_protocol::acceptor>> unix_acceptors_;
     std::vector<std::string> unix_paths_;

@@ -159,7 +159,7 @@ out=$(send user@other.test)
 check "after SIGHUP the new table applies through Postfix" \
     grep -q "<\*\* 450 4.7.1 <user@other.test>: Recipient address rejected: destination is deferring" <<<"$out"
 
-check "retryguard-policyd logged its verdicts" grep -q "verdict=reject" "$ROOT/policyd.log"
+check "retryguard-policyd logged its verdicts" grep -q "NOQUEUE: verdict=policy_reject action=\"REJECT 5.7.1 destination flagged by retryguard\" recipient=user@flagged.test destination=flagged.test" "$ROOT/policyd.log"
 
 # Daemon stopped: Postfix applies default_action=DUNNO.
 kill -TERM "$DPID"

@@ -264,7 +264,10 @@ TEST(PolicydDaemon, UnknownDestinationGetsDunnoFlaggedGetsConfiguredActionOverTc
             EXPECT_EQ(c.answer(), "action=WARN retryguard: destination flagged\n\n");
         }
     }
-    EXPECT_NE(d.log().find("NOQUEUE: verdict=reject"), std::string::npos) << d.log();
+    EXPECT_NE(d.log().find("NOQUEUE: verdict=policy_reject action=\"REJECT 5.7.1 destination flagged by "
+                           "retryguard\" recipient=user@Flagged.Test destination=Flagged.Test stage=RCPT"),
+              std::string::npos)
+        << d.log();
 }
 
 TEST(PolicydDaemon, PipelinedAndSplitRequestsAreAnsweredInOrder) {
