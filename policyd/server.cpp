@@ -384,6 +384,11 @@ awaitable<void> Server::http_session(asio::ip::tcp::socket socket) {
             res.result(http::status::ok);
             res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
             res.body() = service_.metrics().render_prometheus();
+            res.body() += fmt::format(
+                "# HELP retryguard_verdict_log_failures_total Verdict lines that could not be written.\n"
+                "# TYPE retryguard_verdict_log_failures_total counter\n"
+                "retryguard_verdict_log_failures_total {}\n",
+                verdicts_.failures());
         } else if (target == "/health") {
             res.result(draining_ ? http::status::service_unavailable : http::status::ok);
             res.set(http::field::content_type, "text/plain");

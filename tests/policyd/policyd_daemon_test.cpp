@@ -554,6 +554,26 @@ TEST(PolicydDaemon, ManyConcurrentConnections) {
     EXPECT_EQ(metric(d.metrics(), "retryguard_policy_open_connections"), 200);
 }
 
+TEST(PolicydDaemon, ConnectionsBeyondTheLimitAreRefusedAndCounted) {
+    Daemon d({"--max-connections", "2"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client a = Client::tcp(d.port());
+    Client b = Client::unix_socket(d.unix_path());
+    ASSERT_TRUE(a.send(request("x@flagged.test")));
+    ASSERT_TRUE(b.send(request("x@flagged.test")));
+    EXPECT_EQ(a.answer(), kReject);
+    EXPECT_EQ(b.answer(), kReject);
+    Client c = Client::tcp(d.port());
+    EXPECT_TRUE(c.closed_within(3000ms));
+    // The two admitted connections are unaffected.
+    ASSERT_TRUE(a.send(request("y@x.test")));
+    EXPECT_EQ(a.answer(), kDunno);
+    const std::string m = d.metrics();
+    EXPECT_EQ(metric(m, "retryguard_policy_connections_refused_total"), 1) << m;
+    EXPECT_EQ(metric(m, "retryguard_policy_open_connections"), 2);
+    EXPECT_EQ(metric(m, "retryguard_verdict_log_failures_total"), 0);
+}
+
 TEST(PolicydDaemon, SystemdNotifyReadyReloadingStopping) {
     const fs::path sock = fs::temp_directory_path() / ("rg-notify-" + std::to_string(::getpid()));
     fs::remove(sock);
