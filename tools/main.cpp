@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     add_classify_command(app);
     add_events_command(app);
+    add_check_config_command(app);
 
     try {
         app.parse(argc, argv);

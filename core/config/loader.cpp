@@ -228,7 +228,6 @@ public:
     }
 
     std::optional<Value> parse_default(const KeySpec& k) {
-        if (k.type == ValueType::host_port) return std::nullopt;  // only "" defaults for items
         YAML::Node n;
         try {
             n = YAML::Load(std::string(k.default_yaml));
@@ -265,7 +264,8 @@ private:
 
 std::optional<Value> Loader::parse_value(const KeySpec& k, std::string_view shown, const YAML::Node& n,
                                          const YAML::Mark& key_mark) {
-    YAML::Mark m = n.Mark().line >= 0 ? n.Mark() : key_mark;
+    // A missing value has no position of its own worth showing: point at its key.
+    YAML::Mark m = (!n.IsNull() && n.Mark().line >= 0) || key_mark.line < 0 ? n.Mark() : key_mark;
     std::string key = "'" + std::string(shown) + "'";
     auto fail = [&](std::string msg) -> std::optional<Value> {
         error(m, std::move(msg));
@@ -384,6 +384,7 @@ std::optional<Value> Loader::parse_value(const KeySpec& k, std::string_view show
             return Value(*s);
         }
         case ValueType::host_port: {
+            if (text.empty() && k.scope == Scope::source_item) return std::nullopt;  // "": no address
             auto hp = parse_host_port(text, &why);
             if (!hp) return fail("bad address '" + text + "' for " + key + ": " + why);
             return Value(*hp);
@@ -435,8 +436,8 @@ void Loader::walk_map(const YAML::Node& map, const std::string& prefix, const Co
         auto found = ctx.keys.find(full);
         if (found != ctx.keys.end()) {
             const Entry& e = *found->second;
-            if (set_keys) (*set_keys)[full] = kn.Mark();
-            if (ctx.kind == Context::top) top_marks_[full] = kn.Mark();
+            if (set_keys) (*set_keys)[full] = vn.Mark().line >= 0 ? vn.Mark() : kn.Mark();
+            if (ctx.kind == Context::top) top_marks_[full] = vn.Mark().line >= 0 ? vn.Mark() : kn.Mark();
             if (ctx.kind == Context::source) present_.insert("sources[]." + full);
             else if (ctx.kind == Context::destination && e.spec.scope == Scope::destination_item)
                 present_.insert("destinations[]." + full);
@@ -467,14 +468,14 @@ void Loader::walk_map(const YAML::Node& map, const std::string& prefix, const Co
             walk_map(vn, full, ctx, depth + 1, apply, top, set_keys);
             continue;
         }
-        if (ctx.kind == Context::destination && find_key(full))
-            error(kn.Mark(), "'" + full + "' cannot be overridden per destination (it is global only)");
-        else if (ctx.kind == Context::source && find_key(full))
+        if (ctx.kind == Context::destination && (find_key(full) || context(Context::top).sections.count(full)))
+            error(kn.Mark(), "'" + full + "' cannot be overridden per destination (global only)");
+        else if (ctx.kind == Context::source && (find_key(full) || context(Context::top).sections.count(full)))
             error(kn.Mark(), "'" + full + "' is a top-level key, not a source setting");
         else {
-            std::string where = ctx.kind == Context::source ? "source key '" : ctx.kind == Context::destination ? "key '" : "key '";
-            std::string msg = "unknown " + where + full + "'";
-            if (ctx.kind == Context::destination) msg = "unknown key '" + full + "' in destination rule";
+            std::string msg = "unknown key '" + full + "'";
+            if (ctx.kind == Context::source) msg += " in a source entry";
+            if (ctx.kind == Context::destination) msg += " in a destination rule";
             auto hint = ctx.suggest(full);
             if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
             error(kn.Mark(), msg);
@@ -692,6 +693,9 @@ LoadOutcome load_string(std::string_view yaml_text, std::string file_name) {
                     c->classifier.mark = r["rules"].Mark();
                 out.keys_present = l.take_present();
                 out.errors = l.take_errors();
+                std::stable_sort(out.errors.begin(), out.errors.end(), [](const Diagnostic& a, const Diagnostic& b) {
+                    return std::pair(a.line, a.column) < std::pair(b.line, b.column);
+                });
                 if (out.errors.empty()) out.config = std::move(c);
                 return out;
             }

@@ -32,7 +32,8 @@ std::string constraint_text(const KeySpec& k) {
             if (k.type == ValueType::size) return format_size(static_cast<std::uint64_t>(v));
             if (k.type == ValueType::file_mode) {
                 std::ostringstream o;
-                o << "0" << std::oct << v;
+                if (v != 0) o << "0";
+                o << std::oct << v;
                 return o.str();
             }
             return std::to_string(v);
@@ -182,6 +183,10 @@ std::string render_default_yaml() {
         if (k.key == "sources") {
             comment(o, indent, k);
             o << "sources:\n";
+            if (const auto* t = find_key("sources[].type")) {
+                o << "  # " << t->doc << "\n";
+                o << "  # default: " << t->default_yaml << "; " << constraint_text(*t) << "\n";
+            }
             o << "  - type: file\n";
             for (const auto& item : key_table()) {
                 if (item.scope != Scope::source_item || item.key == "sources[].type") continue;

@@ -180,7 +180,8 @@ std::optional<SocketSpec> parse_socket(std::string_view text, std::string* why) 
     if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
     bool v6 = false;
     if (!valid_host(host, &v6)) return set_why(why, "bad host '" + std::string(host) + "'"), std::nullopt;
-    if (proto == "inet6" && !v6 && !valid_hostname(host))
+    unsigned char v4[4];
+    if (proto == "inet6" && !v6 && inet_pton(AF_INET, std::string(host).c_str(), v4) == 1)
         return set_why(why, "inet6 needs an IPv6 address or a host name"), std::nullopt;
     if (proto == "inet" && v6) return set_why(why, "use inet6: for an IPv6 address"), std::nullopt;
     s.kind = proto == "inet" ? SocketSpec::Kind::inet : SocketSpec::Kind::inet6;
