@@ -455,6 +455,7 @@ void Loader::walk_map(const YAML::Node& map, const std::string& prefix, const Co
                 }
                 continue;
             }
+            if (top && full == "classifier.rules") top->classifier.mark = vn.Mark().line >= 0 ? vn.Mark() : kn.Mark();
             auto v = parse_value(e.spec, ctx.kind == Context::source ? "sources[]." + full : full, vn, kn.Mark());
             if (v) apply(e, *v);
             continue;
@@ -689,8 +690,6 @@ LoadOutcome load_string(std::string_view yaml_text, std::string file_name) {
                 c->source = file_name;
                 c->classifier.file = file_name;
                 l.load_root(root, *c);
-                if (auto r = root.IsMap() ? root["classifier"] : YAML::Node(); r && r.IsMap() && r["rules"])
-                    c->classifier.mark = r["rules"].Mark();
                 out.keys_present = l.take_present();
                 out.errors = l.take_errors();
                 std::stable_sort(out.errors.begin(), out.errors.end(), [](const Diagnostic& a, const Diagnostic& b) {

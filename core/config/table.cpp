@@ -77,7 +77,9 @@ void assign(SocketSpec& f, const Value& v) { f = std::get<SocketSpec>(v); }
 void assign(HostPort& f, const Value& v) { f = std::get<HostPort>(v); }
 void assign(std::optional<HostPort>& f, const Value& v) { f = std::get<HostPort>(v); }
 void assign(PolicyAction& f, const Value& v) { f = std::get<PolicyAction>(v); }
-void assign(YAML::Node& f, const Value& v) { f = std::get<YAML::Node>(v); }
+// reset(), not operator=: yaml-cpp's operator= writes through to the node the
+// handle already refers to, which would edit the shared default snapshot.
+void assign(YAML::Node& f, const Value& v) { f.reset(std::get<YAML::Node>(v)); }
 template <typename E>
     requires std::is_enum_v<E>
 void assign(E& f, const Value& v) {
