@@ -76,17 +76,22 @@ int run(const Options& o) {
     j["ok"] = out.ok();
     j["errors"] = nlohmann::json::array();
     for (const auto& d : out.errors) {
-        j["errors"].push_back({{"file", d.file}, {"line", d.line}, {"column", d.column}, {"message", d.message}});
+        j["errors"].push_back(
+            {{"file", d.file}, {"line", d.line}, {"column", d.column}, {"message", d.message}});
         if (!o.json) std::cerr << d.to_string() << "\n";
     }
     if (!out.ok()) {
-        if (o.json) std::cout << j.dump() << "\n";
-        else std::cerr << file << ": " << out.errors.size() << (out.errors.size() == 1 ? " error" : " errors") << "\n";
+        if (o.json)
+            std::cout << j.dump() << "\n";
+        else
+            std::cerr << file << ": " << out.errors.size() << (out.errors.size() == 1 ? " error" : " errors")
+                      << "\n";
         return kExitUsage;
     }
     const auto& c = *out.config;
     if (o.explain.empty()) {
-        if (o.json) std::cout << j.dump() << "\n";
+        if (o.json)
+            std::cout << j.dump() << "\n";
         else
             std::cout << file << ": OK (" << c.sources.size() << " log source(s), " << c.destinations.size()
                       << " destination rule(s))\n";
@@ -99,18 +104,24 @@ int run(const Options& o) {
         e["domain"] = o.explain;
         e["mx"] = o.mx.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.mx);
         if (res.rule) {
-            e["rule"] = {{"index", res.rule->index},  {"kind", rule_kind(*res.rule)}, {"pattern", res.rule->pattern},
-                         {"line", res.rule->line},    {"column", res.rule->column}};
+            e["rule"] = {{"index", res.rule->index},
+                         {"kind", rule_kind(*res.rule)},
+                         {"pattern", res.rule->pattern},
+                         {"line", res.rule->line},
+                         {"column", res.rule->column}};
         } else {
             e["rule"] = nullptr;
         }
         e["reason"] = res.reason;
         e["also_matched"] = nlohmann::json::array();
         for (const auto* r : res.also_matched)
-            e["also_matched"].push_back({{"index", r->index}, {"kind", rule_kind(*r)}, {"pattern", r->pattern}, {"line", r->line}});
-        e["contact"] = res.settings->contact.empty() ? nlohmann::json(nullptr) : nlohmann::json(res.settings->contact);
+            e["also_matched"].push_back(
+                {{"index", r->index}, {"kind", rule_kind(*r)}, {"pattern", r->pattern}, {"line", r->line}});
+        e["contact"] =
+            res.settings->contact.empty() ? nlohmann::json(nullptr) : nlohmann::json(res.settings->contact);
         e["differs_from_global"] = nlohmann::json::object();
-        for (const auto& d : diffs) e["differs_from_global"][d.key] = {{"value", d.value}, {"global", d.global}};
+        for (const auto& d : diffs)
+            e["differs_from_global"][d.key] = {{"value", d.value}, {"global", d.global}};
         j["explain"] = e;
         std::cout << j.dump() << "\n";
         return kExitOk;
@@ -119,7 +130,8 @@ int run(const Options& o) {
     if (!o.mx.empty()) std::cout << "mx:      " << o.mx << "\n";
     if (res.rule)
         std::cout << "rule:    destinations[" << res.rule->index << "] " << rule_kind(*res.rule) << " '"
-                  << res.rule->pattern << "' at " << c.source << ":" << res.rule->line << ":" << res.rule->column << "\n";
+                  << res.rule->pattern << "' at " << c.source << ":" << res.rule->line << ":"
+                  << res.rule->column << "\n";
     else
         std::cout << "rule:    none (global settings)\n";
     std::cout << "why:     " << res.reason << "\n";
@@ -131,7 +143,8 @@ int run(const Options& o) {
         std::cout << "effective settings: the global ones\n";
     } else {
         std::cout << "effective settings that differ from the global ones:\n";
-        for (const auto& d : diffs) std::cout << "  " << d.key << ": " << d.value << "   (global: " << d.global << ")\n";
+        for (const auto& d : diffs)
+            std::cout << "  " << d.key << ": " << d.value << "   (global: " << d.global << ")\n";
     }
     return kExitOk;
 }
@@ -140,13 +153,18 @@ int run(const Options& o) {
 
 void add_check_config_command(CLI::App& app) {
     auto opts = std::make_shared<Options>();
-    auto* cmd = app.add_subcommand("check-config", "Check a configuration file; explain which destination rule applies");
-    cmd->add_option("file", opts->file, "Config file (default /etc/retryguard/retryguard.yaml, or conf/retryguard.yaml in a source tree)");
+    auto* cmd = app.add_subcommand("check-config",
+                                   "Check a configuration file; explain which destination rule applies");
+    cmd->add_option(
+        "file", opts->file,
+        "Config file (default /etc/retryguard/retryguard.yaml, or conf/retryguard.yaml in a source tree)");
     cmd->add_option("--explain", opts->explain, "Show which destination rule applies to DOMAIN and why");
     cmd->add_option("--mx", opts->mx, "Relay (MX) host of the domain, for MX-group rules");
     cmd->add_flag("--json", opts->json, "Print one JSON object");
-    cmd->add_flag("--dump-docs", opts->dump_docs, "Print the configuration reference (docs/configuration.md)");
-    cmd->add_flag("--dump-default", opts->dump_default, "Print the documented default file (conf/retryguard.yaml)");
+    cmd->add_flag("--dump-docs", opts->dump_docs,
+                  "Print the configuration reference (docs/configuration.md)");
+    cmd->add_flag("--dump-default", opts->dump_default,
+                  "Print the documented default file (conf/retryguard.yaml)");
     cmd->callback([opts] { exit_code() = run(*opts); });
 }
 

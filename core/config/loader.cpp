@@ -82,10 +82,12 @@ struct Context {
                 case top: take = e.spec.scope == Scope::global || e.spec.scope == Scope::overridable; break;
                 case destination:
                     if (e.spec.scope == Scope::overridable) take = true;
-                    if (e.spec.scope == Scope::destination_item) key.remove_prefix(sizeof("destinations[].") - 1), take = true;
+                    if (e.spec.scope == Scope::destination_item)
+                        key.remove_prefix(sizeof("destinations[].") - 1), take = true;
                     break;
                 case source:
-                    if (e.spec.scope == Scope::source_item) key.remove_prefix(sizeof("sources[].") - 1), take = true;
+                    if (e.spec.scope == Scope::source_item)
+                        key.remove_prefix(sizeof("sources[].") - 1), take = true;
                     break;
             }
             if (!take) continue;
@@ -109,7 +111,8 @@ struct Context {
         auto leaf = wrong.substr(wrong.rfind('.') + 1);
         auto head = wrong.substr(0, wrong.find('.'));
         for (const auto& [k, e] : keys)
-            if (k.size() > leaf.size() && k.ends_with("." + std::string(leaf)) && k.starts_with(std::string(head)))
+            if (k.size() > leaf.size() && k.ends_with("." + std::string(leaf)) &&
+                k.starts_with(std::string(head)))
                 return k;
         return {};
     }
@@ -121,7 +124,7 @@ const Context& context(Context::Kind k) {
 }
 
 class Loader {
-public:
+  public:
     explicit Loader(std::string file) : file_(std::move(file)) {}
 
     std::vector<Diagnostic> take_errors() { return std::move(errors_); }
@@ -142,10 +145,13 @@ public:
             error(root.Mark(), "the configuration must be a mapping of keys, got " + kind_of(root));
             return;
         }
-        walk_map(root, "", context(Context::top), 0, [&](const Entry& e, const Value& v) {
-            if (e.bind.set_global) e.bind.set_global(c, v);
-            if (e.bind.set_settings) e.bind.set_settings(c.global, v);
-        }, &c);
+        walk_map(
+            root, "", context(Context::top), 0,
+            [&](const Entry& e, const Value& v) {
+                if (e.bind.set_global) e.bind.set_global(c, v);
+                if (e.bind.set_settings) e.bind.set_settings(c.global, v);
+            },
+            &c);
         detail::finalize(c.global);
         if (destinations_node_) load_destinations(destinations_node_, c);
         cross_checks(c);
@@ -164,7 +170,8 @@ public:
         for (std::size_t i = 0; i < list.size(); ++i) {
             const YAML::Node item = list[i];
             if (!item.IsMap()) {
-                error(item.Mark(), "sources[" + std::to_string(i) + "] must be a mapping, got " + kind_of(item));
+                error(item.Mark(),
+                      "sources[" + std::to_string(i) + "] must be a mapping, got " + kind_of(item));
                 continue;
             }
             SourceConfig s = source_defaults();
@@ -172,9 +179,9 @@ public:
             std::map<std::string, YAML::Mark> set;
             bool bad = false;
             std::size_t before = errors_.size();
-            walk_map(item, "", context(Context::source), 0, [&](const Entry& e, const Value& v) {
-                e.bind.set_source(s, v);
-            }, nullptr, &set);
+            walk_map(
+                item, "", context(Context::source), 0,
+                [&](const Entry& e, const Value& v) { e.bind.set_source(s, v); }, nullptr, &set);
             bad = errors_.size() != before;
             std::string where = "sources[" + std::to_string(i) + "]";
             auto mark_of = [&](const char* k) { return set.count(k) ? set[k] : item.Mark(); };
@@ -185,8 +192,8 @@ public:
             if (needs_path && !s.path.empty() && s.path.front() != '/')
                 error(mark_of("path"), where + ": 'path' must be absolute");
             if (!needs_path && !s.path.empty())
-                error(mark_of("path"), where + ": 'path' does not apply to " + std::string(detail_name(type)) +
-                                           " sources");
+                error(mark_of("path"),
+                      where + ": 'path' does not apply to " + std::string(detail_name(type)) + " sources");
             if (type == SourceType::syslog_udp) {
                 if (!s.address) {
                     error(item.Mark(), where + ": a syslog_udp source needs 'address'");
@@ -203,7 +210,9 @@ public:
                     case SourceType::file: s.name = "file:" + s.path; break;
                     case SourceType::journald: s.name = "journal:" + s.journal_match; break;
                     case SourceType::syslog_unix: s.name = "syslog:unix:" + s.path; break;
-                    case SourceType::syslog_udp: s.name = "syslog:udp:" + (s.address ? s.address->text : ""); break;
+                    case SourceType::syslog_udp:
+                        s.name = "syslog:udp:" + (s.address ? s.address->text : "");
+                        break;
                 }
             }
             if (!bad) {
@@ -241,15 +250,15 @@ public:
     std::optional<Value> parse_value(const KeySpec& k, std::string_view shown, const YAML::Node& n,
                                      const YAML::Mark& key_mark);
 
-private:
+  private:
     static std::string_view detail_name(SourceType t) {
         static constexpr std::string_view names[] = {"file", "journald", "syslog_unix", "syslog_udp"};
         return names[static_cast<int>(t)];
     }
 
     template <typename Apply>
-    void walk_map(const YAML::Node& map, const std::string& prefix, const Context& ctx, int depth, Apply&& apply,
-                  Config* top, std::map<std::string, YAML::Mark>* set_keys = nullptr);
+    void walk_map(const YAML::Node& map, const std::string& prefix, const Context& ctx, int depth,
+                  Apply&& apply, Config* top, std::map<std::string, YAML::Mark>* set_keys = nullptr);
 
     void load_destinations(const YAML::Node& list, Config& c);
     void cross_checks(Config& c);
@@ -279,7 +288,9 @@ std::optional<Value> Loader::parse_value(const KeySpec& k, std::string_view show
         return Value(n);
     }
     if (k.type == ValueType::enum_list) {
-        if (!n.IsSequence()) return fail(key + " must be a list (e.g. [" + std::string(k.allowed[0]) + "]), got " + kind_of(n));
+        if (!n.IsSequence())
+            return fail(key + " must be a list (e.g. [" + std::string(k.allowed[0]) + "]), got " +
+                        kind_of(n));
         std::vector<std::string> out;
         bool ok = true;
         for (const auto& item : n) {
@@ -294,8 +305,10 @@ std::optional<Value> Loader::parse_value(const KeySpec& k, std::string_view show
                 std::string hint;
                 std::size_t best = 3;
                 for (auto a : k.allowed)
-                    if (auto d = edit_distance(v, a); d < best) best = d, hint = "; did you mean '" + std::string(a) + "'?";
-                error(item.Mark(), "bad value '" + v + "' in " + key + ": expected one of " + join(k.allowed) + hint);
+                    if (auto d = edit_distance(v, a); d < best)
+                        best = d, hint = "; did you mean '" + std::string(a) + "'?";
+                error(item.Mark(),
+                      "bad value '" + v + "' in " + key + ": expected one of " + join(k.allowed) + hint);
                 ok = false;
             } else if (std::find(out.begin(), out.end(), v) != out.end()) {
                 error(item.Mark(), "'" + v + "' is listed twice in " + key);
@@ -305,8 +318,10 @@ std::optional<Value> Loader::parse_value(const KeySpec& k, std::string_view show
             }
         }
         if (!ok) return std::nullopt;
-        if (k.max > 0 && (static_cast<std::int64_t>(out.size()) < k.min || static_cast<std::int64_t>(out.size()) > k.max))
-            return fail(key + " needs between " + std::to_string(k.min) + " and " + std::to_string(k.max) + " items");
+        if (k.max > 0 &&
+            (static_cast<std::int64_t>(out.size()) < k.min || static_cast<std::int64_t>(out.size()) > k.max))
+            return fail(key + " needs between " + std::to_string(k.min) + " and " + std::to_string(k.max) +
+                        " items");
         return Value(std::move(out));
     }
     if (n.IsNull()) return fail("missing value for " + key + " (expected " + type_name + ")");
@@ -337,7 +352,8 @@ std::optional<Value> Loader::parse_value(const KeySpec& k, std::string_view show
             if (t.empty() || t.size() > 18 || t.find_first_not_of("0123456789") != std::string_view::npos)
                 return fail(key + " must be a whole number, got '" + text + "'");
             std::int64_t v = std::stoll(std::string(t)) * (neg ? -1 : 1);
-            if (!in_range(v)) return fail(key + " is out of range: " + text + " is not between " + range_text(k));
+            if (!in_range(v))
+                return fail(key + " is out of range: " + text + " is not between " + range_text(k));
             return Value(v);
         }
         case ValueType::boolean:
@@ -349,14 +365,19 @@ std::optional<Value> Loader::parse_value(const KeySpec& k, std::string_view show
             std::string hint;
             std::size_t best = 3;
             for (auto a : k.allowed)
-                if (auto d = edit_distance(lower(text), a); d < best) best = d, hint = "; did you mean '" + std::string(a) + "'?";
-            return fail("bad value '" + text + "' for " + key + ": expected one of " + join(k.allowed) + hint);
+                if (auto d = edit_distance(lower(text), a); d < best)
+                    best = d, hint = "; did you mean '" + std::string(a) + "'?";
+            return fail("bad value '" + text + "' for " + key + ": expected one of " + join(k.allowed) +
+                        hint);
         }
         case ValueType::string:
             if (!printable_text(text, &why)) return fail(key + ": " + why);
-            if (k.max > 0 && (static_cast<std::int64_t>(text.size()) < k.min || static_cast<std::int64_t>(text.size()) > k.max))
-                return fail(key + " must be " + std::to_string(k.min) + " to " + std::to_string(k.max) + " characters long");
-            if (k.key == "reinjection.reject_text" && !check_placeholders(text, detail::placeholders_for(k.key), &why))
+            if (k.max > 0 && (static_cast<std::int64_t>(text.size()) < k.min ||
+                              static_cast<std::int64_t>(text.size()) > k.max))
+                return fail(key + " must be " + std::to_string(k.min) + " to " + std::to_string(k.max) +
+                            " characters long");
+            if (k.key == "reinjection.reject_text" &&
+                !check_placeholders(text, detail::placeholders_for(k.key), &why))
                 return fail(key + ": " + why);
             if (k.key == "reinjection.tag_header") {
                 for (char ch : text)
@@ -366,8 +387,10 @@ std::optional<Value> Loader::parse_value(const KeySpec& k, std::string_view show
             return Value(text);
         case ValueType::path:
             if (!printable_text(text, &why)) return fail(key + ": " + why);
-            if (k.max > 0 && static_cast<std::int64_t>(text.size()) < k.min) return fail(key + " must not be empty");
-            if (!text.empty() && text.front() != '/') return fail(key + " must be an absolute path, got '" + text + "'");
+            if (k.max > 0 && static_cast<std::int64_t>(text.size()) < k.min)
+                return fail(key + " must not be empty");
+            if (!text.empty() && text.front() != '/')
+                return fail(key + " must be an absolute path, got '" + text + "'");
             if (text.size() > 4096) return fail(key + " is longer than 4096 bytes");
             return Value(text);
         case ValueType::regex: {
@@ -391,7 +414,8 @@ std::optional<Value> Loader::parse_value(const KeySpec& k, std::string_view show
         }
         case ValueType::redis_address: {
             if (text.starts_with("unix:")) {
-                if (!parse_socket(text, &why)) return fail("bad address '" + text + "' for " + key + ": " + why);
+                if (!parse_socket(text, &why))
+                    return fail("bad address '" + text + "' for " + key + ": " + why);
                 return Value(text);
             }
             if (!parse_host_port(text, &why))
@@ -415,12 +439,14 @@ std::optional<Value> Loader::parse_value(const KeySpec& k, std::string_view show
 }
 
 template <typename Apply>
-void Loader::walk_map(const YAML::Node& map, const std::string& prefix, const Context& ctx, int depth, Apply&& apply,
-                      Config* top, std::map<std::string, YAML::Mark>* set_keys) {
-    if (depth > kMaxDepth) return error(map.Mark(), "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+void Loader::walk_map(const YAML::Node& map, const std::string& prefix, const Context& ctx, int depth,
+                      Apply&& apply, Config* top, std::map<std::string, YAML::Mark>* set_keys) {
+    if (depth > kMaxDepth)
+        return error(map.Mark(), "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
     std::set<std::string> seen;
     for (auto it = map.begin(); it != map.end(); ++it) {
-        if (++nodes_ > kMaxNodes) return error(map.Mark(), "more than " + std::to_string(kMaxNodes) + " nodes");
+        if (++nodes_ > kMaxNodes)
+            return error(map.Mark(), "more than " + std::to_string(kMaxNodes) + " nodes");
         const YAML::Node kn = it->first;
         const YAML::Node vn = it->second;
         if (!kn.IsScalar()) {
@@ -438,10 +464,12 @@ void Loader::walk_map(const YAML::Node& map, const std::string& prefix, const Co
             const Entry& e = *found->second;
             if (set_keys) (*set_keys)[full] = vn.Mark().line >= 0 ? vn.Mark() : kn.Mark();
             if (ctx.kind == Context::top) top_marks_[full] = vn.Mark().line >= 0 ? vn.Mark() : kn.Mark();
-            if (ctx.kind == Context::source) present_.insert("sources[]." + full);
+            if (ctx.kind == Context::source)
+                present_.insert("sources[]." + full);
             else if (ctx.kind == Context::destination && e.spec.scope == Scope::destination_item)
                 present_.insert("destinations[]." + full);
-            else if (ctx.kind == Context::top) present_.insert(full);
+            else if (ctx.kind == Context::top)
+                present_.insert(full);
             if (e.spec.type == ValueType::item_list) {
                 if (full == "destinations") {
                     if (vn.IsNull()) continue;
@@ -455,8 +483,10 @@ void Loader::walk_map(const YAML::Node& map, const std::string& prefix, const Co
                 }
                 continue;
             }
-            if (top && full == "classifier.rules") top->classifier.mark = vn.Mark().line >= 0 ? vn.Mark() : kn.Mark();
-            auto v = parse_value(e.spec, ctx.kind == Context::source ? "sources[]." + full : full, vn, kn.Mark());
+            if (top && full == "classifier.rules")
+                top->classifier.mark = vn.Mark().line >= 0 ? vn.Mark() : kn.Mark();
+            auto v =
+                parse_value(e.spec, ctx.kind == Context::source ? "sources[]." + full : full, vn, kn.Mark());
             if (v) apply(e, *v);
             continue;
         }
@@ -469,9 +499,11 @@ void Loader::walk_map(const YAML::Node& map, const std::string& prefix, const Co
             walk_map(vn, full, ctx, depth + 1, apply, top, set_keys);
             continue;
         }
-        if (ctx.kind == Context::destination && (find_key(full) || context(Context::top).sections.count(full)))
+        if (ctx.kind == Context::destination &&
+            (find_key(full) || context(Context::top).sections.count(full)))
             error(kn.Mark(), "'" + full + "' cannot be overridden per destination (global only)");
-        else if (ctx.kind == Context::source && (find_key(full) || context(Context::top).sections.count(full)))
+        else if (ctx.kind == Context::source &&
+                 (find_key(full) || context(Context::top).sections.count(full)))
             error(kn.Mark(), "'" + full + "' is a top-level key, not a source setting");
         else {
             std::string msg = "unknown key '" + full + "'";
@@ -497,7 +529,8 @@ bool valid_domain(std::string_view d, std::string* why) {
         unsigned char c = static_cast<unsigned char>(d[i]);
         if (c == '*') return *why = "'*' is only allowed as the whole first label ('*.example.com')", false;
         if (c >= 0x80) return *why = "use the ASCII (xn--) form of an international domain", false;
-        if (!(std::isalnum(c) || c == '-' || c == '_')) return *why = std::string("character '") + d[i] + "' is not allowed in a domain", false;
+        if (!(std::isalnum(c) || c == '-' || c == '_'))
+            return *why = std::string("character '") + d[i] + "' is not allowed in a domain", false;
         ++label;
     }
     return true;
@@ -522,17 +555,23 @@ void Loader::load_destinations(const YAML::Node& list, Config& c) {
         bool has_domain = false, has_mx = false;
         std::map<std::string, YAML::Mark> set;
         std::size_t before = errors_.size();
-        walk_map(item, "", context(Context::destination), 0, [&](const Entry& e, const Value& v) {
-            if (e.spec.scope == Scope::destination_item) {
-                const auto& s = std::get<std::string>(v);
-                if (e.spec.key.ends_with(".domain")) domain = s, has_domain = true;
-                else if (e.spec.key.ends_with(".mx")) mx = s, has_mx = true;
-                else contact = s;
-                return;
-            }
-            e.bind.set_settings(r.settings, v);
-            r.overridden_keys.emplace_back(e.spec.key);
-        }, nullptr, &set);
+        walk_map(
+            item, "", context(Context::destination), 0,
+            [&](const Entry& e, const Value& v) {
+                if (e.spec.scope == Scope::destination_item) {
+                    const auto& s = std::get<std::string>(v);
+                    if (e.spec.key.ends_with(".domain"))
+                        domain = s, has_domain = true;
+                    else if (e.spec.key.ends_with(".mx"))
+                        mx = s, has_mx = true;
+                    else
+                        contact = s;
+                    return;
+                }
+                e.bind.set_settings(r.settings, v);
+                r.overridden_keys.emplace_back(e.spec.key);
+            },
+            nullptr, &set);
         if (set.count("flags.period") && r.settings.flags.period > c.ledger.retention_episodes)
             error(set["flags.period"], where + ": flags.period (" + format_duration(r.settings.flags.period) +
                                            ") is longer than ledger.retention.episodes (" +
@@ -546,7 +585,9 @@ void Loader::load_destinations(const YAML::Node& list, Config& c) {
             continue;
         }
         if (!has_domain && !has_mx) {
-            if (!bad) error(item.Mark(), where + ": a rule needs 'domain' (example.com, *.example.com) or 'mx' (a host glob)");
+            if (!bad)
+                error(item.Mark(),
+                      where + ": a rule needs 'domain' (example.com, *.example.com) or 'mx' (a host glob)");
             continue;
         }
         std::string why;
@@ -605,16 +646,21 @@ void Loader::load_destinations(const YAML::Node& list, Config& c) {
 }
 
 void Loader::cross_checks(Config& c) {
-    auto mark = [&](const std::string& k) { return top_marks_.count(k) ? top_marks_[k] : YAML::Mark::null_mark(); };
+    auto mark = [&](const std::string& k) {
+        return top_marks_.count(k) ? top_marks_[k] : YAML::Mark::null_mark();
+    };
     if (c.metrics.enabled && !c.metrics.allow_non_loopback && !is_loopback(c.metrics.listen.host))
-        error(mark("metrics.listen"), "metrics.listen '" + c.metrics.listen.text +
-                                          "' is not loopback; set metrics.allow_non_loopback: true to expose it");
+        error(mark("metrics.listen"),
+              "metrics.listen '" + c.metrics.listen.text +
+                  "' is not loopback; set metrics.allow_non_loopback: true to expose it");
     if (c.milter.socket.text == c.policy.socket.text)
-        error(mark("policy.socket"), "policy.socket and milter.socket are the same socket '" + c.policy.socket.text + "'");
+        error(mark("policy.socket"),
+              "policy.socket and milter.socket are the same socket '" + c.policy.socket.text + "'");
     if (c.global.flags.period > c.ledger.retention_episodes)
         error(top_marks_.count("flags.period") ? mark("flags.period") : mark("ledger.retention.episodes"),
               "flags.period (" + format_duration(c.global.flags.period) +
-                  ") is longer than ledger.retention.episodes (" + format_duration(c.ledger.retention_episodes) +
+                  ") is longer than ledger.retention.episodes (" +
+                  format_duration(c.ledger.retention_episodes) +
                   "): episodes would be pruned before they count");
 }
 
@@ -631,8 +677,9 @@ namespace detail {
 void finalize(Settings& s) {
     RE2::Options o;
     o.set_log_errors(false);
-    s.reinjection.subject_ignore_re =
-        s.reinjection.subject_ignore.empty() ? nullptr : std::make_shared<const RE2>(s.reinjection.subject_ignore, o);
+    s.reinjection.subject_ignore_re = s.reinjection.subject_ignore.empty()
+                                          ? nullptr
+                                          : std::make_shared<const RE2>(s.reinjection.subject_ignore, o);
 }
 
 Config build_defaults(std::vector<Diagnostic>* problems) {
@@ -673,7 +720,8 @@ LoadOutcome load_string(std::string_view yaml_text, std::string file_name) {
     Loader l(file_name);
     try {
         if (yaml_text.size() > kMaxConfigBytes) {
-            l.error(YAML::Mark::null_mark(), "file larger than " + std::to_string(kMaxConfigBytes) + " bytes");
+            l.error(YAML::Mark::null_mark(),
+                    "file larger than " + std::to_string(kMaxConfigBytes) + " bytes");
         } else if (yaml_text.find('\0') != std::string_view::npos) {
             l.error(YAML::Mark::null_mark(), "file contains a NUL byte");
         } else {
@@ -692,9 +740,10 @@ LoadOutcome load_string(std::string_view yaml_text, std::string file_name) {
                 l.load_root(root, *c);
                 out.keys_present = l.take_present();
                 out.errors = l.take_errors();
-                std::stable_sort(out.errors.begin(), out.errors.end(), [](const Diagnostic& a, const Diagnostic& b) {
-                    return std::pair(a.line, a.column) < std::pair(b.line, b.column);
-                });
+                std::stable_sort(out.errors.begin(), out.errors.end(),
+                                 [](const Diagnostic& a, const Diagnostic& b) {
+                                     return std::pair(a.line, a.column) < std::pair(b.line, b.column);
+                                 });
                 if (out.errors.empty()) out.config = std::move(c);
                 return out;
             }
@@ -719,7 +768,8 @@ LoadOutcome load_file(const std::string& path) {
         text.append(buf, static_cast<std::size_t>(in.gcount()));
         if (text.size() > kMaxConfigBytes) {
             LoadOutcome out;
-            out.errors.push_back(Diagnostic{path, 0, 0, "file larger than " + std::to_string(kMaxConfigBytes) + " bytes"});
+            out.errors.push_back(
+                Diagnostic{path, 0, 0, "file larger than " + std::to_string(kMaxConfigBytes) + " bytes"});
             return out;
         }
     }

@@ -25,8 +25,8 @@ std::string describe(const Config& c, const DestinationRule& r) {
     std::string kind = r.kind == DestinationRule::Kind::exact      ? "domain"
                        : r.kind == DestinationRule::Kind::wildcard ? "wildcard"
                                                                    : "mx group";
-    return kind + " rule '" + r.pattern + "' (destinations[" + std::to_string(r.index) + "] at " + c.source + ":" +
-           std::to_string(r.line) + ")";
+    return kind + " rule '" + r.pattern + "' (destinations[" + std::to_string(r.index) + "] at " + c.source +
+           ":" + std::to_string(r.line) + ")";
 }
 
 }  // namespace
@@ -37,7 +37,8 @@ Resolution Config::resolve(std::string_view domain_in, std::string_view mx_in) c
     const std::string domain = normalise(domain_in, false);
     const std::string mx = normalise(mx_in, true);
     std::vector<const DestinationRule*> matches;
-    if (auto it = exact_rules.find(domain); it != exact_rules.end()) matches.push_back(&destinations[it->second]);
+    if (auto it = exact_rules.find(domain); it != exact_rules.end())
+        matches.push_back(&destinations[it->second]);
     // Suffixes from the longest (".b.example.com") to the shortest (".com");
     // the apex never matches its own wildcard because the suffix starts at a dot.
     for (std::size_t dot = domain.find('.'); dot != std::string::npos; dot = domain.find('.', dot + 1))
@@ -59,17 +60,20 @@ Resolution Config::resolve(std::string_view domain_in, std::string_view mx_in) c
     res.also_matched.assign(matches.begin() + 1, matches.end());
     switch (win->kind) {
         case DestinationRule::Kind::exact:
-            res.reason = describe(*this, *win) + ": exact match for '" + domain + "' (exact rules come first)";
+            res.reason =
+                describe(*this, *win) + ": exact match for '" + domain + "' (exact rules come first)";
             break;
         case DestinationRule::Kind::wildcard:
-            res.reason = describe(*this, *win) + ": '" + domain + "' is a subdomain of '" + win->suffix.substr(1) +
+            res.reason = describe(*this, *win) + ": '" + domain + "' is a subdomain of '" +
+                         win->suffix.substr(1) +
                          "'; no exact rule, and this is the longest matching wildcard";
             break;
         case DestinationRule::Kind::mx:
-            res.reason = describe(*this, *win) + ": relay host '" + mx +
-                         "' matches; no domain rule matches '" + domain + "'" +
-                         (matches.size() > 1 ? ", and this glob has the most literal characters (ties: first in file)"
-                                             : "");
+            res.reason =
+                describe(*this, *win) + ": relay host '" + mx + "' matches; no domain rule matches '" +
+                domain + "'" +
+                (matches.size() > 1 ? ", and this glob has the most literal characters (ties: first in file)"
+                                    : "");
             break;
     }
     return res;

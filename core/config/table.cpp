@@ -30,34 +30,72 @@ constexpr std::array<std::string_view, 5> kReinjectionActions = {"reject", "hold
 constexpr std::array<std::string_view, 2> kMatches = {"message_id", "fingerprint"};
 constexpr std::array<std::string_view, 3> kParts = {"sender", "subject", "body"};
 constexpr std::array<std::string_view, 2> kErrorActions = {"accept", "tempfail"};
-constexpr std::array<std::string_view, 11> kFacilities = {"mail",   "daemon", "user",   "local0",
-                                                          "local1", "local2", "local3", "local4",
-                                                          "local5", "local6", "local7"};
+constexpr std::array<std::string_view, 11> kFacilities = {
+    "mail", "daemon", "user", "local0", "local1", "local2", "local3", "local4", "local5", "local6", "local7"};
 constexpr std::array<std::string_view, 3> kLogTargets = {"syslog", "stderr", "both"};
 constexpr std::array<std::string_view, 5> kLogLevels = {"debug", "info", "notice", "warning", "error"};
-constexpr std::array<std::string_view, 8> kStages = {"connect", "helo", "mail", "rcpt",
+constexpr std::array<std::string_view, 8> kStages = {"connect", "helo",           "mail", "rcpt",
                                                      "data",    "end_of_message", "vrfy", "etrn"};
-constexpr std::array<std::string_view, 14> kCategories = {
-    "receiver_config", "receiver_config_permanent", "receiver_system", "greylisting", "rate_limited",
-    "policy",          "mailbox",                   "address",         "network",     "routing",
-    "content",         "expired",                   "local",           "unknown"};
-constexpr std::array<std::string_view, 7> kVerbs = {"DUNNO", "WARN",           "INFO",  "PREPEND",
-                                                    "HOLD",  "DEFER_IF_PERMIT", "REJECT"};
+constexpr std::array<std::string_view, 14> kCategories = {"receiver_config", "receiver_config_permanent",
+                                                          "receiver_system", "greylisting",
+                                                          "rate_limited",    "policy",
+                                                          "mailbox",         "address",
+                                                          "network",         "routing",
+                                                          "content",         "expired",
+                                                          "local",           "unknown"};
+constexpr std::array<std::string_view, 7> kVerbs = {"DUNNO",           "WARN",  "INFO", "PREPEND", "HOLD",
+                                                    "DEFER_IF_PERMIT", "REJECT"};
 
 template <typename E>
 std::span<const std::string_view> names_of();
-template <> std::span<const std::string_view> names_of<LedgerBackend>() { return kBackends; }
-template <> std::span<const std::string_view> names_of<SourceType>() { return kSourceTypes; }
-template <> std::span<const std::string_view> names_of<SourceStart>() { return kStarts; }
-template <> std::span<const std::string_view> names_of<ReinjectionAction>() { return kReinjectionActions; }
-template <> std::span<const std::string_view> names_of<ReinjectionMatch>() { return kMatches; }
-template <> std::span<const std::string_view> names_of<FingerprintPart>() { return kParts; }
-template <> std::span<const std::string_view> names_of<ErrorAction>() { return kErrorActions; }
-template <> std::span<const std::string_view> names_of<SyslogFacility>() { return kFacilities; }
-template <> std::span<const std::string_view> names_of<LogTarget>() { return kLogTargets; }
-template <> std::span<const std::string_view> names_of<LogLevel>() { return kLogLevels; }
-template <> std::span<const std::string_view> names_of<PolicyStage>() { return kStages; }
-template <> std::span<const std::string_view> names_of<Category>() { return kCategories; }
+template <>
+std::span<const std::string_view> names_of<LedgerBackend>() {
+    return kBackends;
+}
+template <>
+std::span<const std::string_view> names_of<SourceType>() {
+    return kSourceTypes;
+}
+template <>
+std::span<const std::string_view> names_of<SourceStart>() {
+    return kStarts;
+}
+template <>
+std::span<const std::string_view> names_of<ReinjectionAction>() {
+    return kReinjectionActions;
+}
+template <>
+std::span<const std::string_view> names_of<ReinjectionMatch>() {
+    return kMatches;
+}
+template <>
+std::span<const std::string_view> names_of<FingerprintPart>() {
+    return kParts;
+}
+template <>
+std::span<const std::string_view> names_of<ErrorAction>() {
+    return kErrorActions;
+}
+template <>
+std::span<const std::string_view> names_of<SyslogFacility>() {
+    return kFacilities;
+}
+template <>
+std::span<const std::string_view> names_of<LogTarget>() {
+    return kLogTargets;
+}
+template <>
+std::span<const std::string_view> names_of<LogLevel>() {
+    return kLogLevels;
+}
+template <>
+std::span<const std::string_view> names_of<PolicyStage>() {
+    return kStages;
+}
+template <>
+std::span<const std::string_view> names_of<Category>() {
+    return kCategories;
+}
 
 template <typename E>
 E enum_from(std::string_view name) {
@@ -67,46 +105,78 @@ E enum_from(std::string_view name) {
 }
 
 // --- storing a parsed Value into a typed field --------------------------------
-void assign(Duration& f, const Value& v) { f = std::get<Duration>(v); }
-void assign(std::int64_t& f, const Value& v) { f = std::get<std::int64_t>(v); }
-void assign(std::uint64_t& f, const Value& v) { f = static_cast<std::uint64_t>(std::get<std::int64_t>(v)); }
-void assign(std::uint32_t& f, const Value& v) { f = static_cast<std::uint32_t>(std::get<std::int64_t>(v)); }
-void assign(bool& f, const Value& v) { f = std::get<bool>(v); }
-void assign(std::string& f, const Value& v) { f = std::get<std::string>(v); }
-void assign(SocketSpec& f, const Value& v) { f = std::get<SocketSpec>(v); }
-void assign(HostPort& f, const Value& v) { f = std::get<HostPort>(v); }
-void assign(std::optional<HostPort>& f, const Value& v) { f = std::get<HostPort>(v); }
-void assign(PolicyAction& f, const Value& v) { f = std::get<PolicyAction>(v); }
+void assign(Duration& f, const Value& v) {
+    f = std::get<Duration>(v);
+}
+void assign(std::int64_t& f, const Value& v) {
+    f = std::get<std::int64_t>(v);
+}
+void assign(std::uint64_t& f, const Value& v) {
+    f = static_cast<std::uint64_t>(std::get<std::int64_t>(v));
+}
+void assign(std::uint32_t& f, const Value& v) {
+    f = static_cast<std::uint32_t>(std::get<std::int64_t>(v));
+}
+void assign(bool& f, const Value& v) {
+    f = std::get<bool>(v);
+}
+void assign(std::string& f, const Value& v) {
+    f = std::get<std::string>(v);
+}
+void assign(SocketSpec& f, const Value& v) {
+    f = std::get<SocketSpec>(v);
+}
+void assign(HostPort& f, const Value& v) {
+    f = std::get<HostPort>(v);
+}
+void assign(std::optional<HostPort>& f, const Value& v) {
+    f = std::get<HostPort>(v);
+}
+void assign(PolicyAction& f, const Value& v) {
+    f = std::get<PolicyAction>(v);
+}
 // reset(), not operator=: yaml-cpp's operator= writes through to the node the
 // handle already refers to, which would edit the shared default snapshot.
-void assign(YAML::Node& f, const Value& v) { f.reset(std::get<YAML::Node>(v)); }
+void assign(YAML::Node& f, const Value& v) {
+    f.reset(std::get<YAML::Node>(v));
+}
 template <typename E>
-    requires std::is_enum_v<E>
+requires std::is_enum_v<E>
 void assign(E& f, const Value& v) {
     f = enum_from<E>(std::get<std::string>(v));
 }
 template <typename E>
-    requires std::is_enum_v<E>
+requires std::is_enum_v<E>
 void assign(std::vector<E>& f, const Value& v) {
     f.clear();
     for (const auto& name : std::get<std::vector<std::string>>(v)) f.push_back(enum_from<E>(name));
 }
 
 // --- canonical text of a field (explain, docs, tests) ------------------------
-std::string show(const Duration& f) { return format_duration(f); }
-std::string show(const std::int64_t& f) { return std::to_string(f); }
-std::string show(const std::uint64_t& f) { return format_size(f); }
-std::string show(const bool& f) { return f ? "true" : "false"; }
-std::string show(const std::string& f) { return "\"" + f + "\""; }
-std::string show(const PolicyAction& f) { return "\"" + f.to_string() + "\""; }
+std::string show(const Duration& f) {
+    return format_duration(f);
+}
+std::string show(const std::int64_t& f) {
+    return std::to_string(f);
+}
+std::string show(const std::uint64_t& f) {
+    return format_size(f);
+}
+std::string show(const bool& f) {
+    return f ? "true" : "false";
+}
+std::string show(const std::string& f) {
+    return "\"" + f + "\"";
+}
+std::string show(const PolicyAction& f) {
+    return "\"" + f.to_string() + "\"";
+}
 template <typename E>
-    requires std::is_enum_v<E>
-std::string show(const E& f) {
+requires std::is_enum_v<E> std::string show(const E& f) {
     return std::string(names_of<E>()[static_cast<std::size_t>(f)]);
 }
 template <typename E>
-    requires std::is_enum_v<E>
-std::string show(const std::vector<E>& f) {
+requires std::is_enum_v<E> std::string show(const std::vector<E>& f) {
     std::string out = "[";
     for (std::size_t i = 0; i < f.size(); ++i) out += (i ? ", " : "") + show(f[i]);
     return out + "]";
@@ -121,35 +191,54 @@ constexpr std::span<const std::string_view> kNone{};
 
 #define RG_GLOBAL(key, type, def, unit, allowed, min, max, doc, field)                                   \
     Entry {                                                                                              \
-        KeySpec{key, ValueType::type, Scope::global, def, unit, allowed, min, max, false, doc},          \
-            Binder {                                                                                     \
+        KeySpec{key, ValueType::type, Scope::global, def, unit, allowed, min, max, false, doc}, Binder { \
             [](Config& c, const Value& v) { assign(c.field, v); }, nullptr, nullptr, nullptr             \
         }                                                                                                \
     }
-#define RG_SETTING(key, type, def, unit, allowed, min, max, doc, field)                                  \
-    Entry {                                                                                              \
-        KeySpec{key, ValueType::type, Scope::overridable, def, unit, allowed, min, max, false, doc},     \
-            Binder {                                                                                     \
-            nullptr, [](Settings& s, const Value& v) { assign(s.field, v); },                            \
-                [](const Settings& s) { return show(s.field); }, nullptr                                 \
-        }                                                                                                \
+#define RG_SETTING(key, type, def, unit, allowed, min, max, doc, field)                              \
+    Entry {                                                                                          \
+        KeySpec{key, ValueType::type, Scope::overridable, def, unit, allowed, min, max, false, doc}, \
+            Binder {                                                                                 \
+            nullptr, [](Settings& s, const Value& v) { assign(s.field, v); },                        \
+                [](const Settings& s) { return show(s.field); }, nullptr                             \
+        }                                                                                            \
     }
-#define RG_SOURCE(key, type, def, unit, allowed, min, max, doc, field)                                   \
-    Entry {                                                                                              \
-        KeySpec{"sources[]." key, ValueType::type, Scope::source_item, def, unit, allowed, min, max,     \
-                false, doc},                                                                             \
-            Binder {                                                                                     \
-            nullptr, nullptr, nullptr, [](SourceConfig& s, const Value& v) { assign(s.field, v); }       \
-        }                                                                                                \
+#define RG_SOURCE(key, type, def, unit, allowed, min, max, doc, field)                             \
+    Entry {                                                                                        \
+        KeySpec{"sources[]." key,                                                                  \
+                ValueType::type,                                                                   \
+                Scope::source_item,                                                                \
+                def,                                                                               \
+                unit,                                                                              \
+                allowed,                                                                           \
+                min,                                                                               \
+                max,                                                                               \
+                false,                                                                             \
+                doc},                                                                              \
+            Binder {                                                                               \
+            nullptr, nullptr, nullptr, [](SourceConfig& s, const Value& v) { assign(s.field, v); } \
+        }                                                                                          \
     }
-#define RG_DEST(key, type, doc) \
-    Entry { KeySpec{"destinations[]." key, ValueType::type, Scope::destination_item, "", "", kNone, 0, 0, false, doc}, Binder{} }
-#define RG_CATEGORY(name, idx, watch, escalate, why)                                                     \
+#define RG_DEST(key, type, doc)          \
+    Entry {                              \
+        KeySpec{"destinations[]." key,   \
+                ValueType::type,         \
+                Scope::destination_item, \
+                "",                      \
+                "",                      \
+                kNone,                   \
+                0,                       \
+                0,                       \
+                false,                   \
+                doc},                    \
+            Binder {}                    \
+    }
+#define RG_CATEGORY(name, idx, watch, escalate, why)                                                        \
     RG_SETTING("categories." #name ".watch_after_deferrals", integer, watch, "deferrals", kNone, 1, 100000, \
-               "Deferrals in one " #name " episode before the destination moves to `watch`.",          \
-               categories[idx].watch_after_deferrals),                                                   \
-        RG_SETTING("categories." #name ".escalate_after", duration, escalate, "duration", kNone, kMin,   \
-                   365 * kDay, "Age of a " #name " episode before it escalates: " why,                   \
+               "Deferrals in one " #name " episode before the destination moves to `watch`.",               \
+               categories[idx].watch_after_deferrals),                                                      \
+        RG_SETTING("categories." #name ".escalate_after", duration, escalate, "duration", kNone, kMin,      \
+                   365 * kDay, "Age of a " #name " episode before it escalates: " why,                      \
                    categories[idx].escalate_after)
 
 const std::vector<Entry>& table() {
@@ -230,8 +319,8 @@ const std::vector<Entry>& table() {
                   milter.deadline),
 
         // --- policy service ---------------------------------------------------
-        RG_GLOBAL("policy.socket", socket, "unix:/var/spool/postfix/retryguard/policy.sock", "", kNone, 0,
-                  0, "Policy service listen socket (same syntax as milter.socket).", policy.socket),
+        RG_GLOBAL("policy.socket", socket, "unix:/var/spool/postfix/retryguard/policy.sock", "", kNone, 0, 0,
+                  "Policy service listen socket (same syntax as milter.socket).", policy.socket),
         RG_GLOBAL("policy.socket_mode", file_mode, "\"0660\"", "octal", kNone, 0, 0777,
                   "Permissions of a UNIX policy socket.", policy.socket_mode),
         RG_GLOBAL("policy.user", string, "retryguard", "", kNone, 1, 32,
@@ -276,8 +365,8 @@ const std::vector<Entry>& table() {
                    "Retries to one destination sooner than this are reported (RFC 5321 4.5.4.1: at least 30 "
                    "minutes).",
                    retry.min_interval),
-        RG_SETTING("retry.min_interval_after_greylisting", duration, "15m", "duration", kNone, kMin,
-                   7 * kDay, "Retries sooner than this after a greylisting reply are reported.",
+        RG_SETTING("retry.min_interval_after_greylisting", duration, "15m", "duration", kNone, kMin, 7 * kDay,
+                   "Retries sooner than this after a greylisting reply are reported.",
                    retry.min_interval_after_greylisting),
         RG_SETTING("retry.stalled_after", duration, "3h", "duration", kNone, 10 * kMin, 30 * kDay,
                    "A deferred recipient with no attempt for this long is reported as stalled (Postfix's "
@@ -359,8 +448,9 @@ const std::vector<Entry>& table() {
                   spread.min_destinations),
         RG_GLOBAL("spread.quiet_period", duration, "30m", "duration", kNone, kMin, 7 * kDay,
                   "An incident closes after this long below the threshold.", spread.quiet_period),
-        RG_GLOBAL("spread.categories", enum_list, "[network, routing, policy, receiver_system, local, unknown]",
-                  "", kCategories, 0, 0, "Categories watched for spread.", spread.categories),
+        RG_GLOBAL("spread.categories", enum_list,
+                  "[network, routing, policy, receiver_system, local, unknown]", "", kCategories, 0, 0,
+                  "Categories watched for spread.", spread.categories),
 
         // --- error handling ---------------------------------------------------
         RG_GLOBAL("errors.ledger_unavailable", enumeration, "accept", "", kErrorActions, 0, 0,
@@ -420,7 +510,8 @@ const std::vector<Entry>& table() {
 #undef RG_DEST
 #undef RG_CATEGORY
 
-constexpr std::array<std::string_view, 5> kActionPlaceholders = {"domain", "mx", "category", "since", "reply"};
+constexpr std::array<std::string_view, 5> kActionPlaceholders = {"domain", "mx", "category", "since",
+                                                                 "reply"};
 constexpr std::array<std::string_view, 6> kActionPlaceholdersWithContact = {"domain", "mx",    "category",
                                                                             "since",  "reply", "contact"};
 constexpr std::array<std::string_view, 5> kRejectPlaceholders = {"original", "destination", "reply", "since",
@@ -428,7 +519,9 @@ constexpr std::array<std::string_view, 5> kRejectPlaceholders = {"original", "de
 
 }  // namespace
 
-std::span<const Entry> entries() noexcept { return table(); }
+std::span<const Entry> entries() noexcept {
+    return table();
+}
 
 const Entry* find_entry(std::string_view dotted) noexcept {
     for (const auto& e : table())
@@ -447,9 +540,10 @@ std::string_view section_doc(std::string_view section) noexcept {
         {"retry", "Retry spacing checks."},
         {"flags", "Repeat offenders: destinations whose mail system fails again and again."},
         {"reinjection", "Resends of messages Postfix is still retrying."},
-        {"actions", "Policy answers for new mail to troubled destinations. Verbs: DUNNO, WARN, INFO, PREPEND, "
-                    "HOLD, DEFER_IF_PERMIT, REJECT; text may use {domain} {mx} {category} {since} {reply} "
-                    "{contact}."},
+        {"actions",
+         "Policy answers for new mail to troubled destinations. Verbs: DUNNO, WARN, INFO, PREPEND, "
+         "HOLD, DEFER_IF_PERMIT, REJECT; text may use {domain} {mx} {category} {since} {reply} "
+         "{contact}."},
         {"spread", "Many destinations failing at once: suspect the local outbound path."},
         {"errors", "What to do when something fails (fail open by default; always counted and logged)."},
         {"log", "Verdict lines in the mail log."},
@@ -469,7 +563,11 @@ std::span<const std::string_view> placeholders_for(std::string_view key) noexcep
     return kActionPlaceholders;
 }
 
-std::span<const std::string_view> category_names() noexcept { return kCategories; }
-std::span<const std::string_view> action_verbs() noexcept { return kVerbs; }
+std::span<const std::string_view> category_names() noexcept {
+    return kCategories;
+}
+std::span<const std::string_view> action_verbs() noexcept {
+    return kVerbs;
+}
 
 }  // namespace retryguard::config::detail

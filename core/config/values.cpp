@@ -54,15 +54,23 @@ std::optional<Duration> parse_duration(std::string_view text, bool bare_seconds,
         while (k < text.size() && std::isalpha(static_cast<unsigned char>(text[k]))) ++k;
         std::string_view unit = text.substr(j, k - j);
         std::int64_t mult = 0;
-        if (unit == "ms") mult = 1;
-        else if (unit == "s") mult = 1000;
-        else if (unit == "m") mult = 60LL * 1000;
-        else if (unit == "h") mult = 3600LL * 1000;
-        else if (unit == "d") mult = 86400LL * 1000;
-        else if (unit == "w") mult = 7 * 86400LL * 1000;
-        else if (unit.empty()) return set_why(why, "missing unit after a number"), std::nullopt;
+        if (unit == "ms")
+            mult = 1;
+        else if (unit == "s")
+            mult = 1000;
+        else if (unit == "m")
+            mult = 60LL * 1000;
+        else if (unit == "h")
+            mult = 3600LL * 1000;
+        else if (unit == "d")
+            mult = 86400LL * 1000;
+        else if (unit == "w")
+            mult = 7 * 86400LL * 1000;
+        else if (unit.empty())
+            return set_why(why, "missing unit after a number"), std::nullopt;
         else
-            return set_why(why, "unknown duration unit '" + std::string(unit) + "' (use ms, s, m, h, d or w)"),
+            return set_why(why,
+                           "unknown duration unit '" + std::string(unit) + "' (use ms, s, m, h, d or w)"),
                    std::nullopt;
         if (!n || *n > static_cast<std::uint64_t>(kMaxMs / mult) ||
             total > kMaxMs - static_cast<std::int64_t>(*n) * mult)
@@ -94,10 +102,14 @@ std::optional<std::uint64_t> parse_size(std::string_view text, std::string* why)
     auto n = parse_digits(text.substr(0, j));
     std::string_view unit = text.substr(j);
     std::uint64_t mult = 0;
-    if (unit == "B") mult = 1;
-    else if (unit == "KiB") mult = 1024;
-    else if (unit == "MiB") mult = 1024 * 1024;
-    else if (unit == "GiB") mult = 1024ULL * 1024 * 1024;
+    if (unit == "B")
+        mult = 1;
+    else if (unit == "KiB")
+        mult = 1024;
+    else if (unit == "MiB")
+        mult = 1024 * 1024;
+    else if (unit == "GiB")
+        mult = 1024ULL * 1024 * 1024;
     else if (unit.empty())
         return set_why(why, "a size needs a unit: B, KiB, MiB or GiB (e.g. \"64KiB\")"), std::nullopt;
     else
@@ -157,7 +169,8 @@ std::optional<SocketSpec> parse_socket(std::string_view text, std::string* why) 
     s.text = std::string(text);
     auto colon = text.find(':');
     if (colon == std::string_view::npos)
-        return set_why(why, "expected unix:/path, local:/path, inet:port@host or inet6:port@host"), std::nullopt;
+        return set_why(why, "expected unix:/path, local:/path, inet:port@host or inet6:port@host"),
+               std::nullopt;
     std::string_view proto = text.substr(0, colon), rest = text.substr(colon + 1);
     if (proto == "unix" || proto == "local") {
         if (!safe_path(rest, why)) return std::nullopt;
@@ -251,7 +264,8 @@ bool printable_text(std::string_view text, std::string* why) {
     return true;
 }
 
-std::optional<PolicyAction> parse_policy_action(std::string_view text, std::span<const std::string_view> verbs,
+std::optional<PolicyAction> parse_policy_action(std::string_view text,
+                                                std::span<const std::string_view> verbs,
                                                 std::span<const std::string_view> placeholders,
                                                 std::string* why) {
     auto sp = text.find(' ');
@@ -287,14 +301,15 @@ std::optional<PolicyAction> parse_policy_action(std::string_view text, std::span
 }
 
 std::string PolicyAction::to_string() const {
-    static constexpr const char* verbs[] = {"DUNNO", "WARN", "INFO", "PREPEND", "HOLD", "DEFER_IF_PERMIT",
-                                            "REJECT"};
+    static constexpr const char* verbs[] = {"DUNNO",           "WARN",  "INFO", "PREPEND", "HOLD",
+                                            "DEFER_IF_PERMIT", "REJECT"};
     std::string out = verbs[static_cast<int>(verb)];
     if (!text.empty()) out += " " + text;
     return out;
 }
 
-std::optional<std::string> glob_to_regex(std::string_view glob, std::size_t* literal_chars, std::string* why) {
+std::optional<std::string> glob_to_regex(std::string_view glob, std::size_t* literal_chars,
+                                         std::string* why) {
     std::string re = "(?i)";
     std::size_t literals = 0;
     for (std::size_t i = 0; i < glob.size(); ++i) {
@@ -325,7 +340,8 @@ std::optional<std::string> glob_to_regex(std::string_view glob, std::size_t* lit
             re += "\\.";
             ++literals;
         } else {
-            return set_why(why, std::string("character '") + c + "' is not allowed in a host glob"), std::nullopt;
+            return set_why(why, std::string("character '") + c + "' is not allowed in a host glob"),
+                   std::nullopt;
         }
     }
     if (literal_chars) *literal_chars = literals;

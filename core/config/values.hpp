@@ -16,7 +16,8 @@ std::optional<HostPort> parse_host_port(std::string_view text, std::string* why)
 bool is_loopback(std::string_view host);
 bool check_placeholders(std::string_view text, std::span<const std::string_view> allowed, std::string* why);
 bool printable_text(std::string_view text, std::string* why);
-std::optional<PolicyAction> parse_policy_action(std::string_view text, std::span<const std::string_view> verbs,
+std::optional<PolicyAction> parse_policy_action(std::string_view text,
+                                                std::span<const std::string_view> verbs,
                                                 std::span<const std::string_view> placeholders,
                                                 std::string* why);
 // Host glob (*, ?, [a-z]) to an anchored-by-FullMatch, case-insensitive RE2 pattern.

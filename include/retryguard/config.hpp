@@ -68,7 +68,19 @@ enum class ReinjectionAction { reject, hold, drop_duplicates, tag, log_only };
 enum class ReinjectionMatch { message_id, fingerprint };
 enum class FingerprintPart { sender, subject, body };
 enum class ErrorAction { accept, tempfail };
-enum class SyslogFacility { mail, daemon, user, local0, local1, local2, local3, local4, local5, local6, local7 };
+enum class SyslogFacility {
+    mail,
+    daemon,
+    user,
+    local0,
+    local1,
+    local2,
+    local3,
+    local4,
+    local5,
+    local6,
+    local7
+};
 enum class LogTarget { syslog, stderr_, both };
 enum class LogLevel { debug, info, notice, warning, error };
 enum class PolicyStage { connect, helo, mail, rcpt, data, end_of_message, vrfy, etrn };
@@ -158,18 +170,18 @@ struct DestinationRule {
     std::string pattern;  // lower-case; wildcard stored as written ("*.example.com")
     std::string suffix;   // wildcard: ".example.com"
     std::shared_ptr<const re2::RE2> mx_re;
-    std::size_t literal_chars = 0;  // mx: characters that are not glob metacharacters
-    std::size_t index = 0;          // position in `destinations:`
-    int line = 0, column = 0;       // 1-based
-    Settings settings;              // global settings with this rule's overrides applied
+    std::size_t literal_chars = 0;             // mx: characters that are not glob metacharacters
+    std::size_t index = 0;                     // position in `destinations:`
+    int line = 0, column = 0;                  // 1-based
+    Settings settings;                         // global settings with this rule's overrides applied
     std::vector<std::string> overridden_keys;  // table keys this rule sets
 };
 
 // Which rule applied to a destination and why.
 struct Resolution {
-    const Settings* settings = nullptr;      // never null; valid while the snapshot lives
-    const DestinationRule* rule = nullptr;   // null: the global settings
-    std::string reason;                      // one line, for logs and explain
+    const Settings* settings = nullptr;                // never null; valid while the snapshot lives
+    const DestinationRule* rule = nullptr;             // null: the global settings
+    std::string reason;                                // one line, for logs and explain
     std::vector<const DestinationRule*> also_matched;  // lower-precedence matches
 };
 
@@ -285,22 +297,22 @@ enum class ValueType {
 std::string_view to_string(ValueType t) noexcept;
 
 enum class Scope {
-    global,       // top-level only
-    overridable,  // top-level and in destination rules
-    source_item,  // sources[].x
+    global,            // top-level only
+    overridable,       // top-level and in destination rules
+    source_item,       // sources[].x
     destination_item,  // destinations[].domain / mx / contact
 };
 
 struct KeySpec {
-    std::string_view key;            // dotted, lower-case with underscores
+    std::string_view key;  // dotted, lower-case with underscores
     ValueType type;
     Scope scope;
-    std::string_view default_yaml;   // the default as YAML text ("" = none/unset)
-    std::string_view unit;           // "" when none
+    std::string_view default_yaml;              // the default as YAML text ("" = none/unset)
+    std::string_view unit;                      // "" when none
     std::span<const std::string_view> allowed;  // enums
-    std::int64_t min = 0, max = 0;   // integers; durations in ms and sizes in bytes (0,0 = none)
-    bool bare_seconds = false;       // durations: a bare number means seconds
-    std::string_view doc;            // one line
+    std::int64_t min = 0, max = 0;              // integers; durations in ms and sizes in bytes (0,0 = none)
+    bool bare_seconds = false;                  // durations: a bare number means seconds
+    std::string_view doc;                       // one line
 };
 
 std::span<const KeySpec> key_table() noexcept;
@@ -350,7 +362,7 @@ std::string render_default_yaml();
 // Atomic snapshot holder for the daemons.
 
 class ConfigHolder {
-public:
+  public:
     explicit ConfigHolder(std::shared_ptr<const Config> initial);
     // The snapshot to use for one unit of work; keep it until the work is done.
     std::shared_ptr<const Config> current() const noexcept { return current_.load(); }
@@ -359,7 +371,7 @@ public:
     std::vector<Diagnostic> reload(const std::string& path = {});
     std::uint64_t generation() const noexcept { return generation_.load(); }
 
-private:
+  private:
     std::atomic<std::shared_ptr<const Config>> current_;
     std::atomic<std::uint64_t> generation_{1};
 };

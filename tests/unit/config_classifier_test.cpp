@@ -31,5 +31,6 @@ TEST(ConfigClassifierRules, DefaultIsEmptyListAndWrongTypeIsAnError) {
     EXPECT_EQ(out.config->classifier.rules.size(), 0u);
     auto bad = cfg::load_string("classifier:\n  rules: {text: x}\n", "e.yaml");
     ASSERT_EQ(bad.errors.size(), 1u);
-    EXPECT_EQ(bad.errors[0].to_string(), "e.yaml:2:10: error: 'classifier.rules' must be a list, got a mapping");
+    EXPECT_EQ(bad.errors[0].to_string(),
+              "e.yaml:2:10: error: 'classifier.rules' must be a list, got a mapping");
 }

@@ -51,10 +51,12 @@ TEST(ConfigCli, ErrorsPrintedWithPositionAndExitTwo) {
     auto f = temp_config("ledger:\n  backnd: sqlite\nretry:\n  min_interval: 30\n");
     auto r = run("check-config " + f);
     EXPECT_EQ(r.status, 2);
-    EXPECT_EQ(r.out, f + ":2:3: error: unknown key 'ledger.backnd'; did you mean 'ledger.backend'?\n" + f +
-                         ":4:17: error: bad duration '30' for 'retry.min_interval': a duration needs a unit: ms, s, m, "
-                         "h, d or w (e.g. \"30m\")\n" +
-                         f + ": 2 errors\n");
+    EXPECT_EQ(
+        r.out,
+        f + ":2:3: error: unknown key 'ledger.backnd'; did you mean 'ledger.backend'?\n" + f +
+            ":4:17: error: bad duration '30' for 'retry.min_interval': a duration needs a unit: ms, s, m, "
+            "h, d or w (e.g. \"30m\")\n" +
+            f + ": 2 errors\n");
     std::filesystem::remove(f);
 }
 
@@ -81,7 +83,8 @@ TEST(ConfigCli, ExplainShowsRuleReasonAndDifferences) {
         "    dry_run: true\n");
     auto r = run("check-config " + f + " --explain a.example.com --mx mx1.provider.net");
     EXPECT_EQ(r.status, 0) << r.out;
-    EXPECT_NE(r.out.find("rule:    destinations[0] wildcard '*.example.com' at " + f + ":2:5\n"), std::string::npos)
+    EXPECT_NE(r.out.find("rule:    destinations[0] wildcard '*.example.com' at " + f + ":2:5\n"),
+              std::string::npos)
         << r.out;
     EXPECT_NE(r.out.find("also:    mx 'mx*.provider.net' at line 5 matches too, but has lower precedence\n"),
               std::string::npos)
@@ -90,7 +93,8 @@ TEST(ConfigCli, ExplainShowsRuleReasonAndDifferences) {
     EXPECT_NE(r.out.find("  reinjection.action: hold   (global: reject)\n"), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("dry_run"), std::string::npos) << r.out;  // the mx rule did not apply
 
-    auto j = nlohmann::json::parse(run("check-config --json " + f + " --explain other.org --mx MX9.provider.net").out);
+    auto j = nlohmann::json::parse(
+        run("check-config --json " + f + " --explain other.org --mx MX9.provider.net").out);
     EXPECT_EQ(j["explain"]["rule"]["kind"], "mx");
     EXPECT_EQ(j["explain"]["rule"]["line"], 5);
     EXPECT_EQ(j["explain"]["differs_from_global"]["dry_run"]["value"], "true");

@@ -89,7 +89,8 @@ TEST(ConfigDefaults, ShippedFileIsCompleteAndLoadsCleanly) {
     const auto& shipped = *out.config;
     for (const auto& k : cfg::key_table()) {
         if (k.scope != cfg::Scope::overridable) continue;
-        EXPECT_EQ(cfg::show_setting(shipped.global, k.key), cfg::show_setting(cfg::defaults()->global, k.key)) << k.key;
+        EXPECT_EQ(cfg::show_setting(shipped.global, k.key), cfg::show_setting(cfg::defaults()->global, k.key))
+            << k.key;
     }
     // Its example rules use the reserved .invalid TLD so they never touch real mail.
     for (const auto& r : shipped.destinations) EXPECT_TRUE(r.pattern.ends_with(".invalid")) << r.pattern;
@@ -98,9 +99,12 @@ TEST(ConfigDefaults, ShippedFileIsCompleteAndLoadsCleanly) {
 TEST(ConfigDefaults, ShippedFileAndDocsMatchTheGenerators) {
     // Compared as booleans: a diff of two whole files is unreadable in a test log.
     EXPECT_TRUE(read(kSource + "/conf/retryguard.yaml") == cfg::render_default_yaml())
-        << "conf/retryguard.yaml is stale; regenerate: retryguard check-config --dump-default > conf/retryguard.yaml";
+        << "conf/retryguard.yaml is stale; regenerate: retryguard check-config --dump-default > "
+           "conf/retryguard.yaml";
     EXPECT_TRUE(read(kSource + "/docs/configuration.md") == cfg::render_docs_markdown())
-        << "docs/configuration.md is stale; regenerate: retryguard check-config --dump-docs > docs/configuration.md";
+        << "docs/configuration.md is stale; regenerate: retryguard check-config --dump-docs > "
+           "docs/configuration.md";
     auto docs = cfg::render_docs_markdown();
-    for (const auto& k : cfg::key_table()) EXPECT_NE(docs.find("`" + std::string(k.key) + "`"), std::string::npos) << k.key;
+    for (const auto& k : cfg::key_table())
+        EXPECT_NE(docs.find("`" + std::string(k.key) + "`"), std::string::npos) << k.key;
 }

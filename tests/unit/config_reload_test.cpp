@@ -19,8 +19,8 @@ namespace {
 struct TempFile {
     std::string path;
     TempFile() {
-        path = (std::filesystem::temp_directory_path() / ("rg-config-" + std::to_string(::getpid()) + "-" +
-                                                          std::to_string(counter()++) + ".yaml"))
+        path = (std::filesystem::temp_directory_path() /
+                ("rg-config-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++) + ".yaml"))
                    .string();
     }
     ~TempFile() { std::filesystem::remove(path); }
@@ -56,8 +56,10 @@ TEST(ConfigReload, BadReloadKeepsRunningConfigAndReturnsErrors) {
     f.write("retry:\n  min_interval: 40\n  bogus: 1\n");
     auto errors = holder.reload();
     ASSERT_EQ(errors.size(), 2u);
-    EXPECT_EQ(errors[0].to_string(), f.path + ":2:17: error: bad duration '40' for 'retry.min_interval': a duration "
-                                              "needs a unit: ms, s, m, h, d or w (e.g. \"30m\")");
+    EXPECT_EQ(errors[0].to_string(),
+              f.path +
+                  ":2:17: error: bad duration '40' for 'retry.min_interval': a duration "
+                  "needs a unit: ms, s, m, h, d or w (e.g. \"30m\")");
     EXPECT_EQ(errors[1].to_string(), f.path + ":3:3: error: unknown key 'retry.bogus'");
     EXPECT_EQ(holder.current().get(), before.get());
     EXPECT_EQ(holder.generation(), 1u);

@@ -116,25 +116,29 @@ TEST(ConfigResolve, GlobalWhenNothingMatches) {
     auto r = c->resolve("unrelated.org", "mx.unrelated.org");
     EXPECT_EQ(r.rule, nullptr);
     EXPECT_EQ(r.settings, &c->global);
-    EXPECT_EQ(r.reason, "no destination rule matches domain 'unrelated.org' or relay host 'mx.unrelated.org': global "
-                        "settings");
+    EXPECT_EQ(r.reason,
+              "no destination rule matches domain 'unrelated.org' or relay host 'mx.unrelated.org': global "
+              "settings");
     auto no_mx = c->resolve("x.test");
     EXPECT_EQ(no_mx.rule, nullptr);
-    EXPECT_EQ(no_mx.reason, "no destination rule matches domain 'x.test' (relay host unknown): global settings");
+    EXPECT_EQ(no_mx.reason,
+              "no destination rule matches domain 'x.test' (relay host unknown): global settings");
 }
 
 TEST(ConfigResolve, RuleRecordsOnlyTheKeysItSets) {
     auto c = load();
     ASSERT_EQ(c->destinations.size(), 6u);
-    EXPECT_EQ(c->destinations[0].overridden_keys, std::vector<std::string>{"categories.receiver_config.escalate_after"});
-    EXPECT_EQ(cfg::show_setting(c->destinations[0].settings, "categories.receiver_config.escalate_after"), "12h");
+    EXPECT_EQ(c->destinations[0].overridden_keys,
+              std::vector<std::string>{"categories.receiver_config.escalate_after"});
+    EXPECT_EQ(cfg::show_setting(c->destinations[0].settings, "categories.receiver_config.escalate_after"),
+              "12h");
     EXPECT_EQ(cfg::show_setting(c->global, "categories.receiver_config.escalate_after"), "36h");
 }
 
 TEST(ConfigResolve, GlobalKeysAfterDestinationsStillInherited) {
     // A rule inherits the final global value even when the global key comes later in the file.
-    auto out = cfg::load_string("destinations:\n  - domain: a.example\n    dry_run: true\nretry:\n  min_interval: 45m\n",
-                                "o.yaml");
+    auto out = cfg::load_string(
+        "destinations:\n  - domain: a.example\n    dry_run: true\nretry:\n  min_interval: 45m\n", "o.yaml");
     ASSERT_TRUE(out.ok());
     auto r = out.config->resolve("a.example");
     EXPECT_EQ(r.settings->retry.min_interval, 45min);
