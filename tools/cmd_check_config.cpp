@@ -112,7 +112,7 @@ int run(const Options& o) {
         } else {
             e["rule"] = nullptr;
         }
-        e["reason"] = res.reason;
+        e["reason"] = res.reason();
         e["also_matched"] = nlohmann::json::array();
         for (const auto* r : res.also_matched)
             e["also_matched"].push_back(
@@ -134,7 +134,7 @@ int run(const Options& o) {
                   << res.rule->column << "\n";
     else
         std::cout << "rule:    none (global settings)\n";
-    std::cout << "why:     " << res.reason << "\n";
+    std::cout << "why:     " << res.reason() << "\n";
     for (const auto* r : res.also_matched)
         std::cout << "also:    " << rule_kind(*r) << " '" << r->pattern << "' at line " << r->line
                   << " matches too, but has lower precedence\n";

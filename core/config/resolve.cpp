@@ -3,7 +3,6 @@
 // "*." wildcard > MX-host group (most literal characters, then the first in
 // the file) > global. Must never allocate a new Config nor throw; called on
 // every policy request and milter message.
-#include <cctype>
 
 #include "config/internal.hpp"
 
@@ -16,7 +15,8 @@ std::string normalise(std::string_view s, bool strip_relay_suffix) {
         if (auto b = s.find('['); b != std::string_view::npos && b > 0) s = s.substr(0, b);
     }
     std::string out(s);
-    for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (auto& c : out)
+        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');  // ASCII only: no locale lookups
     if (!out.empty() && out.back() == '.') out.pop_back();
     return out;
 }
@@ -34,49 +34,53 @@ std::string describe(const Config& c, const DestinationRule& r) {
 Resolution Config::resolve(std::string_view domain_in, std::string_view mx_in) const {
     Resolution res;
     res.settings = &global;
-    const std::string domain = normalise(domain_in, false);
-    const std::string mx = normalise(mx_in, true);
-    std::vector<const DestinationRule*> matches;
-    if (auto it = exact_rules.find(domain); it != exact_rules.end())
-        matches.push_back(&destinations[it->second]);
+    res.config = this;
+    res.domain = normalise(domain_in, false);
+    res.mx = normalise(mx_in, true);
+    const std::string& domain = res.domain;
+    const DestinationRule* win = nullptr;
+    auto consider = [&](const DestinationRule* r) {
+        if (!win) win = r;
+        else res.also_matched.push_back(r);
+    };
+    if (!exact_rules.empty())
+        if (auto it = exact_rules.find(domain); it != exact_rules.end()) consider(&destinations[it->second]);
     // Suffixes from the longest (".b.example.com") to the shortest (".com");
     // the apex never matches its own wildcard because the suffix starts at a dot.
-    for (std::size_t dot = domain.find('.'); dot != std::string::npos; dot = domain.find('.', dot + 1))
-        if (auto it = wildcard_rules.find(domain.substr(dot)); it != wildcard_rules.end())
-            matches.push_back(&destinations[it->second]);
-    if (!mx.empty())
+    if (!wildcard_rules.empty())
+        for (std::size_t dot = domain.find('.'); dot != std::string::npos; dot = domain.find('.', dot + 1))
+            if (auto it = wildcard_rules.find(domain.substr(dot)); it != wildcard_rules.end())
+                consider(&destinations[it->second]);
+    if (!res.mx.empty())
         for (std::size_t idx : mx_rules)
-            if (RE2::FullMatch(mx, *destinations[idx].mx_re)) matches.push_back(&destinations[idx]);
-
-    if (matches.empty()) {
-        res.reason = "no destination rule matches domain '" + domain + "'" +
-                     (mx.empty() ? std::string(" (relay host unknown)") : " or relay host '" + mx + "'") +
-                     ": global settings";
-        return res;
-    }
-    const DestinationRule* win = matches.front();
-    res.rule = win;
-    res.settings = &win->settings;
-    res.also_matched.assign(matches.begin() + 1, matches.end());
-    switch (win->kind) {
-        case DestinationRule::Kind::exact:
-            res.reason =
-                describe(*this, *win) + ": exact match for '" + domain + "' (exact rules come first)";
-            break;
-        case DestinationRule::Kind::wildcard:
-            res.reason = describe(*this, *win) + ": '" + domain + "' is a subdomain of '" +
-                         win->suffix.substr(1) +
-                         "'; no exact rule, and this is the longest matching wildcard";
-            break;
-        case DestinationRule::Kind::mx:
-            res.reason =
-                describe(*this, *win) + ": relay host '" + mx + "' matches; no domain rule matches '" +
-                domain + "'" +
-                (matches.size() > 1 ? ", and this glob has the most literal characters (ties: first in file)"
-                                    : "");
-            break;
+            if (RE2::FullMatch(res.mx, *destinations[idx].mx_re)) consider(&destinations[idx]);
+    if (win) {
+        res.rule = win;
+        res.settings = &win->settings;
     }
     return res;
+}
+
+std::string Resolution::reason() const {
+    if (!rule)
+        return "no destination rule matches domain '" + domain + "'" +
+               (mx.empty() ? std::string(" (relay host unknown)") : " or relay host '" + mx + "'") +
+               ": global settings";
+    std::string head = config ? describe(*config, *rule) : rule->pattern;
+    switch (rule->kind) {
+        case DestinationRule::Kind::exact:
+            return head + ": exact match for '" + domain + "' (exact rules come first)";
+        case DestinationRule::Kind::wildcard:
+            return head + ": '" + domain + "' is a subdomain of '" + rule->suffix.substr(1) +
+                   "'; no exact rule, and this is the longest matching wildcard";
+        case DestinationRule::Kind::mx: {
+            bool other_mx = false;
+            for (const auto* r : also_matched) other_mx = other_mx || r->kind == DestinationRule::Kind::mx;
+            return head + ": relay host '" + mx + "' matches; no domain rule matches '" + domain + "'" +
+                   (other_mx ? ", and this glob has the most literal characters (ties: first in file)" : "");
+        }
+    }
+    return head;
 }
 
 ConfigHolder::ConfigHolder(std::shared_ptr<const Config> initial) : current_(std::move(initial)) {}

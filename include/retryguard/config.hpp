@@ -177,12 +177,15 @@ struct DestinationRule {
     std::vector<std::string> overridden_keys;  // table keys this rule sets
 };
 
-// Which rule applied to a destination and why.
+// Which rule applied to a destination and why. Valid while the snapshot lives.
 struct Resolution {
-    const Settings* settings = nullptr;                // never null; valid while the snapshot lives
+    const Settings* settings = nullptr;                // never null
     const DestinationRule* rule = nullptr;             // null: the global settings
-    std::string reason;                                // one line, for logs and explain
     std::vector<const DestinationRule*> also_matched;  // lower-precedence matches
+    std::string domain, mx;                            // as compared: lower case, no trailing dot
+    const struct Config* config = nullptr;
+    // One line for logs and explain; built on demand so the request path does not pay for it.
+    std::string reason() const;
 };
 
 struct Config {

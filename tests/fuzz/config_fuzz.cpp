@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         // Use the tail of the input as a domain and relay host, so matching sees hostile names too.
         std::string_view tail = text.substr(size > 64 ? size - 64 : 0);
         auto r = out.config->resolve(tail, tail);
-        (void)r.reason;
+        (void)r.reason();
         (void)out.config->resolve("a.example.com", "mx1.provider.net");
     }
     return 0;

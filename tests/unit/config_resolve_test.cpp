@@ -53,7 +53,7 @@ TEST(ConfigResolve, ExactDomainWinsOverEverything) {
     // Not overridden: inherits the global value, which the file changed.
     EXPECT_EQ(r.settings->reinjection.action, cfg::ReinjectionAction::reject);
     ASSERT_EQ(r.also_matched.size(), 3u);  // the three mx globs that match mx1.provider.net
-    EXPECT_NE(r.reason.find("exact match for 'example.com'"), std::string::npos) << r.reason;
+    EXPECT_NE(r.reason().find("exact match for 'example.com'"), std::string::npos) << r.reason();
 }
 
 TEST(ConfigResolve, WildcardMatchesSubdomainsNotApex) {
@@ -116,12 +116,12 @@ TEST(ConfigResolve, GlobalWhenNothingMatches) {
     auto r = c->resolve("unrelated.org", "mx.unrelated.org");
     EXPECT_EQ(r.rule, nullptr);
     EXPECT_EQ(r.settings, &c->global);
-    EXPECT_EQ(r.reason,
+    EXPECT_EQ(r.reason(),
               "no destination rule matches domain 'unrelated.org' or relay host 'mx.unrelated.org': global "
               "settings");
     auto no_mx = c->resolve("x.test");
     EXPECT_EQ(no_mx.rule, nullptr);
-    EXPECT_EQ(no_mx.reason,
+    EXPECT_EQ(no_mx.reason(),
               "no destination rule matches domain 'x.test' (relay host unknown): global settings");
 }
 
