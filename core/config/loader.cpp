@@ -643,6 +643,15 @@ void Loader::load_destinations(const YAML::Node& list, Config& c) {
     std::stable_sort(c.mx_rules.begin(), c.mx_rules.end(), [&](std::size_t a, std::size_t b) {
         return c.destinations[a].literal_chars > c.destinations[b].literal_chars;
     });
+    if (c.mx_rules.empty()) return;
+    // One pass over the relay host for all globs instead of one match per rule.
+    RE2::Options o;
+    o.set_log_errors(false);
+    o.set_max_mem(64 << 20);
+    auto set = std::make_shared<RE2::Set>(o, RE2::ANCHOR_BOTH);
+    bool ok = true;
+    for (std::size_t idx : c.mx_rules) ok = ok && set->Add(c.destinations[idx].mx_re->pattern(), nullptr) >= 0;
+    if (ok && set->Compile()) c.mx_set = std::move(set);  // otherwise resolve() falls back to rule by rule
 }
 
 void Loader::cross_checks(Config& c) {

@@ -4,6 +4,8 @@
 // the file) > global. Must never allocate a new Config nor throw; called on
 // every policy request and milter message.
 
+#include <algorithm>
+
 #include "config/internal.hpp"
 
 namespace retryguard::config {
@@ -51,9 +53,18 @@ Resolution Config::resolve(std::string_view domain_in, std::string_view mx_in) c
         for (std::size_t dot = domain.find('.'); dot != std::string::npos; dot = domain.find('.', dot + 1))
             if (auto it = wildcard_rules.find(domain.substr(dot)); it != wildcard_rules.end())
                 consider(&destinations[it->second]);
-    if (!res.mx.empty())
-        for (std::size_t idx : mx_rules)
-            if (RE2::FullMatch(res.mx, *destinations[idx].mx_re)) consider(&destinations[idx]);
+    if (!res.mx.empty() && !mx_rules.empty()) {
+        std::vector<int> hits;
+        RE2::Set::ErrorInfo info{RE2::Set::kNoError};
+        if (mx_set && (mx_set->Match(res.mx, &hits, &info) || info.kind == RE2::Set::kNoError)) {
+            std::sort(hits.begin(), hits.end());  // set index order is precedence order
+            for (int h : hits) consider(&destinations[mx_rules[static_cast<std::size_t>(h)]]);
+        } else {
+            // No set, or its DFA ran out of memory: match rule by rule, same order.
+            for (std::size_t idx : mx_rules)
+                if (RE2::FullMatch(res.mx, *destinations[idx].mx_re)) consider(&destinations[idx]);
+        }
+    }
     if (win) {
         res.rule = win;
         res.settings = &win->settings;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <re2/re2.h>
+#include <re2/set.h>
 #include <yaml-cpp/yaml.h>
 
 #include "retryguard/category.hpp"
@@ -274,6 +275,8 @@ struct Config {
     std::unordered_map<std::string, std::size_t> exact_rules;     // "example.com"
     std::unordered_map<std::string, std::size_t> wildcard_rules;  // ".example.com"
     std::vector<std::size_t> mx_rules;  // by literal_chars descending, then file order
+    // Every MX glob in one automaton; pattern i of the set is mx_rules[i].
+    std::shared_ptr<const re2::RE2::Set> mx_set;
 };
 
 // ---------------------------------------------------------------------------
