@@ -188,6 +188,8 @@ TEST(ConfigErrors, DestinationRuleShape) {
         only_error("destinations:\n  - domain: bücher.example\n"),
         "t.yaml:2:13: error: bad domain 'bücher.example' in destinations[0]: use the ASCII (xn--) form of an "
         "international domain");
+    EXPECT_EQ(only_error("destinations:\n  - domian: a.example\n"),
+              "t.yaml:2:5: error: unknown key 'domian' in a destination rule; did you mean 'domain'?");
     EXPECT_EQ(only_error("destinations: {domain: a.example}\n"),
               "t.yaml:1:15: error: 'destinations' must be a list of rules, got a mapping");
 }
