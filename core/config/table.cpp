@@ -428,7 +428,7 @@ const std::vector<Entry>& table() {
                    "\"WARN retryguard: {domain} escalated ({category}) since {since}: {reply}\"", "", kVerbs,
                    0, 0, "Policy answer for new mail to an escalated destination.", actions.escalated),
         RG_SETTING("actions.flagged", policy_action,
-                   "\"WARN retryguard: {domain} flagged as consistently unreliable\"", "", kVerbs, 0, 0,
+                   "\"INFO retryguard: {domain} flagged as consistently unreliable\"", "", kVerbs, 0, 0,
                    "Policy answer for new mail to a flagged destination.", actions.flagged),
         RG_SETTING("actions.local_incident", policy_action,
                    "\"WARN retryguard: local outbound problem suspected ({category})\"", "", kVerbs, 0, 0,
