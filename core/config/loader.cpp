@@ -650,7 +650,8 @@ void Loader::load_destinations(const YAML::Node& list, Config& c) {
     o.set_max_mem(64 << 20);
     auto set = std::make_shared<RE2::Set>(o, RE2::ANCHOR_BOTH);
     bool ok = true;
-    for (std::size_t idx : c.mx_rules) ok = ok && set->Add(c.destinations[idx].mx_re->pattern(), nullptr) >= 0;
+    for (std::size_t idx : c.mx_rules)
+        ok = ok && set->Add(c.destinations[idx].mx_re->pattern(), nullptr) >= 0;
     if (ok && set->Compile()) c.mx_set = std::move(set);  // otherwise resolve() falls back to rule by rule
 }
 
@@ -745,6 +746,7 @@ LoadOutcome load_string(std::string_view yaml_text, std::string file_name) {
             if (parsed) {
                 auto c = std::make_shared<Config>(*defaults());
                 c->source = file_name;
+                c->loaded_at = std::chrono::system_clock::now();
                 c->classifier.file = file_name;
                 l.load_root(root, *c);
                 out.keys_present = l.take_present();
