@@ -292,6 +292,15 @@ TEST(ConfigErrors, HostileInputNeverCrashes) {
     EXPECT_EQ(big.errors[0].to_string(), "t.yaml: error: file larger than 4194304 bytes");
 }
 
+TEST(ConfigErrors, ErrorCountIsBounded) {
+    std::string text;
+    for (int i = 0; i < 5000; ++i) text += "unknown_" + std::to_string(i) + ": 1\n";
+    auto out = cfg::load_string(text, "t.yaml");
+    ASSERT_EQ(out.errors.size(), 201u);
+    EXPECT_EQ(out.errors[0].to_string(), "t.yaml:1:1: error: unknown key 'unknown_0'");
+    EXPECT_EQ(out.errors[200].to_string(), "t.yaml:201:1: error: too many errors; giving up here");
+}
+
 TEST(ConfigErrors, UnreadableFile) {
     auto out = cfg::load_file("/nonexistent/retryguard.yaml");
     ASSERT_EQ(out.errors.size(), 1u);
