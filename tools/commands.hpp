@@ -19,5 +19,6 @@ int& exit_code();
 void add_classify_command(CLI::App& app);
 void add_events_command(CLI::App& app);
 void add_follow_command(CLI::App& app);
+void add_check_config_command(CLI::App& app);
 
 }  // namespace retryguard::cli
