@@ -4,6 +4,7 @@
 // lines with memchr, and copying each line (the least any parser must do).
 // Prints each figure and its ratio to the references.
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>

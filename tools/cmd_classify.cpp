@@ -180,7 +180,7 @@ void print_human(std::string_view input, const Reply& r, const Classification& c
     std::cout << "  guidance     " << info.guidance << '\n';
     if (c.retry_after)
         std::cout << "  retry after  " << c.retry_after->count() << " s (asked by the receiver)\n";
-    if (!c.note.empty()) std::cout << "  note         " << c.note << '\n';
+    if (auto note = c.note(r); !note.empty()) std::cout << "  note         " << note << '\n';
     if (r.truncated) std::cout << "  warning      input was truncated to " << kMaxReplyLength << " bytes\n";
     std::cout << '\n';
 }
@@ -203,10 +203,11 @@ nlohmann::json to_json(std::string_view input, const Reply& r, const Classificat
     j["guidance"] = c.delivered ? json(nullptr) : json(std::string(c.info().guidance));
     j["system_condition"] = !c.delivered && c.info().system_condition;
     j["decided_by"] = std::string(to_string(c.decided_by));
-    j["rule"] = c.rule.empty() ? json(nullptr) : json(c.rule);
-    j["rule_origin"] = c.rule_origin.empty() ? json(nullptr) : json(c.rule_origin);
+    j["rule"] = c.rule.empty() ? json(nullptr) : json(std::string(c.rule));
+    j["rule_origin"] = c.rule_origin.empty() ? json(nullptr) : json(std::string(c.rule_origin));
     j["retry_after_s"] = c.retry_after ? json(c.retry_after->count()) : json(nullptr);
-    j["note"] = c.note.empty() ? json(nullptr) : json(c.note);
+    const std::string note = c.note(r);
+    j["note"] = note.empty() ? json(nullptr) : json(note);
     return j;
 }
 

@@ -19,6 +19,7 @@ int& exit_code();
 void add_import_command(CLI::App& app);
 void add_classify_command(CLI::App& app);
 void add_events_command(CLI::App& app);
+void add_follow_command(CLI::App& app);
 void add_check_config_command(CLI::App& app);
 
 }  // namespace retryguard::cli

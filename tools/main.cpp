@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     add_classify_command(app);
     add_events_command(app);
     add_import_command(app);
+    add_follow_command(app);
     add_check_config_command(app);
 
     try {

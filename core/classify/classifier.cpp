@@ -10,12 +10,16 @@
 
 #include <re2/re2.h>
 #include <re2/set.h>
+#include <yaml-cpp/depthguard.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <sstream>
+#include <unordered_set>
 
 #include "classify/rules.hpp"
 #include "retryguard/status_codes.hpp"
@@ -331,6 +335,8 @@ Result<RuleFile> parse_rules_file(const std::filesystem::path& path) {
         if (buf.str().size() > (8u << 20))
             return make_error(ErrorKind::config, name + ": rule file larger than 8 MiB");
         return parse_rules(YAML::Load(buf.str()), name);
+    } catch (const YAML::DeepRecursion& e) {
+        return config_error(name, e.mark, "nesting is too deep");
     } catch (const YAML::Exception& e) {
         return config_error(name, e.mark, e.msg);
     } catch (const std::exception& e) {
@@ -376,7 +382,9 @@ struct Classifier::Impl {
         std::vector<RuleSpec> rules;
         std::unique_ptr<RE2::Set> set;  // text patterns, index i -> set_rule[i]
         std::vector<std::size_t> set_rule;
-        std::vector<std::size_t> local, enhanced, text, basic;  // rule indices by tier, file order
+        std::vector<std::size_t> local, text, basic;  // rule indices by tier, file order
+        // Enhanced-code rules by the subject their patterns name (0-7), others last.
+        std::array<std::vector<std::size_t>, 9> enhanced_by_subject;
     };
     std::vector<Layer> user;  // consulted in this order
     Layer shipped;
@@ -387,17 +395,42 @@ namespace {
 
 using Layer = Classifier::Impl::Layer;
 
-Result<Layer> compile_layer(const std::vector<RuleSpec>& rules, const std::string& file) {
+// Set index that stands for the retry-hint pattern rather than a rule.
+constexpr std::size_t kRetryHint = static_cast<std::size_t>(-1);
+
+const char* const kRetryPattern =
+    R"((?:(?:again|retry|retrying|later|back|gr[ae]ylist\w*|deferred|delayed|resend|blocked|throttled|limited)\b[^.;!]{0,40}?\b(?:in|after|for)|\bwait(?:\s+for)?)\s+(?:at\s+least\s+|another\s+|about\s+|approximately\s+)?(?:(\d{1,2}):(\d{2}):(\d{2})\b|(\d{1,7})\s*(seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h)\b))";
+
+// Rule names, origins and notes live for the whole process: classifications
+// hold views of them, and reloads with the same rules add nothing.
+std::string_view intern(std::string_view s) {
+    static std::mutex mutex;
+    static std::unordered_set<std::string> pool;
+    if (s.empty()) return {};
+    std::lock_guard<std::mutex> lock(mutex);
+    return *pool.emplace(s).first;
+}
+
+Result<Layer> compile_layer(const std::vector<RuleSpec>& rules, const std::string& file,
+                            bool with_retry_hint) {
     Layer layer;
     layer.rules = rules;
     layer.set = std::make_unique<RE2::Set>(pattern_options(), RE2::UNANCHORED);
     for (std::size_t i = 0; i < layer.rules.size(); ++i) {
-        const RuleSpec& r = layer.rules[i];
+        RuleSpec& r = layer.rules[i];
+        r.iname = intern(r.name);
+        r.iorigin = intern(r.origin);
+        r.inote = intern(r.note);
         switch (r.tier) {
             case Tier::local: layer.local.push_back(i); break;
-            case Tier::enhanced: layer.enhanced.push_back(i); break;
             case Tier::text: layer.text.push_back(i); break;
             case Tier::basic: layer.basic.push_back(i); break;
+            case Tier::enhanced:
+                for (const auto& p : r.enhanced) {
+                    auto& bucket = layer.enhanced_by_subject[std::min<std::size_t>(p.subject, 8)];
+                    if (bucket.empty() || bucket.back() != i) bucket.push_back(i);
+                }
+                break;
         }
         if (r.text) {
             std::string error;
@@ -408,6 +441,12 @@ Result<Layer> compile_layer(const std::vector<RuleSpec>& rules, const std::strin
             layer.set_rule.push_back(i);
         }
     }
+    if (with_retry_hint) {
+        std::string error;
+        if (layer.set->Add(kRetryPattern, &error) < 0)
+            return make_error(ErrorKind::internal, "retry-hint pattern: " + error);
+        layer.set_rule.push_back(kRetryHint);
+    }
     if (!layer.set_rule.empty() && !layer.set->Compile())
         return make_error(ErrorKind::config,
                           file + ": the text patterns need more memory than allowed (64 MiB)");
@@ -415,15 +454,25 @@ Result<Layer> compile_layer(const std::vector<RuleSpec>& rules, const std::strin
     return layer;
 }
 
-// Indices (into layer.rules) of the text rules whose pattern matches, in file order.
-void text_hits(const Layer& layer, std::string_view text, std::vector<int>& hits) {
+// Indices (into layer.rules) of the text rules whose pattern matches, in file
+// order; `retry_hint` tells whether the retry-hint pattern matched too.
+void text_hits(const Layer& layer, std::string_view text, std::vector<int>& hits, bool& retry_hint) {
     hits.clear();
+    retry_hint = false;
     if (!layer.set || text.empty()) return;
     if (!layer.set->Match(re2::StringPiece(text.data(), text.size()), &hits)) {
         hits.clear();
         return;
     }
-    for (int& h : hits) h = static_cast<int>(layer.set_rule[static_cast<std::size_t>(h)]);
+    std::size_t out = 0;
+    for (int h : hits) {
+        std::size_t rule = layer.set_rule[static_cast<std::size_t>(h)];
+        if (rule == kRetryHint)
+            retry_hint = true;
+        else
+            hits[out++] = static_cast<int>(rule);
+    }
+    hits.resize(out);
     std::sort(hits.begin(), hits.end());
 }
 
@@ -435,10 +484,12 @@ bool is_delivered(const Reply& r) {
 void decide(Classification& c, const RuleSpec& r, Decider by) {
     c.category = r.category;
     c.decided_by = by;
-    c.rule = r.name;
-    c.rule_origin = r.origin;
-    if (!r.note.empty()) c.note = r.note;
+    c.rule = r.iname;
+    c.rule_origin = r.iorigin;
+    c.rule_note = r.inote;
 }
+
+std::optional<std::chrono::seconds> retry_after_unchecked(std::string_view text);
 
 }  // namespace
 
@@ -459,12 +510,12 @@ std::string_view to_string(Decider d) noexcept {
 Result<Classifier> Classifier::build(const RuleFile& shipped, const std::vector<RuleFile>& user_layers) {
     try {
         auto impl = std::make_shared<Impl>();
-        auto s = compile_layer(shipped.rules_, shipped.file_name_);
+        auto s = compile_layer(shipped.rules_, shipped.file_name_, true);
         if (!s) return s.error();
         impl->shipped = std::move(s).value();
         impl->total = impl->shipped.rules.size();
         for (auto it = user_layers.rbegin(); it != user_layers.rend(); ++it) {
-            auto u = compile_layer(it->rules_, it->file_name_);
+            auto u = compile_layer(it->rules_, it->file_name_, false);
             if (!u) return u.error();
             impl->total += u->rules.size();
             impl->user.push_back(std::move(u).value());
@@ -497,13 +548,15 @@ std::size_t Classifier::rule_count() const noexcept {
 Classification Classifier::classify(const Reply& reply) const {
     Classification c;
     if (reply.enhanced) c.code_name = enhanced_code_name(*reply.enhanced);
-    c.retry_after = extract_retry_after(reply.text);
-    if (!impl_) return c;
-
+    if (!impl_) {
+        c.retry_after = extract_retry_after(reply.text);
+        return c;
+    }
     thread_local std::vector<int> hits;
+    bool retry_hint = false;
     // 1. user layers: first rule (file order) whose conditions all hold.
     for (const Layer& layer : impl_->user) {
-        text_hits(layer, reply.text, hits);
+        text_hits(layer, reply.text, hits, retry_hint);
         std::size_t hit_pos = 0;
         for (std::size_t i = 0; i < layer.rules.size(); ++i) {
             const RuleSpec& r = layer.rules[i];
@@ -513,6 +566,7 @@ Classification Classifier::classify(const Reply& reply) const {
             }
             if (!r.conditions_hold(reply)) continue;
             decide(c, r, Decider::user_rule);
+            c.retry_after = extract_retry_after(reply.text);
             return c;
         }
     }
@@ -523,6 +577,9 @@ Classification Classifier::classify(const Reply& reply) const {
         return c;
     }
     const Layer& s = impl_->shipped;
+    // One pass over the text finds the shipped text rules and the retry hint.
+    text_hits(s, reply.text, hits, retry_hint);
+    if (retry_hint) c.retry_after = retry_after_unchecked(reply.text);
     // 2. the sending Postfix's own failures.
     if (reply.local != LocalFailure::none) {
         for (std::size_t i : s.local) {
@@ -533,39 +590,34 @@ Classification Classifier::classify(const Reply& reply) const {
     }
     // 3. the most specific enhanced-code rule.
     const RuleSpec* precise = nullptr;
-    int best = -1;
     if (reply.enhanced) {
-        for (std::size_t i : s.enhanced) {
+        int best = -1;
+        for (std::size_t i : s.enhanced_by_subject[std::min<std::size_t>(reply.enhanced->subject, 8)]) {
             const RuleSpec& r = s.rules[i];
-            if (!r.conditions_hold(reply)) continue;
             int spec = -1;
             for (const auto& p : r.enhanced)
                 if (p.matches(*reply.enhanced)) spec = std::max(spec, p.specificity());
-            if (spec > best) best = spec, precise = &r;
+            if (spec > best && r.conditions_hold(reply)) best = spec, precise = &r;
         }
     }
     // 4. text rules, first in file order; over a precise code only if they name it.
-    text_hits(s, reply.text, hits);
     for (int h : hits) {
         const RuleSpec& r = s.rules[static_cast<std::size_t>(h)];
         if (!r.conditions_hold(reply)) continue;
         if (precise && !r.may_refine(*reply.enhanced)) {
-            if (c.note.empty() && r.category != precise->category)
-                c.note = "text rule `" + r.name + "` (" + std::string(to_string(r.category)) +
-                         ") matched, but the precise code " + reply.enhanced->str() + " decides";
+            if (c.overruled_rule.empty() && r.category != precise->category)
+                c.overruled_rule = r.iname, c.overruled_category = r.category;
             continue;
         }
-        c.note.clear();
+        // A text rule that agrees with the code refines nothing: the code decides.
+        if (precise && r.category == precise->category) break;
+        c.overruled_rule = {};
         decide(c, r, precise ? Decider::text_refinement : Decider::text);
-        if (precise)
-            c.note = (c.note.empty() ? std::string() : c.note + "; ") + "refines " + reply.enhanced->str() +
-                     " (" + std::string(to_string(precise->category)) + " by rule `" + precise->name + "`)";
+        if (precise) c.refined_rule = precise->iname, c.refined_category = precise->category;
         return c;
     }
     if (precise) {
-        std::string note = std::move(c.note);
         decide(c, *precise, Decider::enhanced_code);
-        if (!note.empty()) c.note = note + (c.note.empty() ? "" : "; " + c.note);
         return c;
     }
     // 5. the basic code alone.
@@ -577,27 +629,38 @@ Classification Classifier::classify(const Reply& reply) const {
     return c;
 }
 
+std::string Classification::note(const Reply& reply) const {
+    std::string out(rule_note);
+    auto add = [&out](const std::string& s) { out += (out.empty() ? "" : "; ") + s; };
+    const std::string code = reply.enhanced ? reply.enhanced->str() : std::string("the code");
+    if (!refined_rule.empty())
+        add("refines " + code + " (" + std::string(to_string(refined_category)) + " by rule " +
+            std::string(refined_rule) + ")");
+    if (!overruled_rule.empty())
+        add("text rule " + std::string(overruled_rule) + " (" + std::string(to_string(overruled_category)) +
+            ") matched, but the precise code " + code + " decides");
+    return out;
+}
+
 Classification Classifier::classify_reason(std::string_view reason, std::string_view dsn) const {
     return classify(parse_postfix_reason(reason, dsn));
 }
 
 // ---------------------------------------------------------------- retry-after
 
-std::optional<std::chrono::seconds> extract_retry_after(std::string_view text) {
-    // Cheap gate: every hint carries a digit.
-    if (text.find_first_of("0123456789") == std::string_view::npos) return std::nullopt;
-    static const RE2 re(
-        R"((?:(?:again|retry|retrying|later|back|gr[ae]ylist\w*|deferred|delayed|resend|blocked|throttled|limited)\b[^.;!]{0,40}?\b(?:in|after|for)|\bwait(?:\s+for)?)\s+(?:at\s+least\s+|another\s+|about\s+|approximately\s+)?(?:(\d{1,2}):(\d{2}):(\d{2})\b|(\d{1,7})\s*(seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h)\b))",
-        pattern_options());
+namespace {
+
+std::optional<std::chrono::seconds> retry_after_unchecked(std::string_view text) {
+    static const RE2 re(kRetryPattern, pattern_options());
     re2::StringPiece h, m, sec, num, unit;
     if (!RE2::PartialMatch(re2::StringPiece(text.data(), text.size()), re, &h, &m, &sec, &num, &unit))
         return std::nullopt;
-    long long seconds = 0;
     auto to_int = [](re2::StringPiece s) {
         long long v = 0;
         for (char ch : s) v = v * 10 + (ch - '0');
         return v;
     };
+    long long seconds = 0;
     if (!h.empty()) {
         seconds = to_int(h) * 3600 + to_int(m) * 60 + to_int(sec);
     } else {
@@ -607,6 +670,14 @@ std::optional<std::chrono::seconds> extract_retry_after(std::string_view text) {
     }
     if (seconds <= 0 || seconds > 7 * 24 * 3600) return std::nullopt;
     return std::chrono::seconds(seconds);
+}
+
+}  // namespace
+
+std::optional<std::chrono::seconds> extract_retry_after(std::string_view text) {
+    // Cheap gate: every hint carries a digit.
+    if (text.find_first_of("0123456789") == std::string_view::npos) return std::nullopt;
+    return retry_after_unchecked(text);
 }
 
 }  // namespace retryguard

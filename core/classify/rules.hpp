@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "retryguard/category.hpp"
@@ -51,6 +52,8 @@ struct RuleSpec {
     std::vector<LocalFailure> local;
     std::vector<SmtpStage> stages;
     std::optional<std::string> text;
+    // Interned copies of name, origin and note (see Classification).
+    std::string_view iname, iorigin, inote;
 
     // Every condition but the text pattern.
     bool conditions_hold(const Reply& r) const noexcept {

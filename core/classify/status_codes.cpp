@@ -111,17 +111,29 @@ constexpr EnhancedCodeEntry kCodes[] = {
     {"X.7.30", "REQUIRETLS support required", "RFC 8689"},
 };
 
-// "X.S.D" -> (S, D); the table is static, so parse once per lookup is cheap
-// enough (the table has ~80 entries and lookups are for display).
-bool entry_matches(std::string_view code, unsigned subject, unsigned detail) noexcept {
-    if (code.size() < 5 || code[0] != 'X' || code[1] != '.') return false;
+// "X.S.D" -> (S, D), computed once so lookups are integer compares: the
+// classifier names the code of every reply it sees.
+struct Parsed {
+    unsigned subject, detail;
+};
+constexpr Parsed parse_entry(std::string_view code) {
     unsigned s = 0, d = 0;
     std::size_t i = 2;
     while (i < code.size() && code[i] != '.') s = s * 10 + static_cast<unsigned>(code[i++] - '0');
-    if (i >= code.size()) return false;
     ++i;
     while (i < code.size()) d = d * 10 + static_cast<unsigned>(code[i++] - '0');
-    return s == subject && d == detail;
+    return {s, d};
+}
+constexpr auto kParsed = [] {
+    std::array<Parsed, std::size(kCodes)> out{};
+    for (std::size_t i = 0; i < std::size(kCodes); ++i) out[i] = parse_entry(kCodes[i].code);
+    return out;
+}();
+
+const EnhancedCodeEntry* find_exact(const EnhancedCode& code) noexcept {
+    for (std::size_t i = 0; i < kParsed.size(); ++i)
+        if (kParsed[i].subject == code.subject && kParsed[i].detail == code.detail) return &kCodes[i];
+    return nullptr;
 }
 
 }  // namespace
@@ -137,14 +149,11 @@ std::span<const EnhancedCodeEntry> enhanced_class_registry() noexcept {
 }
 
 bool is_registered(const EnhancedCode& code) noexcept {
-    for (const auto& e : kCodes)
-        if (entry_matches(e.code, code.subject, code.detail)) return true;
-    return false;
+    return find_exact(code) != nullptr;
 }
 
 const EnhancedCodeEntry* lookup_enhanced_code(const EnhancedCode& code) noexcept {
-    for (const auto& e : kCodes)
-        if (entry_matches(e.code, code.subject, code.detail)) return &e;
+    if (const EnhancedCodeEntry* e = find_exact(code)) return e;
     if (code.subject < kSubjects.size()) return &kSubjects[code.subject];
     return nullptr;
 }

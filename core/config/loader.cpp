@@ -23,6 +23,8 @@ namespace {
 constexpr int kMaxDepth = 32;
 constexpr std::size_t kMaxNodes = 200000;
 constexpr std::size_t kMaxItems = 10000;  // sources / destinations entries
+constexpr std::size_t kMaxErrors = 200;
+constexpr std::size_t kMaxSuggestLength = 80;  // edit distance is quadratic; real keys are short
 
 std::size_t edit_distance(std::string_view a, std::string_view b) {
     std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -98,6 +100,7 @@ struct Context {
     }
 
     std::string suggest(std::string_view wrong) const {
+        if (wrong.size() > kMaxSuggestLength) return {};
         std::string best;
         std::size_t best_d = std::string::npos;
         auto consider = [&](const std::string& cand) {
@@ -131,6 +134,9 @@ class Loader {
     std::set<std::string> take_present() { return std::move(present_); }
 
     void error(const YAML::Mark& m, std::string message) {
+        // A hostile or garbled file could otherwise produce millions of lines.
+        if (errors_.size() > kMaxErrors) return;
+        if (errors_.size() == kMaxErrors) message = "too many errors; giving up here";
         Diagnostic d;
         d.file = file_;
         if (m.line >= 0) d.line = m.line + 1, d.column = m.column + 1;
@@ -509,7 +515,7 @@ void Loader::walk_map(const YAML::Node& map, const std::string& prefix, const Co
             std::string msg = "unknown key '" + full + "'";
             if (ctx.kind == Context::source) msg += " in a source entry";
             if (ctx.kind == Context::destination) msg += " in a destination rule";
-            auto hint = ctx.suggest(full);
+            auto hint = errors_.size() < kMaxErrors ? ctx.suggest(full) : std::string();
             if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
             error(kn.Mark(), msg);
         }
@@ -650,7 +656,8 @@ void Loader::load_destinations(const YAML::Node& list, Config& c) {
     o.set_max_mem(64 << 20);
     auto set = std::make_shared<RE2::Set>(o, RE2::ANCHOR_BOTH);
     bool ok = true;
-    for (std::size_t idx : c.mx_rules) ok = ok && set->Add(c.destinations[idx].mx_re->pattern(), nullptr) >= 0;
+    for (std::size_t idx : c.mx_rules)
+        ok = ok && set->Add(c.destinations[idx].mx_re->pattern(), nullptr) >= 0;
     if (ok && set->Compile()) c.mx_set = std::move(set);  // otherwise resolve() falls back to rule by rule
 }
 
@@ -745,6 +752,7 @@ LoadOutcome load_string(std::string_view yaml_text, std::string file_name) {
             if (parsed) {
                 auto c = std::make_shared<Config>(*defaults());
                 c->source = file_name;
+                c->loaded_at = std::chrono::system_clock::now();
                 c->classifier.file = file_name;
                 l.load_root(root, *c);
                 out.keys_present = l.take_present();

@@ -260,6 +260,11 @@ const std::vector<Entry>& table() {
         RG_GLOBAL("ledger.redis.timeout", duration, "200ms", "duration", kNone, kMs, 60 * kSec,
                   "Per-command Redis timeout; past it the caller fails open (errors.timeout).",
                   ledger.redis_timeout),
+        RG_GLOBAL(
+            "ledger.redis.reconnect_max_backoff", duration, "30s", "duration", kNone, 100 * kMs, 10 * kMin,
+            "Reconnects to a lost Redis back off exponentially up to this delay; meanwhile callers fail "
+            "open (errors.ledger_unavailable).",
+            ledger.redis_reconnect_max_backoff),
         RG_GLOBAL("ledger.redis.database", integer, "0", "", kNone, 0, 1023, "Redis logical database number.",
                   ledger.redis_database),
         RG_GLOBAL("ledger.redis.password_file", path, "\"\"", "", kNone, 0, 0,
@@ -428,7 +433,7 @@ const std::vector<Entry>& table() {
                    "\"WARN retryguard: {domain} escalated ({category}) since {since}: {reply}\"", "", kVerbs,
                    0, 0, "Policy answer for new mail to an escalated destination.", actions.escalated),
         RG_SETTING("actions.flagged", policy_action,
-                   "\"WARN retryguard: {domain} flagged as consistently unreliable\"", "", kVerbs, 0, 0,
+                   "\"INFO retryguard: {domain} flagged as consistently unreliable\"", "", kVerbs, 0, 0,
                    "Policy answer for new mail to a flagged destination.", actions.flagged),
         RG_SETTING("actions.local_incident", policy_action,
                    "\"WARN retryguard: local outbound problem suspected ({category})\"", "", kVerbs, 0, 0,

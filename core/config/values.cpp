@@ -90,8 +90,10 @@ std::string format_duration(Duration d) {
     };
     static constexpr U units[] = {{7 * 86400000LL, "w"}, {86400000LL, "d"}, {3600000LL, "h"},
                                   {60000LL, "m"},        {1000LL, "s"},     {1, "ms"}};
+    // Up to two days read better in hours ("24h", "48h"), as the guidance writes them.
     for (const auto& u : units)
-        if (ms % u.ms == 0) return std::to_string(ms / u.ms) + u.name;
+        if (ms % u.ms == 0 && !(u.ms >= 86400000LL && ms < 3 * 86400000LL))
+            return std::to_string(ms / u.ms) + u.name;
     return std::to_string(ms) + "ms";
 }
 

@@ -41,17 +41,29 @@ enum class Decider {
 };
 std::string_view to_string(Decider d) noexcept;  // "user-rule", "enhanced-code", ...
 
+// The strings in a Classification are views of interned rule text: they stay
+// valid for the life of the process, across reloads, so a Classification may
+// be kept and copied freely and classifying allocates nothing for them.
 struct Classification {
     Category category = Category::unknown;
     Decider decided_by = Decider::none;
-    std::string rule;                                 // name of the deciding rule ("" when none)
-    std::string rule_origin;                          // "file:line" of the deciding rule
+    std::string_view rule;                            // name of the deciding rule ("" when none)
+    std::string_view rule_origin;                     // "file:line" of the deciding rule
+    std::string_view rule_note;                       // the deciding rule's `note:`
     std::string_view code_name;                       // registry name of the enhanced code ("" when none)
     std::optional<std::chrono::seconds> retry_after;  // "try again in 5 minutes" -> 300 s
-    std::string note;        // e.g. a text rule that matched but could not refine the code
+    // decided_by == text_refinement: the precise-code rule the text refined.
+    std::string_view refined_rule;
+    Category refined_category = Category::unknown;
+    // A text rule that matched but was not allowed to override the precise code.
+    std::string_view overruled_rule;
+    Category overruled_category = Category::unknown;
     bool delivered = false;  // 2xx / "delivered to ...": not a deferral at all
 
     const CategoryInfo& info() const noexcept { return retryguard::info(category); }
+    // One readable sentence from rule_note, refined_rule and overruled_rule
+    // ("" when there is nothing to add); `reply` supplies the code's spelling.
+    std::string note(const Reply& reply) const;
 };
 
 // The parsed, uncompiled rules of one layer (one file or YAML node).

@@ -190,7 +190,8 @@ struct Resolution {
 };
 
 struct Config {
-    std::string source;  // file it came from ("<string>" for tests)
+    std::string source;                                 // file it came from ("<string>" for tests)
+    std::chrono::system_clock::time_point loaded_at{};  // wall clock, for `retryguard status` only
 
     struct Ledger {
         LedgerBackend backend = LedgerBackend::sqlite;
@@ -199,6 +200,7 @@ struct Config {
         std::string redis_address;  // host:port or unix:/path
         std::string redis_key_prefix;
         Duration redis_timeout{0};
+        Duration redis_reconnect_max_backoff{0};
         std::int64_t redis_database = 0;
         std::string redis_password_file;
         Duration retention_events{0};

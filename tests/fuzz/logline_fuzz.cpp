@@ -21,6 +21,9 @@ void exercise(const retryguard::Event& ev) {
         retryguard::event_to_json(ev).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     check(!json.empty());
     check(!retryguard::event_to_text(ev).empty());
+    std::string direct;
+    retryguard::append_event_json(ev, direct);
+    check(nlohmann::json::accept(direct));
     check(ev.text.size() <= retryguard::kMaxLogLineLength);
     check(ev.fields.size() <= 64);
     check((ev.kind == retryguard::EventKind::unknown) == !ev.unknown_kind.empty());

@@ -13,7 +13,8 @@ namespace {
 
 const retryguard::Classifier& classifier() {
     static const retryguard::Classifier c = [] {
-        auto r = retryguard::Classifier::load(std::filesystem::path(RETRYGUARD_SOURCE_DIR) / "conf" / "classifier.yaml");
+        auto r = retryguard::Classifier::load(std::filesystem::path(RETRYGUARD_SOURCE_DIR) / "conf" /
+                                              "classifier.yaml");
         if (!r) std::abort();
         return std::move(r).value();
     }();
@@ -30,7 +31,8 @@ void check(const retryguard::Reply& r) {
     }
     Classification c = classifier().classify(r);
     if (!category_from_string(to_string(c.category))) std::abort();
-    if (c.retry_after && (c.retry_after->count() <= 0 || c.retry_after->count() > 7 * 24 * 3600)) std::abort();
+    if (c.retry_after && (c.retry_after->count() <= 0 || c.retry_after->count() > 7 * 24 * 3600))
+        std::abort();
 }
 
 }  // namespace

@@ -149,7 +149,10 @@ TEST(ClassifyPrecedence, PreciseCodeBeatsContradictingText) {
     EXPECT_EQ(c.category, Category::receiver_config);
     EXPECT_EQ(c.decided_by, Decider::enhanced_code);
     EXPECT_EQ(c.rule, "4.3.5-system-config");
-    EXPECT_NE(c.note.find("rate-limited"), std::string::npos) << c.note;  // the text is noted, not obeyed
+    EXPECT_EQ(c.overruled_rule, "rate-limited");  // the text is noted, not obeyed
+    EXPECT_EQ(c.overruled_category, Category::rate_limited);
+    EXPECT_NE(c.note(parse_smtp_reply("451 4.3.5 x").value()).find("precise code 4.3.5 decides"),
+              std::string::npos);
 }
 
 TEST(ClassifyPrecedence, TextRefinesOnlyTheCodesItNames) {
@@ -157,12 +160,21 @@ TEST(ClassifyPrecedence, TextRefinesOnlyTheCodesItNames) {
         shipped().classify_reason("450 4.7.1 <u@example.net>: Recipient address rejected: greylisted");
     EXPECT_EQ(grey.category, Category::greylisting);
     EXPECT_EQ(grey.decided_by, Decider::text_refinement);
+    EXPECT_EQ(grey.refined_rule, "x.7.1-not-authorized");
+    EXPECT_EQ(grey.refined_category, Category::policy);
     // The same word under a code the greylisting rule does not name: the code decides.
     Classification cfg = shipped().classify_reason("451 4.3.5 greylisting backend misconfigured");
     EXPECT_EQ(cfg.category, Category::receiver_config);
     // Authentication codes are never turned into rate limits by text.
     Classification auth = shipped().classify_reason("421 4.7.26 rate limited because it is unauthenticated");
     EXPECT_EQ(auth.category, Category::policy);
+}
+
+TEST(ClassifyPrecedence, TextThatAgreesWithTheCodeLeavesTheDecisionToTheCode) {
+    Classification c = shipped().classify_reason("554 5.4.7 Delivery expired (message too old)");
+    EXPECT_EQ(c.category, Category::expired);
+    EXPECT_EQ(c.decided_by, Decider::enhanced_code);
+    EXPECT_TRUE(c.refined_rule.empty());
 }
 
 TEST(ClassifyPrecedence, TextDecidesWhenThereIsNoPreciseCode) {
@@ -323,6 +335,10 @@ TEST(ClassifyRuleErrors, YamlSyntaxErrorsFromAFileCarryThePosition) {
     EXPECT_EQ(r.error().message.rfind(path.string() + ":", 0), 0u) << r.error().message;
     EXPECT_TRUE(std::regex_search(r.error().message, std::regex(R"(broken\.yaml:\d+:\d+: )")))
         << r.error().message;
+    std::ofstream(dir / "deep.yaml") << "rules: " << std::string(100000, '[') << "\n";
+    auto deep = parse_rules_file(dir / "deep.yaml");
+    ASSERT_FALSE(deep.ok());
+    EXPECT_NE(deep.error().message.find("nesting is too deep"), std::string::npos) << deep.error().message;
     auto missing = Classifier::load(kShipped, dir / "absent.yaml");
     ASSERT_FALSE(missing.ok());
     EXPECT_NE(missing.error().message.find("absent.yaml"), std::string::npos);

@@ -16,9 +16,10 @@ struct Run {
     std::string out;
 };
 
-Run run(const std::string& args) {
+Run run(const std::string& args, const std::string& cwd = {}) {
     Run r;
-    std::string cmd = std::string(RETRYGUARD_CLI) + " " + args + " 2>&1";
+    std::string cmd =
+        (cwd.empty() ? "" : "cd " + cwd + " && ") + std::string(RETRYGUARD_CLI) + " " + args + " 2>&1";
     FILE* p = popen(cmd.c_str(), "r");
     if (!p) return r;
     char buf[4096];
@@ -105,6 +106,17 @@ TEST(ConfigCli, ExplainShowsRuleReasonAndDifferences) {
     EXPECT_NE(g.out.find("rule:    none (global settings)\n"), std::string::npos) << g.out;
     EXPECT_NE(g.out.find("effective settings: the global ones\n"), std::string::npos) << g.out;
     std::filesystem::remove(f);
+}
+
+TEST(ConfigCli, DefaultFileFromSourceTree) {
+    // Without FILE: /etc/retryguard/retryguard.yaml when installed, else the source tree's default.
+    bool installed = std::filesystem::exists("/etc/retryguard/retryguard.yaml");
+    auto r = run("check-config --json", RETRYGUARD_SOURCE_DIR);
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["file"], installed ? "/etc/retryguard/retryguard.yaml" : "conf/retryguard.yaml");
+    if (!installed) {
+        EXPECT_EQ(j["ok"], true);
+    }
 }
 
 TEST(ConfigCli, UsageErrors) {

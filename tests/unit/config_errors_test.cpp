@@ -188,6 +188,8 @@ TEST(ConfigErrors, DestinationRuleShape) {
         only_error("destinations:\n  - domain: bücher.example\n"),
         "t.yaml:2:13: error: bad domain 'bücher.example' in destinations[0]: use the ASCII (xn--) form of an "
         "international domain");
+    EXPECT_EQ(only_error("destinations:\n  - domian: a.example\n"),
+              "t.yaml:2:5: error: unknown key 'domian' in a destination rule; did you mean 'domain'?");
     EXPECT_EQ(only_error("destinations: {domain: a.example}\n"),
               "t.yaml:1:15: error: 'destinations' must be a list of rules, got a mapping");
 }
@@ -288,6 +290,15 @@ TEST(ConfigErrors, HostileInputNeverCrashes) {
     auto big = cfg::load_string(std::string(cfg::kMaxConfigBytes + 1, '#'), "t.yaml");
     ASSERT_EQ(big.errors.size(), 1u);
     EXPECT_EQ(big.errors[0].to_string(), "t.yaml: error: file larger than 4194304 bytes");
+}
+
+TEST(ConfigErrors, ErrorCountIsBounded) {
+    std::string text;
+    for (int i = 0; i < 5000; ++i) text += "unknown_" + std::to_string(i) + ": 1\n";
+    auto out = cfg::load_string(text, "t.yaml");
+    ASSERT_EQ(out.errors.size(), 201u);
+    EXPECT_EQ(out.errors[0].to_string(), "t.yaml:1:1: error: unknown key 'unknown_0'");
+    EXPECT_EQ(out.errors[200].to_string(), "t.yaml:201:1: error: too many errors; giving up here");
 }
 
 TEST(ConfigErrors, UnreadableFile) {

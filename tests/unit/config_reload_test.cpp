@@ -46,6 +46,8 @@ TEST(ConfigReload, GoodReloadSwapsSnapshot) {
     EXPECT_EQ(holder.current()->global.retry.min_interval, 50min);
     EXPECT_EQ(held->global.retry.min_interval, 40min);  // unaffected by the swap
     EXPECT_NE(held.get(), holder.current().get());
+    EXPECT_GE(holder.current()->loaded_at, held->loaded_at);
+    EXPECT_EQ(holder.current()->source, f.path);
 }
 
 TEST(ConfigReload, BadReloadKeepsRunningConfigAndReturnsErrors) {

@@ -22,6 +22,9 @@ TEST(ConfigValues, Durations) {
     EXPECT_FALSE(cfg::parse_duration("99999999999999999999d", false));
     EXPECT_FALSE(cfg::parse_duration("999999999w", false));
     EXPECT_EQ(cfg::format_duration(cfg::Duration(72h)), "3d");
+    EXPECT_EQ(cfg::format_duration(cfg::Duration(24h)), "24h");
+    EXPECT_EQ(cfg::format_duration(cfg::Duration(48h)), "48h");
+    EXPECT_EQ(cfg::format_duration(cfg::Duration(14 * 24h)), "2w");
     EXPECT_EQ(cfg::format_duration(cfg::Duration(90min)), "90m");
     EXPECT_EQ(cfg::format_duration(cfg::Duration(1500ms)), "1500ms");
 }

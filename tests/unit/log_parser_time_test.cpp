@@ -98,6 +98,9 @@ TEST(LogParserTime, Rfc3339OffsetsFractionsAndZulu) {
     // Nanoseconds are cut to the model's microseconds.
     EXPECT_EQ(time_of(p, "2026-11-29T20:38:50.123456789+00:00"), "2026-11-29T20:38:50.123456Z");
     EXPECT_EQ(time_of(p, "2027-01-01T00:30:00+02:00"), "2026-12-31T22:30:00Z");
+    // journalctl -o short-iso(-precise) writes the offset without a colon.
+    EXPECT_EQ(time_of(p, "2026-11-29T20:38:50+0100"), "2026-11-29T19:38:50Z");
+    EXPECT_EQ(time_of(p, "2026-11-29T20:38:50.250000-0130"), "2026-11-29T22:08:50.250000Z");
 }
 
 TEST(LogParserTime, BadTimeStampsAreCountedNotFatal) {
