@@ -248,10 +248,22 @@ class RedisLedger final : public Ledger {
     }
 
     Status record_identity(const MessageIdentity& id) override {
-        if (id.queue_id.empty())
-            return counters_.count(
-                Status(make_error(ErrorKind::invalid_input, "ledger: identity without queue id")));
+        return record_identities(std::span<const MessageIdentity>(&id, 1));
+    }
+
+    Status record_identities(std::span<const MessageIdentity> identities) override {
+        for (const auto& id : identities)
+            if (id.queue_id.empty())
+                return counters_.count(
+                    Status(make_error(ErrorKind::invalid_input, "ledger: identity without queue id")));
         return status(run<int>([&] {
+            for (const auto& id : identities) store_identity(id);
+            return 0;
+        }));
+    }
+
+    void store_identity(const MessageIdentity& id) {
+        {
             std::vector<std::string> args = {P_,
                                              ttl(options_.message_ttl),
                                              ttl(options_.key_ttl),
@@ -267,8 +279,7 @@ class RedisLedger final : public Ledger {
                 args.push_back(domain_of(a));
             }
             eval("record_identity", {P_ + "msg:" + id.queue_id}, args);
-            return 0;
-        }));
+        }
     }
 
     Result<std::vector<PendingCopy>> find_pending_copies(const PendingCopyQuery& q) override {

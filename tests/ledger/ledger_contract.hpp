@@ -343,6 +343,29 @@ TEST_P(LedgerContract, RecordedButNotYetAttemptedMessageIsPending) {
     EXPECT_TRUE(l->record_identity(MessageIdentity{}).error().kind == ErrorKind::invalid_input);
 }
 
+TEST_P(LedgerContract, IdentitiesRecordedInABatchAreAllFound) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    std::vector<MessageIdentity> ids = {{"C1", "<c1@x>", "fp-c1", "s@x", {"r1@d.test"}, at(10)},
+                                        {"C2", "<c2@x>", "fp-c2", "s@x", {"r2@d.test", "r3@d.test"}, at(11)}};
+    ASSERT_TRUE(l->record_identities(ids).ok());
+    PendingCopyQuery q;
+    q.fingerprint = "fp-c2";
+    q.recipients = {"r3@d.test", "r1@d.test"};
+    auto r = l->find_pending_copies(q);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->size(), 1u);
+    EXPECT_EQ((*r)[0].queue_id, "C2");
+    EXPECT_EQ((*r)[0].recipient, "r3@d.test");
+    std::vector<MessageIdentity> bad = {{"C3", "<c3@x>", "", "", {"r@d.test"}, at(12)}, MessageIdentity{}};
+    auto st = l->record_identities(bad);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.error().kind, ErrorKind::invalid_input);
+    auto c3 = l->get_message("C3");
+    ASSERT_TRUE(c3.ok());
+    EXPECT_FALSE(c3->has_value()) << "an invalid batch records nothing";
+}
+
 TEST_P(LedgerContract, RequeueChainIsFollowedToTheNewQueueId) {
     auto l = open();
     ASSERT_TRUE(l);

@@ -1,10 +1,9 @@
-// redis_server.hpp -- a private redis-server for tests: started on a free
+// redis_server.hpp -- a private redis-server for tests and benchmarks: started on a free
 // loopback port in a temporary directory, without persistence, and stopped by
 // the destructor. Tests that need it call RedisServer::require(): without a
 // redis-server binary they fail when CI=true and are skipped (loudly) otherwise.
 #pragma once
 
-#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -135,7 +135,7 @@ inline bool in_ci() {
     return ci && std::string(ci) == "true";
 }
 
-// Fails (CI=true) or skips with a loud message when Redis cannot run here.
+// Fails (CI=true) or skips (include gtest first) with a loud message when Redis cannot run here.
 #define RETRYGUARD_REQUIRE_REDIS(server)                                                                  \
     do {                                                                                                  \
         if (!(server)) {                                                                                  \
