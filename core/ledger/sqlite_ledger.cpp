@@ -286,6 +286,7 @@ class SqliteLedger final : public Ledger {
             result = {};
             touched_.clear();
             dests_.clear();
+            deferred_in_batch_.clear();
             for (const auto& item : batch) {
                 Op op = plan(item);
                 {
@@ -867,6 +868,19 @@ class SqliteLedger final : public Ledger {
         switch (op.kind) {
             case OpKind::none: return;
             case OpKind::client: {
+                if (!touched_.contains(op.queue_id)) {
+                    // First sight of the message in this batch: create and date it in one statement.
+                    Query q = stmt(
+                        "INSERT INTO messages(queue_id, first_queue_id, arrival, updated) VALUES(?1, ?1, ?2, "
+                        "?2) "
+                        "ON CONFLICT(queue_id) DO UPDATE SET arrival = MIN(COALESCE(arrival, ?2), ?2), "
+                        "updated = MAX(updated, ?2) RETURNING first_queue_id");
+                    q.text(op.queue_id).i64(op.time);
+                    std::string first = q.row() ? q.str(0) : op.queue_id;
+                    q.run();
+                    touched_.emplace(op.queue_id, std::make_pair(std::move(first), op.time));
+                    return;
+                }
                 touch_message(op.queue_id, op.time);
                 Query q =
                     stmt("UPDATE messages SET arrival = MIN(COALESCE(arrival, ?2), ?2) WHERE queue_id = ?1");
@@ -893,6 +907,7 @@ class SqliteLedger final : public Ledger {
                     "state = CASE WHEN finished IS NULL THEN 'active' ELSE state END, "
                     "updated = MAX(updated, excluded.updated)");
                 q.text(op.queue_id).text(op.text).i64(op.size).i64(op.nrcpt).i64(op.time).run();
+                deferred_in_batch_.erase(op.queue_id);
                 return;
             }
             case OpKind::delivery: return apply_delivery(op);
@@ -992,7 +1007,9 @@ class SqliteLedger final : public Ledger {
                 .text(category)
                 .run();
         }
-        if (op.outcome == Outcome::deferred) {
+        // Skipped when this batch already marked the message deferred: only
+        // queue_active (back to active) changes it in between, and it clears the mark.
+        if (op.outcome == Outcome::deferred && deferred_in_batch_.insert(op.queue_id).second) {
             Query q = stmt(
                 "UPDATE messages SET state = 'deferred' WHERE queue_id = ? AND finished IS NULL AND state <> "
                 "'hold'");
@@ -1125,7 +1142,8 @@ class SqliteLedger final : public Ledger {
     sqlite3* db_ = nullptr;
     std::unordered_map<const char*, sqlite3_stmt*> cache_;
     std::unordered_map<std::string, std::pair<std::string, std::int64_t>> touched_;  // per batch
-    std::unordered_map<std::string, DestinationRow> dests_;                          // per batch
+    std::unordered_map<std::string, DestinationRow> dests_;
+    std::unordered_set<std::string> deferred_in_batch_;  // per batch
     std::mutex mutex_;
     Counters counters_;
 };

@@ -433,6 +433,23 @@ TEST_P(LedgerContract, RequeueChainIsFollowedToTheNewQueueId) {
     EXPECT_EQ((*byaddr)[0].queue_id, "NEW1");
 }
 
+TEST_P(LedgerContract, MessageStateFollowsEventsWithinOneBatch) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    // One batch: deferred, picked up by qmgr again (active), deferred again.
+    ingest(*l, {client("S1", 1), queue_active("S1", 2, "s@x.test"), deferred("S1", 3, "r@d.test"),
+                queue_active("S1", 600, "s@x.test"), deferred("S1", 601, "r@d.test")});
+    auto m = l->get_message("S1");
+    ASSERT_TRUE(m.ok() && m->has_value());
+    EXPECT_EQ((*m)->state, MessageState::deferred);
+    EXPECT_EQ((*m)->arrival, at(1));
+    EXPECT_EQ((*m)->updated, at(601));
+    ingest(*l, {queue_active("S1", 1200, "s@x.test")});
+    m = l->get_message("S1");
+    ASSERT_TRUE(m.ok() && m->has_value());
+    EXPECT_EQ((*m)->state, MessageState::active);
+}
+
 TEST_P(LedgerContract, ExpiredMessageIsNoLongerPending) {
     auto l = open();
     ASSERT_TRUE(l);
