@@ -107,8 +107,10 @@ class RedisServer {
         return ok;
     }
 
-    // The shared server of a test binary, or nullptr when there is none.
-    static RedisServer* shared() {
+    // The shared server of a test binary, or nullptr when there is none. Never
+    // destroyed by static destructors: forked test children _exit() and must not
+    // stop it; the parent calls stop_shared() once at the end.
+    static RedisServer*& shared_slot() {
         static RedisServer* server = [] {
             if (find_redis_server().empty()) return static_cast<RedisServer*>(nullptr);
             auto* s = new RedisServer();
@@ -120,8 +122,10 @@ class RedisServer {
         }();
         return server;
     }
+    static RedisServer* shared() { return shared_slot(); }
     static void stop_shared() {
-        if (auto* s = shared()) s->stop();
+        delete shared_slot();  // stops the server and removes its directory
+        shared_slot() = nullptr;
     }
 
   private:
