@@ -5,6 +5,8 @@
 // spaced by a doubling back-off. Must never block a caller beyond those
 // timeouts, and never let an exception or a hiredis error escape.
 #include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <charconv>
@@ -148,6 +150,39 @@ Flag to_flag(const nlohmann::json& j) {
 
 struct Failure {
     Error error;
+};
+
+// hiredis writes with write(2): a write to a connection the server has reset
+// raises SIGPIPE, which would end a process that has not ignored it. The
+// ledger must not decide that for its host process, so SIGPIPE is blocked in
+// this thread around each exchange and a SIGPIPE it caused is consumed.
+class SigpipeGuard {
+  public:
+    SigpipeGuard() {
+        sigemptyset(&pipe_);
+        sigaddset(&pipe_, SIGPIPE);
+        sigset_t pending;
+        sigpending(&pending);
+        was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+        pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+    }
+    ~SigpipeGuard() {
+        if (!was_pending_) {
+            sigset_t pending;
+            sigpending(&pending);
+            if (sigismember(&pending, SIGPIPE) == 1) {
+                timespec zero{};
+                sigtimedwait(&pipe_, nullptr, &zero);
+            }
+        }
+        pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+    }
+    SigpipeGuard(const SigpipeGuard&) = delete;
+    SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+  private:
+    sigset_t pipe_{}, old_{};
+    bool was_pending_ = false;
 };
 
 class RedisLedger final : public Ledger {
@@ -654,6 +689,7 @@ class RedisLedger final : public Ledger {
             ptrs.push_back(a.data());
             lens.push_back(a.size());
         }
+        SigpipeGuard no_sigpipe;
         auto* raw = static_cast<redisReply*>(
             redisCommandArgv(ctx_, static_cast<int>(argv.size()), ptrs.data(), lens.data()));
         if (!raw) {
