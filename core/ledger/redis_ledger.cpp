@@ -287,10 +287,7 @@ class RedisLedger final : public Ledger {
     }
 
     Status record_identities(std::span<const MessageIdentity> identities) override {
-        for (const auto& id : identities)
-            if (id.queue_id.empty())
-                return counters_.count(
-                    Status(make_error(ErrorKind::invalid_input, "ledger: identity without queue id")));
+        if (auto st = check_identities(identities); !st) return counters_.count(std::move(st));
         return status(run<int>([&] {
             for (const auto& id : identities) store_identity(id);
             return 0;
@@ -318,6 +315,8 @@ class RedisLedger final : public Ledger {
     }
 
     Result<std::vector<PendingCopy>> find_pending_copies(const PendingCopyQuery& q) override {
+        if (auto st = check_query(q); !st)
+            return counters_.count(Result<std::vector<PendingCopy>>(st.error()));
         return run<std::vector<PendingCopy>>([&] {
             std::vector<std::string> args = {P_, q.exclude_queue_id};
             for (const auto& r : q.recipients) args.push_back(normalize_address(r));

@@ -340,10 +340,7 @@ class SqliteLedger final : public Ledger {
     }
 
     Status record_identities(std::span<const MessageIdentity> identities) override {
-        for (const auto& id : identities)
-            if (id.queue_id.empty())
-                return counters_.count(
-                    Status(make_error(ErrorKind::invalid_input, "ledger: identity without queue id")));
+        if (auto st = check_identities(identities); !st) return counters_.count(std::move(st));
         return counters_.count(write([&] {
             for (const auto& id : identities) store_identity(id);
         }));
@@ -381,6 +378,8 @@ class SqliteLedger final : public Ledger {
     // fingerprint; the wanted addresses are picked out here. Earlier copies are
     // few (usually none), so the rows read stay few.
     Result<std::vector<PendingCopy>> find_pending_copies(const PendingCopyQuery& query) override {
+        if (auto st = check_query(query); !st)
+            return counters_.count(Result<std::vector<PendingCopy>>(st.error()));
         return read<std::vector<PendingCopy>>([&] {
             std::vector<std::string> wanted;
             std::unordered_map<std::string_view, std::size_t> index;

@@ -173,6 +173,10 @@ struct MessageIdentity {
     TimePoint time{};
 };
 
+// At most this many recipients per identity or query (Postfix's own
+// smtpd_recipient_limit defaults to 1000); more is ErrorKind::limit.
+inline constexpr std::size_t kMaxRecipientsPerMessage = 10000;
+
 struct PendingCopyQuery {
     std::string message_id;   // may be empty
     std::string fingerprint;  // may be empty; either identity matches

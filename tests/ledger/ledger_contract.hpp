@@ -366,6 +366,24 @@ TEST_P(LedgerContract, IdentitiesRecordedInABatchAreAllFound) {
     EXPECT_FALSE(c3->has_value()) << "an invalid batch records nothing";
 }
 
+TEST_P(LedgerContract, OversizedIdentitiesAndQueriesAreRefusedWithALimitError) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    MessageIdentity id{"L1", "<l@x>", "", "", {}, at(1)};
+    id.recipients.assign(kMaxRecipientsPerMessage + 1, "r@d.test");
+    auto st = l->record_identity(id);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.error().kind, ErrorKind::limit);
+    PendingCopyQuery q;
+    q.message_id = "<l@x>";
+    q.recipients = id.recipients;
+    auto r = l->find_pending_copies(q);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().kind, ErrorKind::limit);
+    id.recipients.resize(kMaxRecipientsPerMessage);
+    EXPECT_TRUE(l->record_identity(id).ok());
+}
+
 TEST_P(LedgerContract, RequeueChainIsFollowedToTheNewQueueId) {
     auto l = open();
     ASSERT_TRUE(l);
