@@ -133,6 +133,26 @@ bool is_finished(MessageState s) noexcept {
            s == MessageState::rejected;
 }
 
+Status check_identities(std::span<const MessageIdentity> identities) {
+    for (const auto& id : identities) {
+        if (id.queue_id.empty())
+            return make_error(ErrorKind::invalid_input, "ledger: identity without queue id");
+        if (id.queue_id.size() > 64) return make_error(ErrorKind::limit, "ledger: queue id longer than 64");
+        if (id.recipients.size() > kMaxRecipientsPerMessage)
+            return make_error(ErrorKind::limit, "ledger: more than " +
+                                                    std::to_string(kMaxRecipientsPerMessage) +
+                                                    " recipients in one identity");
+    }
+    return {};
+}
+
+Status check_query(const PendingCopyQuery& query) {
+    if (query.recipients.size() > kMaxRecipientsPerMessage)
+        return make_error(ErrorKind::limit, "ledger: more than " + std::to_string(kMaxRecipientsPerMessage) +
+                                                " recipients in one lookup");
+    return {};
+}
+
 std::string key_hex(std::uint64_t key) {
     std::array<char, 17> buf{};
     std::snprintf(buf.data(), buf.size(), "%016llx", static_cast<unsigned long long>(key));

@@ -79,6 +79,10 @@ std::function<void(std::string_view)> default_warn();
 
 bool is_finished(MessageState state) noexcept;
 
+// Input checks shared by both backends (queue id present, recipient counts bounded).
+Status check_identities(std::span<const MessageIdentity> identities);
+Status check_query(const PendingCopyQuery& query);
+
 Result<std::unique_ptr<Ledger>> open_sqlite_ledger(const std::string& path, const LedgerOptions& options);
 Result<std::unique_ptr<Ledger>> open_redis_ledger(const std::string& host, int port, int db,
                                                   const std::string& unix_path, const LedgerOptions& options);

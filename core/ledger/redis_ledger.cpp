@@ -5,6 +5,8 @@
 // spaced by a doubling back-off. Must never block a caller beyond those
 // timeouts, and never let an exception or a hiredis error escape.
 #include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <charconv>
@@ -150,6 +152,39 @@ struct Failure {
     Error error;
 };
 
+// hiredis writes with write(2): a write to a connection the server has reset
+// raises SIGPIPE, which would end a process that has not ignored it. The
+// ledger must not decide that for its host process, so SIGPIPE is blocked in
+// this thread around each exchange and a SIGPIPE it caused is consumed.
+class SigpipeGuard {
+  public:
+    SigpipeGuard() {
+        sigemptyset(&pipe_);
+        sigaddset(&pipe_, SIGPIPE);
+        sigset_t pending;
+        sigpending(&pending);
+        was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+        pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+    }
+    ~SigpipeGuard() {
+        if (!was_pending_) {
+            sigset_t pending;
+            sigpending(&pending);
+            if (sigismember(&pending, SIGPIPE) == 1) {
+                timespec zero{};
+                sigtimedwait(&pipe_, nullptr, &zero);
+            }
+        }
+        pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+    }
+    SigpipeGuard(const SigpipeGuard&) = delete;
+    SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+  private:
+    sigset_t pipe_{}, old_{};
+    bool was_pending_ = false;
+};
+
 class RedisLedger final : public Ledger {
   public:
     RedisLedger(std::string host, int port, int db, std::string unix_path, LedgerOptions options)
@@ -248,10 +283,19 @@ class RedisLedger final : public Ledger {
     }
 
     Status record_identity(const MessageIdentity& id) override {
-        if (id.queue_id.empty())
-            return counters_.count(
-                Status(make_error(ErrorKind::invalid_input, "ledger: identity without queue id")));
+        return record_identities(std::span<const MessageIdentity>(&id, 1));
+    }
+
+    Status record_identities(std::span<const MessageIdentity> identities) override {
+        if (auto st = check_identities(identities); !st) return counters_.count(std::move(st));
         return status(run<int>([&] {
+            for (const auto& id : identities) store_identity(id);
+            return 0;
+        }));
+    }
+
+    void store_identity(const MessageIdentity& id) {
+        {
             std::vector<std::string> args = {P_,
                                              ttl(options_.message_ttl),
                                              ttl(options_.key_ttl),
@@ -267,11 +311,12 @@ class RedisLedger final : public Ledger {
                 args.push_back(domain_of(a));
             }
             eval("record_identity", {P_ + "msg:" + id.queue_id}, args);
-            return 0;
-        }));
+        }
     }
 
     Result<std::vector<PendingCopy>> find_pending_copies(const PendingCopyQuery& q) override {
+        if (auto st = check_query(q); !st)
+            return counters_.count(Result<std::vector<PendingCopy>>(st.error()));
         return run<std::vector<PendingCopy>>([&] {
             std::vector<std::string> args = {P_, q.exclude_queue_id};
             for (const auto& r : q.recipients) args.push_back(normalize_address(r));
@@ -643,6 +688,7 @@ class RedisLedger final : public Ledger {
             ptrs.push_back(a.data());
             lens.push_back(a.size());
         }
+        SigpipeGuard no_sigpipe;
         auto* raw = static_cast<redisReply*>(
             redisCommandArgv(ctx_, static_cast<int>(argv.size()), ptrs.data(), lens.data()));
         if (!raw) {

@@ -143,6 +143,37 @@ TEST(LedgerRedis, ServerGoneFailsOpenQuicklyAndRecovers) {
     EXPECT_EQ(rs->size(), 1u);
 }
 
+TEST(LedgerRedis, AConnectionResetDuringALargeWriteDoesNotKillTheProcess) {
+    auto* server = RedisServer::shared();
+    RETRYGUARD_REQUIRE_REDIS(server);
+    auto events = synthetic_stream(3000);  // several megabytes of arguments in one EVALSHA
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        signal(SIGPIPE, SIG_DFL);  // as in a host process that never ignored it
+        auto o = options_for(*server, "rgpipe:");
+        o.warn = [](std::string_view) {};
+        auto l = open_ledger(o);
+        if (!l || !(*l)->put_state("k", "v").ok()) _exit(3);
+        RawRedis raw(server->port());
+        auto* r = raw.cmd("CLIENT KILL TYPE normal SKIPME yes");
+        if (!r) _exit(4);
+        freeReplyObject(r);
+        auto big = (*l)->ingest(events, std::nullopt);
+        if (big.ok()) _exit(5);  // the connection was gone: this must fail...
+        if (big.error().kind != ErrorKind::unavailable) _exit(6);
+        for (int i = 0; i < 100; ++i) {  // ...and the next calls reconnect
+            if ((*l)->put_state("k", "w").ok()) _exit(0);
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        _exit(7);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_FALSE(WIFSIGNALED(status)) << "killed by signal " << WTERMSIG(status);
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 TEST(LedgerRedis, ServerDownAtStartIsNotFatal) {
     LedgerOptions o;
     o.spec = "redis://127.0.0.1:" + std::to_string(free_loopback_port());

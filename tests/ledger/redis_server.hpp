@@ -1,10 +1,9 @@
-// redis_server.hpp -- a private redis-server for tests: started on a free
+// redis_server.hpp -- a private redis-server for tests and benchmarks: started on a free
 // loopback port in a temporary directory, without persistence, and stopped by
 // the destructor. Tests that need it call RedisServer::require(): without a
 // redis-server binary they fail when CI=true and are skipped (loudly) otherwise.
 #pragma once
 
-#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -107,8 +107,10 @@ class RedisServer {
         return ok;
     }
 
-    // The shared server of a test binary, or nullptr when there is none.
-    static RedisServer* shared() {
+    // The shared server of a test binary, or nullptr when there is none. Never
+    // destroyed by static destructors: forked test children _exit() and must not
+    // stop it; the parent calls stop_shared() once at the end.
+    static RedisServer*& shared_slot() {
         static RedisServer* server = [] {
             if (find_redis_server().empty()) return static_cast<RedisServer*>(nullptr);
             auto* s = new RedisServer();
@@ -120,8 +122,10 @@ class RedisServer {
         }();
         return server;
     }
+    static RedisServer* shared() { return shared_slot(); }
     static void stop_shared() {
-        if (auto* s = shared()) s->stop();
+        delete shared_slot();  // stops the server and removes its directory
+        shared_slot() = nullptr;
     }
 
   private:
@@ -135,7 +139,7 @@ inline bool in_ci() {
     return ci && std::string(ci) == "true";
 }
 
-// Fails (CI=true) or skips with a loud message when Redis cannot run here.
+// Fails (CI=true) or skips (include gtest first) with a loud message when Redis cannot run here.
 #define RETRYGUARD_REQUIRE_REDIS(server)                                                                  \
     do {                                                                                                  \
         if (!(server)) {                                                                                  \
