@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "retryguard/engine_config.hpp"
+#include "retryguard/config_engine.hpp"
 #include "retryguard/ingest.hpp"
 #include "retryguard/log_reader.hpp"
 #include "retryguard/runtime.hpp"
@@ -44,7 +44,7 @@ int run_import(const ImportOptions& opt) {
         t.ident = rt->config->log.ident + "/import";
         if (auto st = log.open(t); !st) fmt::print(stderr, "retryguard import: verdict log: {}\n", st.error().message);
     }
-    Ingestor ingestor(*rt->ledger, rt->classifier, engine_settings_from(rt->config), [&](const Verdict& v) {
+    Ingestor ingestor(*rt->ledger, rt->classifier, config::to_engine_settings(rt->config), [&](const Verdict& v) {
         if (!opt.quiet) fmt::print("{} {}\n", format_rfc3339(v.time), format_verdict(v));
         if (opt.to_log) log.write(v);
     });

@@ -14,7 +14,9 @@ RuleSettings to_rule_settings(const Settings& s, std::string rule_name) {
         const auto& t = s.thresholds(info.category);
         auto& out = r.thresholds(info.category);
         out.watch_after_deferrals = static_cast<int>(t.watch_after_deferrals);
-        out.escalate_after = std::chrono::duration_cast<retryguard::Duration>(t.escalate_after);
+        out.escalate_after = t.escalate_after.count() > 0
+                                 ? std::optional(std::chrono::duration_cast<retryguard::Duration>(t.escalate_after))
+                                 : std::nullopt;
     }
     r.min_retry_interval = s.retry.min_interval;
     r.greylist_min_retry = s.retry.min_interval_after_greylisting;
@@ -25,6 +27,9 @@ RuleSettings to_rule_settings(const Settings& s, std::string rule_name) {
     r.repeat_deferrals = s.flags.enabled ? static_cast<int>(s.flags.deferrals) : 0;
     r.repeat_deferral_window = s.flags.deferrals_window;
     r.flag_ttl = s.flags.ttl;
+    r.flags_enabled = s.flags.enabled;
+    r.flag_categories = s.flags.categories;
+    r.honor_retry_after_hint = s.retry.honor_retry_after_hint;
     r.contact = s.contact;
     r.rule = std::move(rule_name);
     return r;
@@ -51,6 +56,8 @@ EngineSettings to_engine_settings(std::shared_ptr<const Config> config) {
     e.spread_min_destinations = config->spread.enabled ? static_cast<int>(config->spread.min_destinations)
                                                        : std::numeric_limits<int>::max();
     e.incident_quiet_after = config->spread.quiet_period;
+    e.spread_enabled = config->spread.enabled;
+    e.spread_categories = config->spread.categories;
     if (config->destinations.empty()) return e;
     auto resolver = std::make_shared<Resolver>();
     resolver->config = config;

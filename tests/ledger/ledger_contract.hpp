@@ -200,10 +200,12 @@ TEST_P(LedgerContract, ReplayedEventsAreNotCountedTwice) {
     ASSERT_TRUE(first.ok());
     EXPECT_EQ(first->applied, 3u);
     EXPECT_EQ(first->duplicates, 0u);
+    EXPECT_EQ(first->fresh, (std::vector<bool>{true, true, true}));
     auto again = l->ingest(batch, std::nullopt);
     ASSERT_TRUE(again.ok());
     EXPECT_EQ(again->applied, 0u);
     EXPECT_EQ(again->duplicates, 3u);
+    EXPECT_EQ(again->fresh, (std::vector<bool>{false, false, false}));
     auto rs = l->get_recipients("Q1");
     ASSERT_TRUE(rs.ok() && rs->size() == 1);
     EXPECT_EQ((*rs)[0].attempts, 2);
@@ -217,6 +219,7 @@ TEST_P(LedgerContract, ReplayedEventsAreNotCountedTwice) {
     ASSERT_TRUE(dup.ok());
     EXPECT_EQ(dup->applied, 1u);
     EXPECT_EQ(dup->duplicates, 1u);
+    EXPECT_EQ(dup->fresh, (std::vector<bool>{true, false}));
 }
 
 TEST_P(LedgerContract, PositionIsCommittedWithTheBatchAndLoadsBack) {

@@ -1,5 +1,5 @@
 // Configuration values reach the rules engine, globally and per destination.
-#include "retryguard/engine_config.hpp"
+#include "retryguard/config_engine.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,13 +9,13 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST(EngineConfig, DefaultsFollowTheGuidance) {
-    auto s = engine_settings_from(config::defaults());
+    auto s = config::to_engine_settings(config::defaults());
     EXPECT_EQ(s.defaults.thresholds(Category::receiver_config).escalate_after, Duration(24h));
     EXPECT_EQ(s.defaults.thresholds(Category::receiver_system).escalate_after, Duration(72h));
     EXPECT_EQ(s.defaults.min_retry_interval, Duration(30min));
     EXPECT_EQ(s.defaults.greylist_min_retry, Duration(15min));
     EXPECT_EQ(s.defaults.flag_categories, std::vector<Category>{Category::receiver_config});
-    EXPECT_EQ(s.resolve("example.com", "mx.example.com"), nullptr);
+    EXPECT_FALSE(s.resolve) << "no destination rules";
 }
 
 TEST(EngineConfig, DestinationRulesOverrideAndCarryTheirContact) {
@@ -36,14 +36,14 @@ destinations:
       episodes: 2
 )");
     ASSERT_TRUE(loaded.ok()) << (loaded.errors.empty() ? "" : loaded.errors[0].to_string());
-    auto s = engine_settings_from(loaded.config);
+    auto s = config::to_engine_settings(loaded.config);
     EXPECT_EQ(s.defaults.thresholds(Category::receiver_config).escalate_after, Duration(36h));
     EXPECT_EQ(s.spread_min_destinations, 4);
     const RuleSettings* exact = s.resolve("example.com", "");
     ASSERT_NE(exact, nullptr);
     EXPECT_EQ(exact->thresholds(Category::receiver_config).escalate_after, Duration(2h));
     EXPECT_EQ(exact->contact, "noc@example.com");
-    EXPECT_EQ(exact->rule, "destinations[0] (example.com)");
+    EXPECT_EQ(exact->rule, "domain:example.com");
     const RuleSettings* mx = s.resolve("contoso.invalid", "mail.protection.outlook.invalid");
     ASSERT_NE(mx, nullptr);
     EXPECT_EQ(mx->repeat_episodes, 2);

@@ -14,7 +14,7 @@
 --          domain relay code enhanced reason stage category category_bit
 --          (kind and outcome numbers: OpKind and Outcome in core/ledger/internal.hpp;
 --          times: microseconds since the epoch, as decimal strings)
--- Returns  {applied, duplicates}
+-- Returns  {applied, duplicates, fresh} (fresh: a string of '1'/'0', one per event)
 local P = ARGV[1]
 local MTTL, KTTL, STTL = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local E = tonumber(ARGV[7])
@@ -246,6 +246,7 @@ local function apply(ev)
 end
 
 local applied, duplicates = 0, 0
+local fresh = {}
 for i = 0, E - 1 do
   local b = 7 + i * F
   local ev = {key = ARGV[b + 1], kind = ARGV[b + 2], t = ARGV[b + 3], q = ARGV[b + 4], other = ARGV[b + 5],
@@ -255,9 +256,11 @@ for i = 0, E - 1 do
               category = ARGV[b + 18], catbit = ARGV[b + 19]}
   if redis.call('ZADD', KEYS[1], 'NX', ev.t, ev.key) == 0 then
     duplicates = duplicates + 1
+    fresh[#fresh + 1] = '0'
   else
     apply(ev)
     applied = applied + 1
+    fresh[#fresh + 1] = '1'
   end
 end
 redis.call('EXPIRE', KEYS[1], STTL)
@@ -266,4 +269,4 @@ if ARGV[5] ~= '' then
   long(P .. 'pos')
 end
 for k in pairs(touched) do redis.call('EXPIRE', k, KTTL) end
-return {applied, duplicates}
+return {applied, duplicates, table.concat(fresh)}
