@@ -1,0 +1,334 @@
+// common.cpp -- the part of the ledger both backends share: identity
+// normalisation, event keys, the event -> operation translation, names of the
+// ledger's enums, and open_ledger()'s parsing of the backend spec. Must never
+// touch a store itself.
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+
+#include "ledger/internal.hpp"
+
+namespace retryguard {
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '\n'))
+        s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
+        s.remove_suffix(1);
+    return s;
+}
+
+std::string lower_after_at(std::string_view s) {
+    if (s.size() > kMaxIdentityLength) s = s.substr(0, kMaxIdentityLength);
+    std::string out(s);
+    auto at = out.rfind('@');
+    if (at != std::string::npos)
+        std::transform(out.begin() + static_cast<std::ptrdiff_t>(at), out.end(),
+                       out.begin() + static_cast<std::ptrdiff_t>(at),
+                       [](unsigned char c) { return static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c); });
+    return out;
+}
+
+std::string strip_brackets(std::string_view s) {
+    s = trim(s);
+    if (s.size() >= 2 && s.front() == '<' && s.back() == '>') s = trim(s.substr(1, s.size() - 2));
+    return lower_after_at(s);
+}
+
+std::string lower(std::string_view s) {
+    std::string out(s.substr(0, std::min(s.size(), kMaxIdentityLength)));
+    for (auto& c : out)
+        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
+    return out;
+}
+
+}  // namespace
+
+std::string normalize_message_id(std::string_view message_id) {
+    return strip_brackets(message_id);
+}
+std::string normalize_address(std::string_view address) {
+    return strip_brackets(address);
+}
+
+std::string domain_of(std::string_view address) {
+    auto at = address.rfind('@');
+    if (at == std::string_view::npos) return {};
+    auto d = address.substr(at + 1);
+    if (!d.empty() && d.back() == '>') d.remove_suffix(1);
+    if (!d.empty() && d.back() == '.') d.remove_suffix(1);
+    return lower(d);
+}
+
+std::uint64_t event_key(const Event& event) noexcept {
+    std::uint64_t h = 1469598103934665603ULL;
+    auto mix = [&h](std::string_view bytes) {
+        for (unsigned char c : bytes) {
+            h ^= c;
+            h *= 1099511628211ULL;
+        }
+        h ^= 0xff;  // field separator: ("ab","c") and ("a","bc") differ
+        h *= 1099511628211ULL;
+    };
+    std::array<char, 24> buf{};
+    auto r = std::to_chars(buf.data(), buf.data() + buf.size(), to_micros(event.time));
+    mix(std::string_view(buf.data(), static_cast<std::size_t>(r.ptr - buf.data())));
+    mix(event.host);
+    mix(event.program);
+    r = std::to_chars(buf.data(), buf.data() + buf.size(), event.pid);
+    mix(std::string_view(buf.data(), static_cast<std::size_t>(r.ptr - buf.data())));
+    mix(event.text);
+    return h;
+}
+
+std::vector<Category> categories_in(CategorySet set) {
+    std::vector<Category> out;
+    for (const auto& entry : all_categories())
+        if (set & category_bit(entry.category)) out.push_back(entry.category);
+    return out;
+}
+
+namespace {
+constexpr std::array<std::string_view, 8> kMessageStates = {"incoming", "active", "deferred", "hold",
+                                                            "requeued", "gone",   "expired",  "rejected"};
+constexpr std::array<std::string_view, 4> kRecipientStates = {"pending", "sent", "bounced", "expired"};
+constexpr std::array<std::string_view, 2> kDestinationKinds = {"domain", "relay"};
+
+template <typename E, std::size_t N>
+std::optional<E> from_table(const std::array<std::string_view, N>& table, std::string_view name) {
+    for (std::size_t i = 0; i < N; ++i)
+        if (table[i] == name) return static_cast<E>(i);
+    return std::nullopt;
+}
+}  // namespace
+
+std::string_view to_string(MessageState s) noexcept {
+    return kMessageStates[static_cast<std::size_t>(s)];
+}
+std::optional<MessageState> message_state_from_string(std::string_view n) noexcept {
+    return from_table<MessageState>(kMessageStates, n);
+}
+std::string_view to_string(RecipientState s) noexcept {
+    return kRecipientStates[static_cast<std::size_t>(s)];
+}
+std::optional<RecipientState> recipient_state_from_string(std::string_view n) noexcept {
+    return from_table<RecipientState>(kRecipientStates, n);
+}
+std::string_view to_string(DestinationKind k) noexcept {
+    return kDestinationKinds[static_cast<std::size_t>(k)];
+}
+std::optional<DestinationKind> destination_kind_from_string(std::string_view n) noexcept {
+    return from_table<DestinationKind>(kDestinationKinds, n);
+}
+
+namespace ledger_detail {
+
+bool is_finished(MessageState s) noexcept {
+    return s == MessageState::requeued || s == MessageState::gone || s == MessageState::expired ||
+           s == MessageState::rejected;
+}
+
+std::string key_hex(std::uint64_t key) {
+    std::array<char, 17> buf{};
+    std::snprintf(buf.data(), buf.size(), "%016llx", static_cast<unsigned long long>(key));
+    return std::string(buf.data(), 16);
+}
+
+namespace {
+// Spelled as reply.hpp's to_string(SmtpStage) documents; kept local so the
+// ledger does not depend on the reply parser's object file.
+std::string_view stage_name(SmtpStage stage) {
+    switch (stage) {
+        case SmtpStage::none: return "";
+        case SmtpStage::connect: return "connect";
+        case SmtpStage::helo: return "helo";
+        case SmtpStage::starttls: return "starttls";
+        case SmtpStage::auth: return "auth";
+        case SmtpStage::mail_from: return "mail-from";
+        case SmtpStage::rcpt_to: return "rcpt-to";
+        case SmtpStage::data: return "data";
+        case SmtpStage::end_of_data: return "end-of-data";
+        case SmtpStage::quit: return "quit";
+        case SmtpStage::other: return "other";
+    }
+    return "";
+}
+
+bool contains(std::string_view hay, std::string_view needle) {
+    return hay.find(needle) != std::string_view::npos;
+}
+
+// The host that answered: the reply's "host H[A] said" / "connect to H[A]", else
+// relay=H[A] when it names a network peer. Local transports have no relay.
+std::string answering_relay(const Event& e) {
+    if (e.reply && !e.reply->remote_host.empty()) return lower(e.reply->remote_host);
+    if (!e.relay_addr.empty() && !e.relay_host.empty() && e.relay_host != "none") return lower(e.relay_host);
+    return {};
+}
+}  // namespace
+
+Op plan(const IngestItem& item) {
+    const Event& e = item.event;
+    Op op;
+    op.key = event_key(e);
+    op.time = to_micros(e.time);
+    op.queue_id = e.queue_id.substr(0, std::min<std::size_t>(e.queue_id.size(), 64));
+    op.category = item.category;
+    if (op.queue_id.empty()) return op;  // NOQUEUE and unrelated lines: seen only
+    switch (e.kind) {
+        case EventKind::pickup:
+            op.kind = OpKind::pickup;
+            op.other_id = e.orig_queue_id.substr(0, std::min<std::size_t>(e.orig_queue_id.size(), 64));
+            op.text = normalize_address(e.sender);
+            break;
+        case EventKind::message_id:
+            op.kind = OpKind::message_id;
+            op.text = normalize_message_id(e.message_id);
+            op.resent = e.resent;
+            if (op.text.empty()) op.kind = OpKind::none;
+            break;
+        case EventKind::queue_active:
+            op.kind = OpKind::queue_active;
+            op.text = normalize_address(e.sender);
+            op.size = e.size;
+            op.nrcpt = e.nrcpt;
+            break;
+        case EventKind::delivery: {
+            switch (e.status) {
+                case DeliveryStatus::sent: op.outcome = Outcome::sent; break;
+                case DeliveryStatus::deferred: op.outcome = Outcome::deferred; break;
+                case DeliveryStatus::bounced:
+                case DeliveryStatus::undeliverable: op.outcome = Outcome::bounced; break;
+                case DeliveryStatus::expired: op.outcome = Outcome::expired; break;
+                case DeliveryStatus::none: break;
+            }
+            op.recipient = normalize_address(e.recipient);
+            if (op.outcome == Outcome::none || op.recipient.empty()) break;
+            op.kind = OpKind::delivery;
+            op.domain = domain_of(op.recipient);
+            op.relay = answering_relay(e);
+            op.reason = e.reason.substr(0, std::min(e.reason.size(), kMaxReplyLength));
+            if (e.reply) {
+                op.code = e.reply->code;
+                if (e.reply->enhanced)
+                    op.enhanced = std::to_string(e.reply->enhanced->klass) + "." +
+                                  std::to_string(e.reply->enhanced->subject) + "." +
+                                  std::to_string(e.reply->enhanced->detail);
+                op.stage = std::string(stage_name(e.reply->stage));
+            }
+            if (op.enhanced.empty()) op.enhanced = e.dsn.substr(0, std::min<std::size_t>(e.dsn.size(), 16));
+            break;
+        }
+        case EventKind::queue_removed: op.kind = OpKind::removed; break;
+        case EventKind::expired: op.kind = OpKind::expired; break;
+        case EventKind::queue_operation:
+            if (contains(e.text, "placed on hold") || e.action == "hold" || e.action == "placed on hold")
+                op.kind = OpKind::hold;
+            else if (contains(e.text, "released from hold") || e.action == "release" ||
+                     e.action == "released from hold")
+                op.kind = OpKind::release;
+            else if (contains(e.text, ": removed") || e.action == "removed")
+                op.kind = OpKind::removed;
+            break;
+        case EventKind::milter_action:
+            if (contains(e.action, "hold"))
+                op.kind = OpKind::hold;
+            else if (contains(e.action, "reject") || contains(e.action, "discard"))
+                op.kind = OpKind::rejected;
+            break;
+        case EventKind::smtpd_client: op.kind = OpKind::client; break;
+        default: break;
+    }
+    return op;
+}
+
+LedgerCounters Counters::snapshot() const noexcept {
+    LedgerCounters c;
+    c.operations = operations.load(std::memory_order_relaxed);
+    c.failures = failures.load(std::memory_order_relaxed);
+    c.unavailable = unavailable.load(std::memory_order_relaxed);
+    c.reconnects = reconnects.load(std::memory_order_relaxed);
+    c.duplicates = duplicates.load(std::memory_order_relaxed);
+    c.events = events.load(std::memory_order_relaxed);
+    return c;
+}
+
+std::function<void(std::string_view)> default_warn() {
+    // At most one line per second reaches stderr so an outage cannot flood the log;
+    // the counters keep the exact numbers.
+    struct State {
+        std::mutex mutex;
+        std::chrono::steady_clock::time_point last{};
+        std::uint64_t suppressed = 0;
+    };
+    auto state = std::make_shared<State>();
+    return [state](std::string_view message) {
+        std::lock_guard lock(state->mutex);
+        auto now = std::chrono::steady_clock::now();
+        if (now - state->last < std::chrono::seconds(1)) {
+            ++state->suppressed;
+            return;
+        }
+        state->last = now;
+        if (state->suppressed)
+            std::fprintf(stderr, "retryguard ledger: %.*s (%llu similar suppressed)\n",
+                         static_cast<int>(message.size()), message.data(),
+                         static_cast<unsigned long long>(state->suppressed));
+        else
+            std::fprintf(stderr, "retryguard ledger: %.*s\n", static_cast<int>(message.size()),
+                         message.data());
+        state->suppressed = 0;
+    };
+}
+
+}  // namespace ledger_detail
+
+Result<std::unique_ptr<Ledger>> open_ledger(const LedgerOptions& options) {
+    std::string_view spec = trim(options.spec);
+    if (spec.empty()) return make_error(ErrorKind::config, "ledger: empty backend spec");
+    if (spec.starts_with("redis+unix:")) {
+        auto path = spec.substr(11);
+        if (path.empty()) return make_error(ErrorKind::config, "ledger: redis+unix: needs a socket path");
+        return ledger_detail::open_redis_ledger({}, 0, 0, std::string(path), options);
+    }
+    if (spec.starts_with("redis://")) {
+        auto rest = spec.substr(8);
+        int db = 0;
+        if (auto slash = rest.find('/'); slash != std::string_view::npos) {
+            auto dbs = rest.substr(slash + 1);
+            auto [p, ec] = std::from_chars(dbs.data(), dbs.data() + dbs.size(), db);
+            if (ec != std::errc{} || p != dbs.data() + dbs.size() || db < 0 || db > 1000)
+                return make_error(ErrorKind::config,
+                                  "ledger: bad Redis database number in '" + options.spec + "'");
+            rest = rest.substr(0, slash);
+        }
+        int port = 6379;
+        std::string host(rest);
+        if (auto colon = rest.rfind(':');
+            colon != std::string_view::npos && rest.find(']') == std::string_view::npos) {
+            auto ps = rest.substr(colon + 1);
+            auto [p, ec] = std::from_chars(ps.data(), ps.data() + ps.size(), port);
+            if (ec != std::errc{} || p != ps.data() + ps.size() || port <= 0 || port > 65535)
+                return make_error(ErrorKind::config, "ledger: bad Redis port in '" + options.spec + "'");
+            host = std::string(rest.substr(0, colon));
+        }
+        if (host.empty()) host = "127.0.0.1";
+        return ledger_detail::open_redis_ledger(host, port, db, {}, options);
+    }
+    if (spec.starts_with("sqlite://"))
+        spec.remove_prefix(9);
+    else if (spec.starts_with("sqlite:"))
+        spec.remove_prefix(7);
+    else if (spec.find("://") != std::string_view::npos)
+        return make_error(ErrorKind::config,
+                          "ledger: unknown backend in '" + options.spec + "' (sqlite: or redis://)");
+    if (spec.empty()) return make_error(ErrorKind::config, "ledger: sqlite: needs a file path");
+    return ledger_detail::open_sqlite_ledger(std::string(spec), options);
+}
+
+}  // namespace retryguard

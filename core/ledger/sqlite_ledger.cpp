@@ -1,0 +1,1045 @@
+// sqlite_ledger.cpp -- the embedded ledger backend: one SQLite file in WAL mode
+// shared by the policy daemon, the milter and the CLI. Owns the schema and its
+// migrations and applies ingest batches in one IMMEDIATE transaction together
+// with the follower position (exactly-once). Must never let an exception or a
+// half-applied batch escape: every public method catches, rolls back and
+// returns an Error.
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <unordered_map>
+
+#include "ledger/internal.hpp"
+
+namespace retryguard::ledger_detail {
+namespace {
+
+struct SqlError {
+    int code;
+    std::string message;
+};
+
+// The schema, one entry per version. A new version appends a migration; an
+// existing entry is never edited (files in the field already ran it).
+constexpr const char* kMigrations[] = {
+    // version 1
+    R"sql(
+CREATE TABLE messages(
+  queue_id TEXT PRIMARY KEY,
+  first_queue_id TEXT NOT NULL,
+  previous_queue_id TEXT,
+  next_queue_id TEXT,
+  message_id TEXT,
+  fingerprint TEXT,
+  sender TEXT,
+  size INTEGER NOT NULL DEFAULT -1,
+  nrcpt INTEGER NOT NULL DEFAULT -1,
+  arrival INTEGER,
+  state TEXT NOT NULL DEFAULT 'incoming',
+  updated INTEGER NOT NULL,
+  finished INTEGER
+) WITHOUT ROWID;
+CREATE INDEX messages_message_id ON messages(message_id) WHERE message_id IS NOT NULL;
+CREATE INDEX messages_fingerprint ON messages(fingerprint) WHERE fingerprint IS NOT NULL;
+CREATE INDEX messages_finished ON messages(finished) WHERE finished IS NOT NULL;
+CREATE INDEX messages_updated ON messages(updated);
+CREATE TABLE recipients(
+  queue_id TEXT NOT NULL,
+  address TEXT NOT NULL,
+  domain TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT 'pending',
+  attempts INTEGER NOT NULL DEFAULT 0,
+  first_attempt INTEGER,
+  last_attempt INTEGER,
+  first_deferral INTEGER,
+  reply_code INTEGER NOT NULL DEFAULT 0,
+  enhanced TEXT NOT NULL DEFAULT '',
+  reply_text TEXT NOT NULL DEFAULT '',
+  stage TEXT NOT NULL DEFAULT '',
+  relay TEXT NOT NULL DEFAULT '',
+  category TEXT NOT NULL DEFAULT 'unknown',
+  PRIMARY KEY(queue_id, address)
+) WITHOUT ROWID;
+CREATE INDEX recipients_address ON recipients(address);
+CREATE TABLE destinations(
+  kind TEXT NOT NULL,
+  name TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT '',
+  state_changed INTEGER,
+  last_success INTEGER,
+  last_deferral INTEGER,
+  ep_first INTEGER,
+  ep_last INTEGER,
+  ep_attempts INTEGER NOT NULL DEFAULT 0,
+  ep_messages INTEGER NOT NULL DEFAULT 0,
+  ep_categories INTEGER NOT NULL DEFAULT 0,
+  ep_last_reply TEXT NOT NULL DEFAULT '',
+  ep_last_relay TEXT NOT NULL DEFAULT '',
+  updated INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY(kind, name)
+) WITHOUT ROWID;
+CREATE INDEX destinations_state ON destinations(state);
+CREATE TABLE episode_messages(
+  kind TEXT NOT NULL, name TEXT NOT NULL, queue_id TEXT NOT NULL,
+  PRIMARY KEY(kind, name, queue_id)
+) WITHOUT ROWID;
+CREATE TABLE episodes(
+  id INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL, name TEXT NOT NULL,
+  first_deferral INTEGER NOT NULL, last_deferral INTEGER NOT NULL, ended INTEGER NOT NULL,
+  attempts INTEGER NOT NULL, messages INTEGER NOT NULL, categories INTEGER NOT NULL,
+  last_reply TEXT NOT NULL, last_relay TEXT NOT NULL
+);
+CREATE INDEX episodes_destination ON episodes(kind, name, first_deferral);
+CREATE INDEX episodes_ended ON episodes(ended);
+CREATE TABLE flags(
+  id INTEGER PRIMARY KEY,
+  destination TEXT NOT NULL, reason TEXT NOT NULL,
+  set_at INTEGER NOT NULL, expires_at INTEGER, cleared_at INTEGER
+);
+CREATE INDEX flags_destination ON flags(destination);
+CREATE TABLE verdict_counts(verdict TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE engine_state(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE positions(
+  source TEXT PRIMARY KEY, device INTEGER NOT NULL, inode INTEGER NOT NULL, offset INTEGER NOT NULL,
+  head_fingerprint TEXT NOT NULL, cursor TEXT NOT NULL, lines INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE seen_events(key INTEGER PRIMARY KEY, time INTEGER NOT NULL);
+CREATE INDEX seen_events_time ON seen_events(time);
+)sql",
+};
+constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
+
+class Query {
+  public:
+    Query(sqlite3* db, sqlite3_stmt* s) : db_(db), s_(s) {}
+    ~Query() {
+        sqlite3_reset(s_);
+        sqlite3_clear_bindings(s_);
+    }
+    Query(const Query&) = delete;
+    Query& operator=(const Query&) = delete;
+
+    Query& i64(std::int64_t v) { return check(sqlite3_bind_int64(s_, ++n_, v)); }
+    Query& opt(const std::optional<TimePoint>& t) {
+        return t ? i64(to_micros(*t)) : check(sqlite3_bind_null(s_, ++n_));
+    }
+    Query& null() { return check(sqlite3_bind_null(s_, ++n_)); }
+    Query& text(std::string_view v) {
+        return check(sqlite3_bind_text(s_, ++n_, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+    }
+    Query& text_or_null(std::string_view v) { return v.empty() ? null() : text(v); }
+
+    bool row() {
+        int rc = sqlite3_step(s_);
+        if (rc == SQLITE_ROW) return true;
+        if (rc == SQLITE_DONE) return false;
+        throw SqlError{rc, sqlite3_errmsg(db_)};
+    }
+    void run() {
+        while (row()) {
+        }
+    }
+    std::int64_t col(int i) const { return sqlite3_column_int64(s_, i); }
+    bool is_null(int i) const { return sqlite3_column_type(s_, i) == SQLITE_NULL; }
+    std::optional<TimePoint> time(int i) const {
+        if (is_null(i)) return std::nullopt;
+        return from_micros(col(i));
+    }
+    std::string str(int i) const {
+        auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, i));
+        return p ? std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(s_, i))) : std::string();
+    }
+
+  private:
+    Query& check(int rc) {
+        if (rc != SQLITE_OK) throw SqlError{rc, sqlite3_errmsg(db_)};
+        return *this;
+    }
+    sqlite3* db_;
+    sqlite3_stmt* s_;
+    int n_ = 0;
+};
+
+MessageInfo read_message(const Query& q) {
+    MessageInfo m;
+    m.queue_id = q.str(0);
+    m.previous_queue_id = q.str(1);
+    m.first_queue_id = q.str(2);
+    m.next_queue_id = q.str(3);
+    m.message_id = q.str(4);
+    m.fingerprint = q.str(5);
+    m.sender = q.str(6);
+    m.size = q.col(7);
+    m.nrcpt = static_cast<int>(q.col(8));
+    m.arrival = q.time(9);
+    m.state = message_state_from_string(q.str(10)).value_or(MessageState::incoming);
+    m.updated = from_micros(q.col(11));
+    m.finished = q.time(12);
+    return m;
+}
+
+#define RECIPIENT_COLUMNS                                                                           \
+    "queue_id, address, state, attempts, first_attempt, last_attempt, first_deferral, reply_code, " \
+    "enhanced, "                                                                                    \
+    "reply_text, stage, relay, category"
+
+RecipientInfo read_recipient(const Query& q) {
+    RecipientInfo r;
+    r.queue_id = q.str(0);
+    r.address = q.str(1);
+    r.state = recipient_state_from_string(q.str(2)).value_or(RecipientState::pending);
+    r.attempts = static_cast<int>(q.col(3));
+    r.first_attempt = q.time(4);
+    r.last_attempt = q.time(5);
+    r.first_deferral = q.time(6);
+    r.reply_code = static_cast<int>(q.col(7));
+    r.enhanced = q.str(8);
+    r.reply_text = q.str(9);
+    r.stage = q.str(10);
+    r.relay = q.str(11);
+    r.category = category_from_string(q.str(12)).value_or(Category::unknown);
+    return r;
+}
+
+#define DESTINATION_COLUMNS                                                                           \
+    "kind, name, state, state_changed, last_success, last_deferral, ep_first, ep_last, ep_attempts, " \
+    "ep_messages, ep_categories, ep_last_reply, ep_last_relay"
+
+DestinationInfo read_destination(const Query& q) {
+    DestinationInfo d;
+    d.kind = destination_kind_from_string(q.str(0)).value_or(DestinationKind::domain);
+    d.name = q.str(1);
+    d.state = q.str(2);
+    d.state_changed = q.time(3);
+    d.last_success = q.time(4);
+    d.last_deferral = q.time(5);
+    if (!q.is_null(6)) {
+        Episode e;
+        e.kind = d.kind;
+        e.destination = d.name;
+        e.first_deferral = from_micros(q.col(6));
+        e.last_deferral = from_micros(q.col(7));
+        e.attempts = q.col(8);
+        e.messages = q.col(9);
+        e.categories = static_cast<CategorySet>(q.col(10));
+        e.last_reply = q.str(11);
+        e.last_relay = q.str(12);
+        d.episode = std::move(e);
+    }
+    return d;
+}
+
+Flag read_flag(const Query& q) {
+    Flag f;
+    f.id = q.col(0);
+    f.destination = q.str(1);
+    f.reason = q.str(2);
+    f.set_at = from_micros(q.col(3));
+    f.expires_at = q.time(4);
+    f.cleared_at = q.time(5);
+    return f;
+}
+
+class SqliteLedger final : public Ledger {
+  public:
+    SqliteLedger(std::string path, LedgerOptions options)
+        : path_(std::move(path)), options_(std::move(options)) {
+        if (!options_.warn) options_.warn = default_warn();
+    }
+    ~SqliteLedger() override {
+        for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
+        if (db_) sqlite3_close_v2(db_);
+    }
+
+    Status open() {
+        int rc = sqlite3_open_v2(path_.c_str(), &db_,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+        if (rc != SQLITE_OK) {
+            std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+            return make_error(ErrorKind::io, "ledger: cannot open " + path_ + ": " + msg);
+        }
+        sqlite3_busy_timeout(db_, static_cast<int>(options_.busy_timeout.count()));
+        sqlite3_extended_result_codes(db_, 1);
+        return guard([&] {
+            exec("PRAGMA journal_mode=WAL");
+            // NORMAL in WAL mode: a process crash (kill -9) loses nothing committed; only a
+            // power loss may drop the last transactions, batch and position together.
+            exec("PRAGMA synchronous=NORMAL");
+            exec("PRAGMA foreign_keys=OFF");
+            exec("PRAGMA temp_store=MEMORY");
+            exec("PRAGMA cache_size=-16000");
+            migrate();
+        });
+    }
+
+    std::string_view backend() const noexcept override { return "sqlite"; }
+
+    Result<IngestResult> ingest(std::span<const IngestItem> batch,
+                                const std::optional<FollowerPosition>& position) override {
+        IngestResult result;
+        auto st = write([&] {
+            result = {};
+            for (const auto& item : batch) {
+                Op op = plan(item);
+                {
+                    Query q = stmt("INSERT OR IGNORE INTO seen_events(key, time) VALUES(?, ?)");
+                    q.i64(static_cast<std::int64_t>(op.key)).i64(op.time).run();
+                }
+                if (sqlite3_changes(db_) == 0) {
+                    ++result.duplicates;
+                    continue;
+                }
+                apply(op);
+                ++result.applied;
+            }
+            if (position) store_position(*position);
+        });
+        if (!st) return counters_.count(Result<IngestResult>(st.error()));
+        counters_.events += result.applied;
+        counters_.duplicates += result.duplicates;
+        return counters_.count(Result<IngestResult>(result));
+    }
+
+    Result<std::optional<FollowerPosition>> load_position(std::string_view source) override {
+        return read<std::optional<FollowerPosition>>([&]() -> std::optional<FollowerPosition> {
+            Query q = stmt(
+                "SELECT device, inode, offset, head_fingerprint, cursor, lines FROM positions WHERE source = "
+                "?");
+            q.text(source);
+            if (!q.row()) return std::nullopt;
+            FollowerPosition p;
+            p.source = std::string(source);
+            p.device = static_cast<std::uint64_t>(q.col(0));
+            p.inode = static_cast<std::uint64_t>(q.col(1));
+            p.offset = static_cast<std::uint64_t>(q.col(2));
+            p.head_fingerprint = q.str(3);
+            p.cursor = q.str(4);
+            p.lines = static_cast<std::uint64_t>(q.col(5));
+            return p;
+        });
+    }
+
+    Status save_position(const FollowerPosition& position) override {
+        return counters_.count(write([&] { store_position(position); }));
+    }
+
+    Status record_identity(const MessageIdentity& id) override {
+        if (id.queue_id.empty())
+            return make_error(ErrorKind::invalid_input, "ledger: identity without queue id");
+        return counters_.count(write([&] {
+            std::int64_t t = to_micros(id.time);
+            {
+                Query q = stmt(
+                    "INSERT INTO messages(queue_id, first_queue_id, message_id, fingerprint, sender, "
+                    "arrival, "
+                    "updated) VALUES(?1, ?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT(queue_id) DO UPDATE SET "
+                    "message_id = COALESCE(excluded.message_id, message_id), "
+                    "fingerprint = COALESCE(excluded.fingerprint, fingerprint), "
+                    "sender = COALESCE(excluded.sender, sender), "
+                    "arrival = MIN(COALESCE(arrival, excluded.arrival), excluded.arrival), "
+                    "updated = MAX(updated, excluded.updated)");
+                q.text(id.queue_id)
+                    .text_or_null(normalize_message_id(id.message_id))
+                    .text_or_null(id.fingerprint)
+                    .text_or_null(normalize_address(id.sender))
+                    .i64(t)
+                    .run();
+            }
+            for (const auto& r : id.recipients) {
+                auto address = normalize_address(r);
+                if (address.empty()) continue;
+                Query q = stmt("INSERT OR IGNORE INTO recipients(queue_id, address, domain) VALUES(?, ?, ?)");
+                q.text(id.queue_id).text(address).text(domain_of(address)).run();
+            }
+        }));
+    }
+
+    Result<std::vector<PendingCopy>> find_pending_copies(const PendingCopyQuery& query) override {
+        return read<std::vector<PendingCopy>>([&] {
+            std::vector<PendingCopy> out;
+            auto mid = normalize_message_id(query.message_id);
+            for (const auto& raw : query.recipients) {
+                auto address = normalize_address(raw);
+                std::optional<PendingCopy> best;
+                auto consider = [&](const char* sql, const std::string& identity, bool by_mid) {
+                    if (identity.empty()) return;
+                    Query q = stmt(sql);
+                    q.text(identity).text(address).text(query.exclude_queue_id);
+                    while (q.row()) {
+                        PendingCopy c;
+                        c.recipient = address;
+                        c.queue_id = q.str(0);
+                        c.first_queue_id = q.str(1);
+                        c.destination = q.str(2);
+                        c.relay = q.str(3);
+                        c.last_reply = q.str(4);
+                        c.first_deferral = q.time(5);
+                        c.last_attempt = q.time(6);
+                        c.arrival = q.time(7);
+                        c.attempts = static_cast<int>(q.col(8));
+                        c.message_state =
+                            message_state_from_string(q.str(9)).value_or(MessageState::incoming);
+                        c.matched_by_message_id = by_mid;
+                        if (!best || older(c, *best)) best = std::move(c);
+                    }
+                };
+                consider(
+                    "SELECT m.queue_id, m.first_queue_id, r.domain, r.relay, r.reply_text, r.first_deferral, "
+                    "r.last_attempt, m.arrival, r.attempts, m.state FROM messages m JOIN recipients r "
+                    "ON r.queue_id = m.queue_id WHERE m.message_id = ?1 AND r.address = ?2 AND m.queue_id <> "
+                    "?3 "
+                    "AND r.state = 'pending' AND m.state IN ('incoming','active','deferred','hold')",
+                    mid, true);
+                consider(
+                    "SELECT m.queue_id, m.first_queue_id, r.domain, r.relay, r.reply_text, r.first_deferral, "
+                    "r.last_attempt, m.arrival, r.attempts, m.state FROM messages m JOIN recipients r "
+                    "ON r.queue_id = m.queue_id WHERE m.fingerprint = ?1 AND r.address = ?2 AND m.queue_id "
+                    "<> ?3 "
+                    "AND r.state = 'pending' AND m.state IN ('incoming','active','deferred','hold')",
+                    query.fingerprint, false);
+                if (best) out.push_back(std::move(*best));
+            }
+            return out;
+        });
+    }
+
+    Result<std::optional<MessageInfo>> get_message(std::string_view queue_id) override {
+        return read<std::optional<MessageInfo>>([&]() -> std::optional<MessageInfo> {
+            Query q = stmt(
+                "SELECT queue_id, previous_queue_id, first_queue_id, next_queue_id, message_id, "
+                "fingerprint, sender, size, nrcpt, arrival, state, updated, finished FROM messages "
+                "WHERE queue_id = ?");
+            q.text(queue_id);
+            if (!q.row()) return std::nullopt;
+            return read_message(q);
+        });
+    }
+
+    Result<std::vector<MessageInfo>> find_messages_by_message_id(std::string_view message_id) override {
+        return read<std::vector<MessageInfo>>([&] {
+            std::vector<MessageInfo> out;
+            Query q = stmt(
+                "SELECT queue_id, previous_queue_id, first_queue_id, next_queue_id, message_id, "
+                "fingerprint, sender, size, nrcpt, arrival, state, updated, finished FROM messages "
+                "WHERE message_id = ? ORDER BY arrival, queue_id");
+            q.text(normalize_message_id(message_id));
+            while (q.row()) out.push_back(read_message(q));
+            return out;
+        });
+    }
+
+    Result<std::vector<RecipientInfo>> get_recipients(std::string_view queue_id) override {
+        return read<std::vector<RecipientInfo>>([&] {
+            std::vector<RecipientInfo> out;
+            Query q =
+                stmt("SELECT " RECIPIENT_COLUMNS " FROM recipients WHERE queue_id = ? ORDER BY address");
+            q.text(queue_id);
+            while (q.row()) out.push_back(read_recipient(q));
+            return out;
+        });
+    }
+
+    Result<std::vector<RecipientInfo>> find_recipients_by_address(std::string_view address,
+                                                                  std::size_t limit) override {
+        return read<std::vector<RecipientInfo>>([&] {
+            std::vector<RecipientInfo> out;
+            Query q = stmt("SELECT " RECIPIENT_COLUMNS
+                           " FROM recipients WHERE address = ? ORDER BY COALESCE(last_attempt, 0) DESC, "
+                           "queue_id LIMIT ?");
+            q.text(normalize_address(address))
+                .i64(static_cast<std::int64_t>(std::min<std::size_t>(limit, 1u << 30)));
+            while (q.row()) out.push_back(read_recipient(q));
+            return out;
+        });
+    }
+
+    Result<std::optional<DestinationInfo>> get_destination(DestinationKind kind,
+                                                           std::string_view name) override {
+        return read<std::optional<DestinationInfo>>([&]() -> std::optional<DestinationInfo> {
+            Query q = stmt("SELECT " DESTINATION_COLUMNS " FROM destinations WHERE kind = ? AND name = ?");
+            q.text(to_string(kind)).text(name);
+            if (!q.row()) return std::nullopt;
+            return read_destination(q);
+        });
+    }
+
+    Result<std::vector<DestinationInfo>> list_destinations(const DestinationFilter& f) override {
+        return read<std::vector<DestinationInfo>>([&] {
+            std::vector<DestinationInfo> out;
+            Query q =
+                stmt("SELECT " DESTINATION_COLUMNS
+                     " FROM destinations WHERE (?1 IS NULL OR kind = ?1) AND (?2 IS NULL OR state = ?2) "
+                     "AND (?3 = 0 OR ep_first IS NOT NULL) ORDER BY kind, name LIMIT ?4");
+            if (f.kind)
+                q.text(to_string(*f.kind));
+            else
+                q.null();
+            if (f.state)
+                q.text(*f.state);
+            else
+                q.null();
+            q.i64(f.open_episode_only ? 1 : 0)
+                .i64(static_cast<std::int64_t>(std::min<std::size_t>(f.limit, 1u << 30)));
+            while (q.row()) out.push_back(read_destination(q));
+            return out;
+        });
+    }
+
+    Result<std::vector<Episode>> episode_history(DestinationKind kind, std::string_view name, TimePoint from,
+                                                 TimePoint to) override {
+        return read<std::vector<Episode>>([&] {
+            std::vector<Episode> out;
+            Query q = stmt(
+                "SELECT first_deferral, last_deferral, ended, attempts, messages, categories, last_reply, "
+                "last_relay FROM episodes WHERE kind = ? AND name = ? AND first_deferral BETWEEN ? AND ? "
+                "ORDER BY first_deferral, id");
+            q.text(to_string(kind)).text(name).i64(to_micros(from)).i64(to_micros(to));
+            while (q.row()) {
+                Episode e;
+                e.kind = kind;
+                e.destination = std::string(name);
+                e.first_deferral = from_micros(q.col(0));
+                e.last_deferral = from_micros(q.col(1));
+                e.ended = from_micros(q.col(2));
+                e.attempts = q.col(3);
+                e.messages = q.col(4);
+                e.categories = static_cast<CategorySet>(q.col(5));
+                e.last_reply = q.str(6);
+                e.last_relay = q.str(7);
+                out.push_back(std::move(e));
+            }
+            return out;
+        });
+    }
+
+    Status set_destination_state(DestinationKind kind, std::string_view name, std::string_view state,
+                                 TimePoint at) override {
+        return counters_.count(write([&] {
+            Query q = stmt(
+                "INSERT INTO destinations(kind, name, state, state_changed, updated) VALUES(?1, ?2, ?3, ?4, "
+                "?4) "
+                "ON CONFLICT(kind, name) DO UPDATE SET state = excluded.state, "
+                "state_changed = excluded.state_changed, updated = MAX(updated, excluded.updated)");
+            q.text(to_string(kind)).text(name).text(state).i64(to_micros(at)).run();
+        }));
+    }
+
+    Result<std::int64_t> set_flag(const Flag& flag) override {
+        std::int64_t id = 0;
+        auto st = write([&] {
+            Query q = stmt(
+                "INSERT INTO flags(destination, reason, set_at, expires_at, cleared_at) VALUES(?, ?, ?, ?, "
+                "?)");
+            q.text(flag.destination).text(flag.reason).i64(to_micros(flag.set_at)).opt(flag.expires_at);
+            q.opt(flag.cleared_at).run();
+            id = sqlite3_last_insert_rowid(db_);
+        });
+        if (!st) return counters_.count(Result<std::int64_t>(st.error()));
+        return counters_.count(Result<std::int64_t>(id));
+    }
+
+    Result<std::int64_t> clear_flags(std::string_view destination, TimePoint at) override {
+        std::int64_t n = 0;
+        auto st = write([&] {
+            Query q = stmt(
+                "UPDATE flags SET cleared_at = ?1 WHERE destination = ?2 AND cleared_at IS NULL "
+                "AND (expires_at IS NULL OR expires_at > ?1)");
+            q.i64(to_micros(at)).text(destination).run();
+            n = sqlite3_changes(db_);
+        });
+        if (!st) return counters_.count(Result<std::int64_t>(st.error()));
+        return counters_.count(Result<std::int64_t>(n));
+    }
+
+    Result<std::vector<Flag>> list_flags(std::optional<std::string_view> destination, TimePoint now,
+                                         bool include_inactive) override {
+        return read<std::vector<Flag>>([&] {
+            std::vector<Flag> out;
+            Query q = stmt(
+                "SELECT id, destination, reason, set_at, expires_at, cleared_at FROM flags WHERE "
+                "(?1 IS NULL OR destination = ?1) AND (?2 = 1 OR (cleared_at IS NULL AND "
+                "(expires_at IS NULL OR expires_at > ?3))) ORDER BY id");
+            if (destination)
+                q.text(*destination);
+            else
+                q.null();
+            q.i64(include_inactive ? 1 : 0).i64(to_micros(now));
+            while (q.row()) out.push_back(read_flag(q));
+            return out;
+        });
+    }
+
+    Result<std::int64_t> add_verdict_count(std::string_view verdict, std::int64_t delta) override {
+        std::int64_t v = 0;
+        auto st = write([&] {
+            Query q = stmt(
+                "INSERT INTO verdict_counts(verdict, count) VALUES(?1, ?2) ON CONFLICT(verdict) DO UPDATE "
+                "SET count = count + excluded.count RETURNING count");
+            q.text(verdict).i64(delta);
+            if (q.row()) v = q.col(0);
+            q.run();
+        });
+        if (!st) return counters_.count(Result<std::int64_t>(st.error()));
+        return counters_.count(Result<std::int64_t>(v));
+    }
+
+    Result<std::map<std::string, std::int64_t>> verdict_counts() override {
+        return read<std::map<std::string, std::int64_t>>([&] {
+            std::map<std::string, std::int64_t> out;
+            Query q = stmt("SELECT verdict, count FROM verdict_counts");
+            while (q.row()) out[q.str(0)] = q.col(1);
+            return out;
+        });
+    }
+
+    Status put_state(std::string_view key, std::string_view value) override {
+        return counters_.count(write([&] {
+            Query q = stmt(
+                "INSERT INTO engine_state(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET "
+                "value = excluded.value");
+            q.text(key).text(value).run();
+        }));
+    }
+
+    Result<std::optional<std::string>> get_state(std::string_view key) override {
+        return read<std::optional<std::string>>([&]() -> std::optional<std::string> {
+            Query q = stmt("SELECT value FROM engine_state WHERE key = ?");
+            q.text(key);
+            if (!q.row()) return std::nullopt;
+            return q.str(0);
+        });
+    }
+
+    Result<PruneResult> prune(const RetentionPolicy& policy, TimePoint now) override {
+        PruneResult r;
+        auto st = write([&] {
+            r = {};
+            std::int64_t finished_cut = to_micros(now - policy.finished_messages);
+            std::int64_t stale_cut = to_micros(now - policy.stale_messages);
+            std::int64_t ep_cut = to_micros(now - policy.episodes);
+            std::int64_t seen_cut = to_micros(now - policy.seen_events);
+            exec_bound("CREATE TEMP TABLE IF NOT EXISTS doomed(queue_id TEXT PRIMARY KEY) WITHOUT ROWID", {});
+            exec_bound("DELETE FROM temp.doomed", {});
+            exec_bound(
+                "INSERT OR IGNORE INTO temp.doomed SELECT queue_id FROM messages WHERE finished < ?1 "
+                "UNION SELECT queue_id FROM messages WHERE updated < ?2",
+                {finished_cut, stale_cut});
+            r.recipients =
+                exec_bound("DELETE FROM recipients WHERE queue_id IN (SELECT queue_id FROM temp.doomed)", {});
+            r.messages =
+                exec_bound("DELETE FROM messages WHERE queue_id IN (SELECT queue_id FROM temp.doomed)", {});
+            exec_bound("DELETE FROM episode_messages WHERE queue_id IN (SELECT queue_id FROM temp.doomed)",
+                       {});
+            exec_bound("DELETE FROM temp.doomed", {});
+            r.episodes = exec_bound("DELETE FROM episodes WHERE ended < ?1", {ep_cut});
+            r.flags = exec_bound(
+                "DELETE FROM flags WHERE (cleared_at IS NOT NULL AND cleared_at < ?1) OR "
+                "(expires_at IS NOT NULL AND expires_at < ?1)",
+                {ep_cut});
+            exec_bound(
+                "DELETE FROM destinations WHERE ep_first IS NULL AND updated < ?1 AND "
+                "(state = '' OR state = 'recovered')",
+                {ep_cut});
+            r.seen_events = exec_bound("DELETE FROM seen_events WHERE time < ?1", {seen_cut});
+        });
+        if (!st) return counters_.count(Result<PruneResult>(st.error()));
+        return counters_.count(Result<PruneResult>(r));
+    }
+
+    Result<LedgerStats> stats() override {
+        return read<LedgerStats>([&] {
+            LedgerStats s;
+            s.backend = "sqlite";
+            s.location = path_;
+            auto scalar = [&](const char* sql) {
+                Query q = stmt(sql);
+                return q.row() ? q.col(0) : 0;
+            };
+            s.messages = scalar("SELECT COUNT(*) FROM messages");
+            s.pending_messages = scalar("SELECT COUNT(*) FROM messages WHERE finished IS NULL");
+            s.recipients = scalar("SELECT COUNT(*) FROM recipients");
+            s.destinations = scalar("SELECT COUNT(*) FROM destinations");
+            s.open_episodes = scalar("SELECT COUNT(*) FROM destinations WHERE ep_first IS NOT NULL");
+            s.episodes = scalar("SELECT COUNT(*) FROM episodes");
+            s.flags = scalar("SELECT COUNT(*) FROM flags WHERE cleared_at IS NULL");
+            s.seen_events = scalar("SELECT COUNT(*) FROM seen_events");
+            s.bytes = scalar("SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()");
+            s.schema_version = static_cast<int>(scalar("SELECT MAX(version) FROM schema_version"));
+            return s;
+        });
+    }
+
+    LedgerCounters counters() const noexcept override { return counters_.snapshot(); }
+
+  private:
+    static bool older(const PendingCopy& a, const PendingCopy& b) {
+        auto ka = a.arrival.value_or(a.first_deferral.value_or(TimePoint::max()));
+        auto kb = b.arrival.value_or(b.first_deferral.value_or(TimePoint::max()));
+        if (ka != kb) return ka < kb;
+        return a.queue_id < b.queue_id;
+    }
+
+    Query stmt(const char* sql) {
+        auto it = cache_.find(sql);
+        if (it == cache_.end()) {
+            sqlite3_stmt* s = nullptr;
+            int rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr);
+            if (rc != SQLITE_OK) throw SqlError{rc, sqlite3_errmsg(db_)};
+            it = cache_.emplace(sql, s).first;
+        }
+        return Query(db_, it->second);
+    }
+
+    std::int64_t exec_bound(const char* sql, std::initializer_list<std::int64_t> args) {
+        Query q = stmt(sql);
+        for (auto a : args) q.i64(a);
+        q.run();
+        return sqlite3_changes(db_);
+    }
+
+    void exec(const char* sql) {
+        char* err = nullptr;
+        int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
+        if (rc != SQLITE_OK) {
+            std::string msg = err ? err : sqlite3_errmsg(db_);
+            sqlite3_free(err);
+            throw SqlError{rc, msg};
+        }
+    }
+
+    void migrate() {
+        exec("BEGIN IMMEDIATE");
+        try {
+            exec("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL)");
+            int version = 0;
+            {
+                Query q = stmt("SELECT COALESCE(MAX(version), 0) FROM schema_version");
+                if (q.row()) version = static_cast<int>(q.col(0));
+            }
+            if (version > kSchemaVersion)
+                throw SqlError{SQLITE_MISMATCH, "ledger schema version " + std::to_string(version) +
+                                                    " is newer than this program (" +
+                                                    std::to_string(kSchemaVersion) + ")"};
+            for (int v = version; v < kSchemaVersion; ++v) {
+                exec(kMigrations[v]);
+                exec_bound("INSERT INTO schema_version(version) VALUES(?)", {v + 1});
+            }
+            exec("COMMIT");
+        } catch (...) {
+            sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+            throw;
+        }
+    }
+
+    static Error to_error(const SqlError& e) {
+        int primary = e.code & 0xff;
+        auto kind = (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) ? ErrorKind::unavailable
+                    : (primary == SQLITE_MISMATCH)                       ? ErrorKind::config
+                                                                         : ErrorKind::io;
+        return make_error(kind, "ledger (sqlite): " + e.message);
+    }
+
+    template <typename F>
+    Status guard(F&& f) noexcept {
+        try {
+            f();
+            return {};
+        } catch (const SqlError& e) {
+            return to_error(e);
+        } catch (const std::exception& e) {
+            return make_error(ErrorKind::internal, std::string("ledger (sqlite): ") + e.what());
+        } catch (...) {
+            return make_error(ErrorKind::internal, "ledger (sqlite): unknown failure");
+        }
+    }
+
+    // One IMMEDIATE transaction: the write lock is taken up front, so two writers
+    // wait on busy_timeout instead of deadlocking on a read-to-write upgrade.
+    template <typename F>
+    Status write(F&& f) noexcept {
+        std::lock_guard lock(mutex_);
+        auto st = guard([&] {
+            exec("BEGIN IMMEDIATE");
+            try {
+                f();
+                exec("COMMIT");
+            } catch (...) {
+                sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+                throw;
+            }
+        });
+        if (!st && st.error().kind == ErrorKind::unavailable) options_.warn(st.error().message);
+        return st;
+    }
+
+    template <typename T, typename F>
+    Result<T> read(F&& f) noexcept {
+        std::lock_guard lock(mutex_);
+        std::optional<T> value;
+        auto st = guard([&] { value.emplace(f()); });
+        if (!st) return counters_.count(Result<T>(st.error()));
+        return counters_.count(Result<T>(std::move(*value)));
+    }
+
+    void store_position(const FollowerPosition& p) {
+        Query q = stmt(
+            "INSERT INTO positions(source, device, inode, offset, head_fingerprint, cursor, lines) "
+            "VALUES(?, ?, ?, ?, ?, ?, ?) ON CONFLICT(source) DO UPDATE SET device = excluded.device, "
+            "inode = excluded.inode, offset = excluded.offset, head_fingerprint = excluded.head_fingerprint, "
+            "cursor = excluded.cursor, lines = excluded.lines");
+        q.text(p.source)
+            .i64(static_cast<std::int64_t>(p.device))
+            .i64(static_cast<std::int64_t>(p.inode))
+            .i64(static_cast<std::int64_t>(p.offset))
+            .text(p.head_fingerprint)
+            .text(p.cursor)
+            .i64(static_cast<std::int64_t>(p.lines))
+            .run();
+    }
+
+    // Ensures the message row exists; returns the start of its requeue chain.
+    std::string touch_message(const std::string& queue_id, std::int64_t t) {
+        Query q = stmt(
+            "INSERT INTO messages(queue_id, first_queue_id, updated) VALUES(?1, ?1, ?2) "
+            "ON CONFLICT(queue_id) DO UPDATE SET updated = MAX(updated, excluded.updated) "
+            "RETURNING first_queue_id");
+        q.text(queue_id).i64(t);
+        std::string first = q.row() ? q.str(0) : queue_id;
+        q.run();
+        return first;
+    }
+
+    void set_message_state(const std::string& queue_id, std::int64_t t, const char* state, bool finishes) {
+        touch_message(queue_id, t);
+        if (finishes) {
+            Query q = stmt(
+                "UPDATE messages SET state = ?2, finished = ?3 WHERE queue_id = ?1 AND finished IS NULL");
+            q.text(queue_id).text(state).i64(t).run();
+        } else {
+            Query q = stmt("UPDATE messages SET state = ?2 WHERE queue_id = ?1 AND finished IS NULL");
+            q.text(queue_id).text(state).run();
+        }
+    }
+
+    void apply(const Op& op) {
+        switch (op.kind) {
+            case OpKind::none: return;
+            case OpKind::client: {
+                touch_message(op.queue_id, op.time);
+                Query q =
+                    stmt("UPDATE messages SET arrival = MIN(COALESCE(arrival, ?2), ?2) WHERE queue_id = ?1");
+                q.text(op.queue_id).i64(op.time).run();
+                return;
+            }
+            case OpKind::pickup: return apply_pickup(op);
+            case OpKind::message_id: {
+                touch_message(op.queue_id, op.time);
+                Query q =
+                    stmt(op.resent
+                             ? "UPDATE messages SET message_id = COALESCE(message_id, ?2) WHERE queue_id = ?1"
+                             : "UPDATE messages SET message_id = ?2 WHERE queue_id = ?1");
+                q.text(op.queue_id).text(op.text).run();
+                return;
+            }
+            case OpKind::queue_active: {
+                Query q = stmt(
+                    "INSERT INTO messages(queue_id, first_queue_id, sender, size, nrcpt, arrival, state, "
+                    "updated) "
+                    "VALUES(?1, ?1, ?2, ?3, ?4, ?5, 'active', ?5) ON CONFLICT(queue_id) DO UPDATE SET "
+                    "sender = excluded.sender, size = excluded.size, nrcpt = excluded.nrcpt, "
+                    "arrival = COALESCE(arrival, excluded.arrival), "
+                    "state = CASE WHEN finished IS NULL THEN 'active' ELSE state END, "
+                    "updated = MAX(updated, excluded.updated)");
+                q.text(op.queue_id).text(op.text).i64(op.size).i64(op.nrcpt).i64(op.time).run();
+                return;
+            }
+            case OpKind::delivery: return apply_delivery(op);
+            case OpKind::removed: return set_message_state(op.queue_id, op.time, "gone", true);
+            case OpKind::expired: {
+                set_message_state(op.queue_id, op.time, "expired", true);
+                Query q =
+                    stmt("UPDATE recipients SET state = 'expired' WHERE queue_id = ? AND state = 'pending'");
+                q.text(op.queue_id).run();
+                return;
+            }
+            case OpKind::hold: return set_message_state(op.queue_id, op.time, "hold", false);
+            case OpKind::release: return set_message_state(op.queue_id, op.time, "deferred", false);
+            case OpKind::rejected: return set_message_state(op.queue_id, op.time, "rejected", true);
+        }
+    }
+
+    void apply_pickup(const Op& op) {
+        {
+            Query q = stmt(
+                "INSERT INTO messages(queue_id, first_queue_id, previous_queue_id, sender, arrival, updated) "
+                "VALUES(?1, ?1, NULLIF(?2, ''), ?3, ?4, ?4) ON CONFLICT(queue_id) DO UPDATE SET "
+                "previous_queue_id = COALESCE(excluded.previous_queue_id, previous_queue_id), "
+                "sender = excluded.sender, arrival = MIN(COALESCE(arrival, excluded.arrival), "
+                "excluded.arrival), "
+                "updated = MAX(updated, excluded.updated)");
+            q.text(op.queue_id).text(op.other_id).text(op.text).i64(op.time).run();
+        }
+        if (op.other_id.empty() || op.other_id == op.queue_id) return;
+        // postsuper -r: the same message under a new queue id. The successor inherits
+        // the identity and the still-pending recipients with their history, so the
+        // milter keeps recognising it and attempts keep counting.
+        touch_message(op.other_id, op.time);
+        {
+            Query q = stmt(
+                "UPDATE messages SET first_queue_id = (SELECT first_queue_id FROM messages WHERE queue_id = "
+                "?2), "
+                "message_id = COALESCE(message_id, (SELECT message_id FROM messages WHERE queue_id = ?2)), "
+                "fingerprint = COALESCE(fingerprint, (SELECT fingerprint FROM messages WHERE queue_id = "
+                "?2)), "
+                "arrival = COALESCE((SELECT arrival FROM messages WHERE queue_id = ?2), arrival), "
+                "size = CASE WHEN size < 0 THEN (SELECT size FROM messages WHERE queue_id = ?2) ELSE size "
+                "END "
+                "WHERE queue_id = ?1");
+            q.text(op.queue_id).text(op.other_id).run();
+        }
+        {
+            Query q = stmt(
+                "UPDATE messages SET state = 'requeued', next_queue_id = ?2, "
+                "finished = COALESCE(finished, ?3) WHERE queue_id = ?1");
+            q.text(op.other_id).text(op.queue_id).i64(op.time).run();
+        }
+        {
+            Query q = stmt(
+                "INSERT OR IGNORE INTO recipients(queue_id, address, domain, state, attempts, first_attempt, "
+                "last_attempt, first_deferral, reply_code, enhanced, reply_text, stage, relay, category) "
+                "SELECT ?1, address, domain, state, attempts, first_attempt, last_attempt, first_deferral, "
+                "reply_code, enhanced, reply_text, stage, relay, category FROM recipients "
+                "WHERE queue_id = ?2 AND state = 'pending'");
+            q.text(op.queue_id).text(op.other_id).run();
+        }
+    }
+
+    void apply_delivery(const Op& op) {
+        std::string first = touch_message(op.queue_id, op.time);
+        const char* rstate = op.outcome == Outcome::sent       ? "sent"
+                             : op.outcome == Outcome::deferred ? "pending"
+                             : op.outcome == Outcome::bounced  ? "bounced"
+                                                               : "expired";
+        std::string category(to_string(op.category));
+        {
+            Query q = stmt(
+                "INSERT INTO recipients(queue_id, address, domain, state, attempts, first_attempt, "
+                "last_attempt, "
+                "first_deferral, reply_code, enhanced, reply_text, stage, relay, category) "
+                "VALUES(?1, ?2, ?3, ?4, 1, ?5, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) "
+                "ON CONFLICT(queue_id, address) DO UPDATE SET state = excluded.state, attempts = attempts + "
+                "1, "
+                "first_attempt = MIN(COALESCE(first_attempt, excluded.first_attempt), "
+                "excluded.first_attempt), "
+                "last_attempt = MAX(COALESCE(last_attempt, excluded.last_attempt), excluded.last_attempt), "
+                "first_deferral = COALESCE(first_deferral, excluded.first_deferral), "
+                "reply_code = excluded.reply_code, enhanced = excluded.enhanced, reply_text = "
+                "excluded.reply_text, "
+                "stage = excluded.stage, relay = excluded.relay, category = excluded.category");
+            q.text(op.queue_id).text(op.recipient).text(op.domain).text(rstate).i64(op.time);
+            if (op.outcome == Outcome::deferred)
+                q.i64(op.time);
+            else
+                q.null();
+            q.i64(op.code)
+                .text(op.enhanced)
+                .text(op.reason)
+                .text(op.stage)
+                .text(op.relay)
+                .text(category)
+                .run();
+        }
+        if (op.outcome == Outcome::deferred) {
+            Query q = stmt(
+                "UPDATE messages SET state = 'deferred' WHERE queue_id = ? AND finished IS NULL AND state <> "
+                "'hold'");
+            q.text(op.queue_id).run();
+        }
+        for (int i = 0; i < 2; ++i) {
+            const char* kind = i == 0 ? "domain" : "relay";
+            const std::string& name = i == 0 ? op.domain : op.relay;
+            if (name.empty()) continue;
+            if (op.outcome == Outcome::deferred)
+                record_deferral(kind, name, first, op);
+            else if (op.outcome == Outcome::sent)
+                record_success(kind, name, op.time);
+        }
+    }
+
+    void record_deferral(const char* kind, const std::string& name, const std::string& message,
+                         const Op& op) {
+        std::int64_t fresh = 0;
+        {
+            Query q = stmt("INSERT OR IGNORE INTO episode_messages(kind, name, queue_id) VALUES(?, ?, ?)");
+            q.text(kind).text(name).text(message).run();
+            fresh = sqlite3_changes(db_);
+        }
+        Query q = stmt(
+            "INSERT INTO destinations(kind, name, last_deferral, ep_first, ep_last, ep_attempts, "
+            "ep_messages, "
+            "ep_categories, ep_last_reply, ep_last_relay, updated) VALUES(?1, ?2, ?3, ?3, ?3, 1, ?4, ?5, ?6, "
+            "?7, ?3) "
+            "ON CONFLICT(kind, name) DO UPDATE SET "
+            "last_deferral = MAX(COALESCE(last_deferral, excluded.last_deferral), excluded.last_deferral), "
+            "ep_first = COALESCE(ep_first, excluded.ep_first), "
+            "ep_last = MAX(COALESCE(ep_last, excluded.ep_last), excluded.ep_last), "
+            "ep_attempts = ep_attempts + 1, ep_messages = ep_messages + excluded.ep_messages, "
+            "ep_categories = ep_categories | excluded.ep_categories, ep_last_reply = excluded.ep_last_reply, "
+            "ep_last_relay = excluded.ep_last_relay, updated = MAX(updated, excluded.updated)");
+        q.text(kind)
+            .text(name)
+            .i64(op.time)
+            .i64(fresh)
+            .i64(category_bit(op.category))
+            .text(op.reason)
+            .text(op.relay);
+        q.run();
+    }
+
+    void record_success(const char* kind, const std::string& name, std::int64_t t) {
+        {
+            Query q = stmt(
+                "INSERT INTO episodes(kind, name, first_deferral, last_deferral, ended, attempts, messages, "
+                "categories, last_reply, last_relay) SELECT kind, name, ep_first, ep_last, ?3, ep_attempts, "
+                "ep_messages, ep_categories, ep_last_reply, ep_last_relay FROM destinations "
+                "WHERE kind = ?1 AND name = ?2 AND ep_first IS NOT NULL");
+            q.text(kind).text(name).i64(t).run();
+        }
+        if (sqlite3_changes(db_) > 0) {
+            Query q = stmt("DELETE FROM episode_messages WHERE kind = ? AND name = ?");
+            q.text(kind).text(name).run();
+        }
+        Query q = stmt(
+            "INSERT INTO destinations(kind, name, last_success, updated) VALUES(?1, ?2, ?3, ?3) "
+            "ON CONFLICT(kind, name) DO UPDATE SET "
+            "last_success = MAX(COALESCE(last_success, excluded.last_success), excluded.last_success), "
+            "ep_first = NULL, ep_last = NULL, ep_attempts = 0, ep_messages = 0, ep_categories = 0, "
+            "ep_last_reply = '', ep_last_relay = '', updated = MAX(updated, excluded.updated)");
+        q.text(kind).text(name).i64(t).run();
+    }
+
+    std::string path_;
+    LedgerOptions options_;
+    sqlite3* db_ = nullptr;
+    std::unordered_map<const char*, sqlite3_stmt*> cache_;
+    std::mutex mutex_;
+    Counters counters_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Ledger>> open_sqlite_ledger(const std::string& path, const LedgerOptions& options) {
+    try {
+        auto ledger = std::make_unique<SqliteLedger>(path, options);
+        if (auto st = ledger->open(); !st) return st.error();
+        return std::unique_ptr<Ledger>(std::move(ledger));
+    } catch (const std::exception& e) {
+        return make_error(ErrorKind::internal, std::string("ledger (sqlite): ") + e.what());
+    }
+}
+
+}  // namespace retryguard::ledger_detail

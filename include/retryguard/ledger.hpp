@@ -1,0 +1,329 @@
+// ledger.hpp -- the deferral ledger: the one place where retryguard's processes
+// (policy daemon, milter, CLI) share state. Two backends implement it: SQLite
+// (embedded default, one file) and Redis (a fleet of MTAs sharing one view).
+// docs/ledger.md describes the schema, keys, TTLs and guarantees.
+//
+// Every operation returns Result<...>; no exception leaves a ledger. A backend
+// that cannot answer (Redis down, SQLite locked past its busy timeout) returns
+// ErrorKind::unavailable, which callers treat as "fail open"; each such failure
+// is counted in counters().
+//
+// Times stored here are event times (the log's own timestamps), except where a
+// caller passes a time explicitly; the ledger never reads the wall clock for
+// anything a verdict depends on.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "retryguard/category.hpp"
+#include "retryguard/events.hpp"
+#include "retryguard/position.hpp"
+#include "retryguard/result.hpp"
+#include "retryguard/time.hpp"
+
+namespace retryguard {
+
+// ---------------------------------------------------------------------------
+// Identity normalisation shared by the ledger and its callers (the milter must
+// use the same functions, or lookups will not match what the log recorded).
+
+// "<Abc@Example.COM>" -> "Abc@example.com": surrounding blanks and one pair of
+// angle brackets removed, the part after the last '@' lower-cased. Bounded: input
+// longer than kMaxIdentityLength is truncated.
+inline constexpr std::size_t kMaxIdentityLength = 998;
+std::string normalize_message_id(std::string_view message_id);
+// "<User@Example.COM>" -> "User@example.com" (local part kept: it may be case-sensitive).
+std::string normalize_address(std::string_view address);
+// "user@Example.COM" -> "example.com"; "" when there is no '@'.
+std::string domain_of(std::string_view address);
+
+// The stable key of one log event: a 64-bit FNV-1a hash of time, host,
+// program, pid and text. Replaying a line gives the same key.
+std::uint64_t event_key(const Event& event) noexcept;
+
+// ---------------------------------------------------------------------------
+// What the ledger records.
+
+// Where a message is. `requeued`: postsuper -r gave it a new queue id (the
+// successor carries on). `gone`: removed from the queue (delivered, bounced or
+// deleted), `rejected`: refused before it was queued.
+enum class MessageState { incoming, active, deferred, hold, requeued, gone, expired, rejected };
+std::string_view to_string(MessageState state) noexcept;
+std::optional<MessageState> message_state_from_string(std::string_view name) noexcept;
+
+enum class RecipientState { pending, sent, bounced, expired };
+std::string_view to_string(RecipientState state) noexcept;
+std::optional<RecipientState> recipient_state_from_string(std::string_view name) noexcept;
+
+// A destination is a recipient domain or the relay host (MX) that answered:
+// one broken MX often serves many domains, so both are followed.
+enum class DestinationKind { domain, relay };
+std::string_view to_string(DestinationKind kind) noexcept;
+std::optional<DestinationKind> destination_kind_from_string(std::string_view name) noexcept;
+
+// Bit set over Category (1 << static_cast<int>(category)).
+using CategorySet = std::uint32_t;
+inline constexpr CategorySet category_bit(Category c) noexcept {
+    return CategorySet{1} << static_cast<int>(c);
+}
+std::vector<Category> categories_in(CategorySet set);
+
+// One event with the category the classifier gave its reply (Category::unknown
+// for events without a reply).
+struct IngestItem {
+    Event event;
+    Category category = Category::unknown;
+};
+
+struct IngestResult {
+    std::size_t applied = 0;     // events whose effects were recorded
+    std::size_t duplicates = 0;  // events already seen (replay): ignored
+};
+
+struct MessageInfo {
+    std::string queue_id;
+    std::string previous_queue_id;  // postsuper -r: the queue id this one replaced (pickup orig_id=)
+    std::string first_queue_id;     // start of the requeue chain (== queue_id when none)
+    std::string next_queue_id;      // the successor after a requeue
+    std::string message_id;         // normalised
+    std::string fingerprint;        // content fingerprint from the milter
+    std::string sender;
+    std::int64_t size = -1;
+    int nrcpt = -1;
+    std::optional<TimePoint> arrival;
+    MessageState state = MessageState::incoming;
+    TimePoint updated{};
+    std::optional<TimePoint> finished;  // when it reached gone/expired/requeued/rejected
+};
+
+struct RecipientInfo {
+    std::string queue_id;
+    std::string address;  // normalised
+    RecipientState state = RecipientState::pending;
+    int attempts = 0;
+    std::optional<TimePoint> first_attempt;
+    std::optional<TimePoint> last_attempt;
+    std::optional<TimePoint> first_deferral;
+    int reply_code = 0;
+    std::string enhanced;    // "4.3.5" (or the dsn= Postfix logged)
+    std::string reply_text;  // the literal reason Postfix logged
+    std::string stage;       // to_string(SmtpStage)
+    std::string relay;       // relay host that answered
+    Category category = Category::unknown;
+};
+
+// A continuous run of deferrals for one destination, from its first deferral
+// to the next successful delivery (ended).
+struct Episode {
+    DestinationKind kind = DestinationKind::domain;
+    std::string destination;
+    TimePoint first_deferral{};
+    TimePoint last_deferral{};
+    std::optional<TimePoint> ended;  // the success that ended it; nullopt while open
+    std::int64_t attempts = 0;       // deferrals counted in the episode
+    std::int64_t messages = 0;       // distinct queue ids affected
+    CategorySet categories = 0;
+    std::string last_reply;  // the literal reason of the last deferral
+    std::string last_relay;  // relay host of the last deferral
+};
+
+struct DestinationInfo {
+    DestinationKind kind = DestinationKind::domain;
+    std::string name;
+    std::string state;  // ladder state set by the rules engine ("" until it sets one)
+    std::optional<TimePoint> state_changed;
+    std::optional<TimePoint> last_success;
+    std::optional<TimePoint> last_deferral;
+    std::optional<Episode> episode;  // the open episode, if any
+};
+
+struct DestinationFilter {
+    std::optional<DestinationKind> kind;
+    std::optional<std::string> state;  // exact ladder state
+    bool open_episode_only = false;
+    std::size_t limit = 10000;
+};
+
+struct Flag {
+    std::int64_t id = 0;  // assigned by set_flag
+    std::string destination;
+    std::string reason;
+    TimePoint set_at{};
+    std::optional<TimePoint> expires_at;
+    std::optional<TimePoint> cleared_at;
+};
+
+// What the milter records for each accepted message (end of message, {i} known).
+struct MessageIdentity {
+    std::string queue_id;
+    std::string message_id;   // normalised with normalize_message_id (done again here)
+    std::string fingerprint;  // opaque content fingerprint
+    std::string sender;
+    std::vector<std::string> recipients;
+    TimePoint time{};
+};
+
+struct PendingCopyQuery {
+    std::string message_id;   // may be empty
+    std::string fingerprint;  // may be empty; either identity matches
+    std::vector<std::string> recipients;
+    std::string exclude_queue_id;  // the message being checked itself, if already recorded
+};
+
+// An earlier copy of a message still pending in the queue for one recipient.
+struct PendingCopy {
+    std::string recipient;       // as normalised
+    std::string queue_id;        // where the copy is now (after any postsuper -r)
+    std::string first_queue_id;  // the queue id it was first accepted under
+    std::string destination;     // recipient domain
+    std::string relay;           // relay host of the last attempt ("" before any attempt)
+    std::string last_reply;      // literal reason of the last attempt
+    std::optional<TimePoint> first_deferral;
+    std::optional<TimePoint> last_attempt;
+    std::optional<TimePoint> arrival;
+    int attempts = 0;
+    MessageState message_state = MessageState::incoming;
+    bool matched_by_message_id = false;  // else by fingerprint
+};
+
+struct RetentionPolicy {
+    Duration finished_messages = std::chrono::hours(24 * 30);  // after gone/expired/requeued/rejected
+    Duration stale_messages = std::chrono::hours(24 * 60);     // any message not updated for this long
+    Duration episodes = std::chrono::hours(24 * 365);          // ended episodes, cleared/expired flags
+    Duration seen_events = std::chrono::hours(24 * 14);        // replay protection window
+};
+
+struct PruneResult {
+    std::int64_t messages = 0;
+    std::int64_t recipients = 0;
+    std::int64_t episodes = 0;
+    std::int64_t flags = 0;
+    std::int64_t seen_events = 0;
+};
+
+struct LedgerStats {
+    std::string backend;   // "sqlite" / "redis"
+    std::string location;  // file path / host:port
+    std::int64_t messages = 0;
+    std::int64_t pending_messages = 0;  // not finished
+    std::int64_t recipients = 0;
+    std::int64_t destinations = 0;
+    std::int64_t open_episodes = 0;
+    std::int64_t episodes = 0;  // ended, in history
+    std::int64_t flags = 0;     // active
+    std::int64_t seen_events = 0;
+    std::int64_t bytes = 0;  // file size (SQLite) / used_memory (Redis)
+    int schema_version = 0;
+};
+
+// Failures and fallbacks, readable at any time from any thread.
+struct LedgerCounters {
+    std::uint64_t operations = 0;
+    std::uint64_t failures = 0;     // operations that returned an error
+    std::uint64_t unavailable = 0;  // of which: backend unavailable (callers fail open)
+    std::uint64_t reconnects = 0;   // Redis reconnect attempts
+    std::uint64_t duplicates = 0;   // replayed events ignored by ingest
+    std::uint64_t events = 0;       // events applied by ingest
+};
+
+// ---------------------------------------------------------------------------
+
+class Ledger {
+  public:
+    virtual ~Ledger() = default;
+    Ledger() = default;
+    Ledger(const Ledger&) = delete;
+    Ledger& operator=(const Ledger&) = delete;
+
+    virtual std::string_view backend() const noexcept = 0;
+
+    // Applies a batch atomically together with the follower position: after a
+    // crash either the batch and the position are both recorded, or neither.
+    // Events already seen within the seen-events retention are skipped, so a
+    // replay never double-counts.
+    virtual Result<IngestResult> ingest(std::span<const IngestItem> batch,
+                                        const std::optional<FollowerPosition>& position) = 0;
+
+    // Follower positions by source id.
+    virtual Result<std::optional<FollowerPosition>> load_position(std::string_view source) = 0;
+    virtual Status save_position(const FollowerPosition& position) = 0;
+
+    // Milter: record an accepted message, then look up pending copies.
+    virtual Status record_identity(const MessageIdentity& identity) = 0;
+    // One entry per requested recipient whose earlier copy is still pending
+    // (the oldest copy when several are).
+    virtual Result<std::vector<PendingCopy>> find_pending_copies(const PendingCopyQuery& query) = 0;
+
+    // Reads for `retryguard explain` and the rules engine.
+    virtual Result<std::optional<MessageInfo>> get_message(std::string_view queue_id) = 0;
+    virtual Result<std::vector<MessageInfo>> find_messages_by_message_id(std::string_view message_id) = 0;
+    virtual Result<std::vector<RecipientInfo>> get_recipients(std::string_view queue_id) = 0;
+    // Every recipient record for an address, newest first, at most `limit`.
+    virtual Result<std::vector<RecipientInfo>> find_recipients_by_address(std::string_view address,
+                                                                          std::size_t limit) = 0;
+    virtual Result<std::optional<DestinationInfo>> get_destination(DestinationKind kind,
+                                                                   std::string_view name) = 0;
+    virtual Result<std::vector<DestinationInfo>> list_destinations(const DestinationFilter& filter) = 0;
+    // Ended episodes whose first deferral lies in [from, to], oldest first.
+    virtual Result<std::vector<Episode>> episode_history(DestinationKind kind, std::string_view name,
+                                                         TimePoint from, TimePoint to) = 0;
+
+    // Rules-engine state.
+    virtual Status set_destination_state(DestinationKind kind, std::string_view name, std::string_view state,
+                                         TimePoint at) = 0;
+    virtual Result<std::int64_t> set_flag(const Flag& flag) = 0;  // returns the new flag's id
+    // Clears every active flag of the destination; returns how many were cleared.
+    virtual Result<std::int64_t> clear_flags(std::string_view destination, TimePoint at) = 0;
+    // Flags neither cleared nor expired at `now` (all flags when include_inactive).
+    virtual Result<std::vector<Flag>> list_flags(std::optional<std::string_view> destination, TimePoint now,
+                                                 bool include_inactive) = 0;
+    virtual Result<std::int64_t> add_verdict_count(std::string_view verdict, std::int64_t delta) = 0;
+    virtual Result<std::map<std::string, std::int64_t>> verdict_counts() = 0;
+    virtual Status put_state(std::string_view key, std::string_view value) = 0;
+    virtual Result<std::optional<std::string>> get_state(std::string_view key) = 0;
+
+    // Maintenance.
+    virtual Result<PruneResult> prune(const RetentionPolicy& policy, TimePoint now) = 0;
+    virtual Result<LedgerStats> stats() = 0;
+    virtual LedgerCounters counters() const noexcept = 0;
+};
+
+// Where the ledger lives and how to reach it.
+//   "sqlite:/var/lib/retryguard/ledger.db"   (also a bare path)
+//   "redis://127.0.0.1:6379/0"               (host, port, database number)
+//   "redis+unix:/run/redis/redis.sock"
+struct LedgerOptions {
+    std::string spec;
+    // SQLite
+    std::chrono::milliseconds busy_timeout{2000};
+    // Redis
+    std::string key_prefix = "retryguard:";
+    std::chrono::milliseconds connect_timeout{200};
+    std::chrono::milliseconds command_timeout{200};
+    std::chrono::milliseconds reconnect_min{100};                   // back-off after a failure, doubling...
+    std::chrono::milliseconds reconnect_max{5000};                  // ...up to this
+    std::chrono::seconds key_ttl{std::chrono::hours(24 * 400)};     // long-lived keys
+    std::chrono::seconds message_ttl{std::chrono::hours(24 * 60)};  // per-message keys, refreshed on update
+    std::chrono::seconds seen_ttl{std::chrono::hours(24 * 14)};     // replay protection
+    // Warnings (connection lost, fallbacks). Default: stderr, rate-limited.
+    std::function<void(std::string_view)> warn;
+};
+
+Result<std::unique_ptr<Ledger>> open_ledger(const LedgerOptions& options);
+inline Result<std::unique_ptr<Ledger>> open_ledger(std::string spec) {
+    LedgerOptions options;
+    options.spec = std::move(spec);
+    return open_ledger(options);
+}
+
+}  // namespace retryguard

@@ -1,0 +1,745 @@
+// ledger_contract.hpp -- the one contract every ledger backend must meet. Each
+// test binary that has a backend includes this file once and instantiates
+// LedgerContract with a factory for its backend (SQLite in the unit tests,
+// Redis in retryguard_redis_tests). Crash and two-writer tests fork real
+// processes that open the same store.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "ledger/ledger_events.hpp"
+#include "retryguard/ledger.hpp"
+
+namespace retryguard::ledger_test {
+
+struct LedgerBackend {
+    std::string name;
+    // Opens the store called `tag`; the same tag reopens the same store.
+    std::function<Result<std::unique_ptr<Ledger>>(const std::string& tag)> open;
+};
+
+inline void PrintTo(const LedgerBackend& b, std::ostream* os) {
+    *os << b.name;
+}
+
+inline std::string backend_name(const testing::TestParamInfo<LedgerBackend>& info) {
+    return info.param.name;
+}
+
+class LedgerContract : public testing::TestWithParam<LedgerBackend> {
+  protected:
+    std::string tag() const {
+        const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+        std::string t =
+            std::string(info->test_suite_name()) + "." + info->name() + "." + std::to_string(getpid());
+        for (auto& c : t)
+            if (c == '/') c = '_';
+        return t;
+    }
+    std::unique_ptr<Ledger> open(const std::string& suffix = {}) {
+        auto r = GetParam().open(tag() + suffix);
+        if (!r) ADD_FAILURE() << r.error().message;
+        return r ? std::move(r).value() : nullptr;
+    }
+    static void ingest(Ledger& l, std::vector<IngestItem> items,
+                       const std::optional<FollowerPosition>& pos = std::nullopt) {
+        auto r = l.ingest(items, pos);
+        ASSERT_TRUE(r.ok()) << r.error().message;
+    }
+};
+
+// A canonical text of everything the ledger knows about the messages and
+// destinations of synthetic_stream(n): two ledgers that saw the same events
+// exactly once have the same dump.
+inline std::string dump(Ledger& l, int messages, int domains = 50) {
+    std::ostringstream out;
+    for (int i = 0; i < messages; ++i) {
+        auto m = l.get_message(qid_for(i));
+        if (!m.ok() || !m->has_value()) {
+            out << qid_for(i) << " missing\n";
+            continue;
+        }
+        const auto& v = **m;
+        out << v.queue_id << " " << to_string(v.state) << " " << v.message_id << " " << v.size << " "
+            << (v.arrival ? to_micros(*v.arrival) : -1) << "\n";
+        auto rs = l.get_recipients(v.queue_id);
+        if (rs.ok())
+            for (const auto& r : *rs)
+                out << "  " << r.address << " " << to_string(r.state) << " " << r.attempts << " "
+                    << (r.first_deferral ? to_micros(*r.first_deferral) : -1) << " " << r.reply_code << "\n";
+    }
+    DestinationFilter all;
+    auto ds = l.list_destinations(all);
+    if (ds.ok())
+        for (const auto& d : *ds) {
+            out << to_string(d.kind) << ":" << d.name
+                << " success=" << (d.last_success ? to_micros(*d.last_success) : -1);
+            if (d.episode)
+                out << " open " << to_micros(d.episode->first_deferral) << " " << d.episode->attempts << " "
+                    << d.episode->messages;
+            out << "\n";
+            auto h = l.episode_history(d.kind, d.name, from_micros(0), from_micros(INT64_MAX / 2));
+            if (h.ok())
+                for (const auto& e : *h)
+                    out << "  ep " << to_micros(e.first_deferral) << " " << e.attempts << " " << e.messages
+                        << "\n";
+        }
+    (void)domains;
+    return out.str();
+}
+
+TEST_P(LedgerContract, DeferralsThenSuccessCloseAnEpisodeIntoHistory) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    ingest(*l, {client("Q1", 100), message_id("Q1", 100, "<m1@Client.Example>"),
+                queue_active("Q1", 101, "s@x.test"), deferred("Q1", 101, "u@dest.test"),
+                deferred("Q1", 700, "u@dest.test"), sent("Q1", 2500, "u@dest.test"), removed("Q1", 2500)});
+    auto m = l->get_message("Q1");
+    ASSERT_TRUE(m.ok() && m->has_value());
+    EXPECT_EQ((*m)->state, MessageState::gone);
+    EXPECT_EQ((*m)->message_id, "m1@client.example");
+    EXPECT_EQ((*m)->size, 470);
+    EXPECT_EQ((*m)->arrival, at(100));
+    EXPECT_EQ((*m)->finished, at(2500));
+
+    auto rs = l->get_recipients("Q1");
+    ASSERT_TRUE(rs.ok());
+    ASSERT_EQ(rs->size(), 1u);
+    EXPECT_EQ((*rs)[0].state, RecipientState::sent);
+    EXPECT_EQ((*rs)[0].attempts, 3);
+    EXPECT_EQ((*rs)[0].first_deferral, at(101));
+    EXPECT_EQ((*rs)[0].first_attempt, at(101));
+    EXPECT_EQ((*rs)[0].last_attempt, at(2500));
+    EXPECT_EQ((*rs)[0].reply_code, 250);
+    EXPECT_EQ((*rs)[0].relay, "mx.example.net");
+
+    for (auto [kind, name] : {std::pair{DestinationKind::domain, "dest.test"},
+                              std::pair{DestinationKind::relay, "mx.example.net"}}) {
+        auto d = l->get_destination(kind, name);
+        ASSERT_TRUE(d.ok() && d->has_value()) << name;
+        EXPECT_FALSE((*d)->episode.has_value()) << name;
+        EXPECT_EQ((*d)->last_success, at(2500));
+        EXPECT_EQ((*d)->last_deferral, at(700));
+        auto h = l->episode_history(kind, name, at(0), at(10000));
+        ASSERT_TRUE(h.ok());
+        ASSERT_EQ(h->size(), 1u) << name;
+        const auto& e = (*h)[0];
+        EXPECT_EQ(e.first_deferral, at(101));
+        EXPECT_EQ(e.last_deferral, at(700));
+        EXPECT_EQ(e.ended, at(2500));
+        EXPECT_EQ(e.attempts, 2);
+        EXPECT_EQ(e.messages, 1);
+        EXPECT_EQ(e.categories, category_bit(Category::receiver_config));
+        EXPECT_NE(e.last_reply.find("451 4.3.5 System config error"), std::string::npos);
+        EXPECT_EQ(e.last_relay, "mx.example.net");
+        // Outside the time range: nothing.
+        auto none = l->episode_history(kind, name, at(200), at(10000));
+        ASSERT_TRUE(none.ok());
+        EXPECT_TRUE(none->empty());
+    }
+}
+
+TEST_P(LedgerContract, OpenEpisodeCountsDistinctMessagesAndCategories) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    auto grey = delivery("Q2", 130, "v@dest.test", DeliveryStatus::deferred, "mx.example.net", 450, "4.2.0",
+                         "Greylisted", Category::greylisting);
+    ingest(*l, {deferred("Q1", 100, "u@dest.test"), deferred("Q1", 120, "w@dest.test"), grey,
+                deferred("Q1", 900, "u@dest.test")});
+    auto d = l->get_destination(DestinationKind::domain, "dest.test");
+    ASSERT_TRUE(d.ok() && d->has_value());
+    ASSERT_TRUE((*d)->episode.has_value());
+    const auto& e = *(*d)->episode;
+    EXPECT_EQ(e.attempts, 4);
+    EXPECT_EQ(e.messages, 2);
+    EXPECT_EQ(e.first_deferral, at(100));
+    EXPECT_EQ(e.last_deferral, at(900));
+    EXPECT_EQ(e.categories, category_bit(Category::receiver_config) | category_bit(Category::greylisting));
+    EXPECT_EQ(categories_in(e.categories).size(), 2u);
+    auto m = l->get_message("Q1");
+    ASSERT_TRUE(m.ok() && m->has_value());
+    EXPECT_EQ((*m)->state, MessageState::deferred);
+
+    DestinationFilter open_only;
+    open_only.open_episode_only = true;
+    open_only.kind = DestinationKind::relay;
+    auto list = l->list_destinations(open_only);
+    ASSERT_TRUE(list.ok());
+    ASSERT_EQ(list->size(), 1u);
+    EXPECT_EQ((*list)[0].name, "mx.example.net");
+    // A success ends the episode; the next deferral opens a new one.
+    ingest(*l, {sent("Q3", 1000, "x@dest.test"), deferred("Q4", 5000, "y@dest.test")});
+    d = l->get_destination(DestinationKind::domain, "dest.test");
+    ASSERT_TRUE(d.ok() && d->has_value() && (*d)->episode);
+    EXPECT_EQ((*d)->episode->first_deferral, at(5000));
+    EXPECT_EQ((*d)->episode->attempts, 1);
+    EXPECT_EQ((*d)->episode->messages, 1);
+    auto h = l->episode_history(DestinationKind::domain, "dest.test", at(0), at(100000));
+    ASSERT_TRUE(h.ok());
+    ASSERT_EQ(h->size(), 1u);
+    EXPECT_EQ((*h)[0].attempts, 4);
+}
+
+TEST_P(LedgerContract, ReplayedEventsAreNotCountedTwice) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    std::vector<IngestItem> batch = {queue_active("Q1", 100, "s@x.test"), deferred("Q1", 101, "u@dest.test"),
+                                     deferred("Q1", 701, "u@dest.test")};
+    auto first = l->ingest(batch, std::nullopt);
+    ASSERT_TRUE(first.ok());
+    EXPECT_EQ(first->applied, 3u);
+    EXPECT_EQ(first->duplicates, 0u);
+    auto again = l->ingest(batch, std::nullopt);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->applied, 0u);
+    EXPECT_EQ(again->duplicates, 3u);
+    auto rs = l->get_recipients("Q1");
+    ASSERT_TRUE(rs.ok() && rs->size() == 1);
+    EXPECT_EQ((*rs)[0].attempts, 2);
+    auto d = l->get_destination(DestinationKind::domain, "dest.test");
+    ASSERT_TRUE(d.ok() && d->has_value() && (*d)->episode);
+    EXPECT_EQ((*d)->episode->attempts, 2);
+    EXPECT_GE(l->counters().duplicates, 3u);
+    // Within one batch as well.
+    auto dup = l->ingest(
+        std::vector<IngestItem>{deferred("Q9", 5, "z@d.test"), deferred("Q9", 5, "z@d.test")}, std::nullopt);
+    ASSERT_TRUE(dup.ok());
+    EXPECT_EQ(dup->applied, 1u);
+    EXPECT_EQ(dup->duplicates, 1u);
+}
+
+TEST_P(LedgerContract, PositionIsCommittedWithTheBatchAndLoadsBack) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    auto none = l->load_position("file:/var/log/mail.log");
+    ASSERT_TRUE(none.ok());
+    EXPECT_FALSE(none->has_value());
+    FollowerPosition p;
+    p.source = "file:/var/log/mail.log";
+    p.device = 2049;
+    p.inode = 1234567;
+    p.offset = 987654321012ULL;
+    p.head_fingerprint = "ab12cd";
+    p.lines = 42;
+    ingest(*l, {queue_active("Q1", 100, "s@x.test")}, p);
+    auto got = l->load_position(p.source);
+    ASSERT_TRUE(got.ok() && got->has_value());
+    EXPECT_EQ((*got)->device, 2049u);
+    EXPECT_EQ((*got)->inode, 1234567u);
+    EXPECT_EQ((*got)->offset, 987654321012ULL);
+    EXPECT_EQ((*got)->head_fingerprint, "ab12cd");
+    EXPECT_EQ((*got)->lines, 42u);
+    FollowerPosition j;
+    j.source = "journal";
+    j.cursor = "s=abc;i=1f;b=xyz";
+    ASSERT_TRUE(l->save_position(j).ok());
+    auto gj = l->load_position("journal");
+    ASSERT_TRUE(gj.ok() && gj->has_value());
+    EXPECT_EQ((*gj)->cursor, j.cursor);
+    // Positions survive reopening the store.
+    l.reset();
+    auto again = open();
+    ASSERT_TRUE(again);
+    auto after = again->load_position(p.source);
+    ASSERT_TRUE(after.ok() && after->has_value());
+    EXPECT_EQ((*after)->offset, p.offset);
+}
+
+TEST_P(LedgerContract, PendingCopiesAreFoundPerRecipientByMessageIdOrFingerprint) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    MessageIdentity id;
+    id.queue_id = "A1";
+    id.message_id = "<orig@Client.EXAMPLE>";
+    id.fingerprint = "fp-1";
+    id.sender = "s@x.test";
+    id.recipients = {"<one@dest.test>", "two@dest.test", "three@other.test"};
+    id.time = at(100);
+    ASSERT_TRUE(l->record_identity(id).ok());
+    ingest(*l, {message_id("A1", 100, "<orig@client.example>"), queue_active("A1", 101, "s@x.test", 500, 3),
+                deferred("A1", 102, "one@dest.test"), deferred("A1", 102, "two@dest.test"),
+                sent("A1", 102, "three@other.test", "mx.other.test"), deferred("A1", 800, "one@dest.test")});
+
+    PendingCopyQuery q;
+    q.message_id = "orig@client.example";
+    q.recipients = {"one@dest.test", "three@other.test", "new@dest.test", "two@DEST.test"};
+    auto r = l->find_pending_copies(q);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_EQ(r->size(), 2u);
+    EXPECT_EQ((*r)[0].recipient, "one@dest.test");
+    EXPECT_EQ((*r)[0].queue_id, "A1");
+    EXPECT_EQ((*r)[0].first_queue_id, "A1");
+    EXPECT_EQ((*r)[0].destination, "dest.test");
+    EXPECT_EQ((*r)[0].relay, "mx.example.net");
+    EXPECT_NE((*r)[0].last_reply.find("451 4.3.5 System config error"), std::string::npos);
+    EXPECT_EQ((*r)[0].first_deferral, at(102));
+    EXPECT_EQ((*r)[0].last_attempt, at(800));
+    EXPECT_EQ((*r)[0].attempts, 2);
+    EXPECT_TRUE((*r)[0].matched_by_message_id);
+    EXPECT_EQ((*r)[1].recipient, "two@dest.test");
+
+    // Same content under a new Message-ID: found by fingerprint.
+    PendingCopyQuery byfp;
+    byfp.message_id = "<resend@client.example>";
+    byfp.fingerprint = "fp-1";
+    byfp.recipients = {"two@dest.test"};
+    r = l->find_pending_copies(byfp);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->size(), 1u);
+    EXPECT_FALSE((*r)[0].matched_by_message_id);
+
+    // The message itself is not its own copy.
+    q.exclude_queue_id = "A1";
+    r = l->find_pending_copies(q);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->empty());
+
+    // Unknown identity: nothing.
+    PendingCopyQuery other;
+    other.message_id = "<nobody@x>";
+    other.fingerprint = "fp-none";
+    other.recipients = {"one@dest.test"};
+    r = l->find_pending_copies(other);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->empty());
+
+    // Once the message has left the queue, no copy is pending.
+    ingest(*l, {sent("A1", 3000, "one@dest.test"), removed("A1", 3000)});
+    q.exclude_queue_id.clear();
+    r = l->find_pending_copies(q);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->empty());
+}
+
+TEST_P(LedgerContract, RecordedButNotYetAttemptedMessageIsPending) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    MessageIdentity id;
+    id.queue_id = "B1";
+    id.message_id = "<b@c>";
+    id.recipients = {"r@d.test"};
+    id.time = at(50);
+    ASSERT_TRUE(l->record_identity(id).ok());
+    PendingCopyQuery q;
+    q.message_id = "b@c";
+    q.recipients = {"r@d.test"};
+    auto r = l->find_pending_copies(q);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->size(), 1u);
+    EXPECT_EQ((*r)[0].attempts, 0);
+    EXPECT_FALSE((*r)[0].first_deferral.has_value());
+    EXPECT_EQ((*r)[0].arrival, at(50));
+    EXPECT_TRUE(l->record_identity(MessageIdentity{}).error().kind == ErrorKind::invalid_input);
+}
+
+TEST_P(LedgerContract, RequeueChainIsFollowedToTheNewQueueId) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    MessageIdentity id;
+    id.queue_id = "OLD1";
+    id.message_id = "<rq@client>";
+    id.fingerprint = "fp-rq";
+    id.recipients = {"q@fake.test"};
+    id.time = at(100);
+    ASSERT_TRUE(l->record_identity(id).ok());
+    ingest(*l, {message_id("OLD1", 100, "<rq@client>"), queue_active("OLD1", 100, "s@x.test", 470),
+                deferred("OLD1", 101, "q@fake.test"), queue_op("OLD1", 150, "placed on hold")});
+    auto m = l->get_message("OLD1");
+    ASSERT_TRUE(m.ok() && m->has_value());
+    EXPECT_EQ((*m)->state, MessageState::hold);
+    PendingCopyQuery q;
+    q.fingerprint = "fp-rq";
+    q.recipients = {"q@fake.test"};
+    auto r = l->find_pending_copies(q);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->size(), 1u) << "a held message is still in the queue";
+    EXPECT_EQ((*r)[0].message_state, MessageState::hold);
+
+    ingest(*l, {queue_op("OLD1", 160, "released from hold"), queue_op("OLD1", 170, "requeued"),
+                pickup("NEW1", 190, "s@x.test", "OLD1"), message_id("NEW1", 190, "<rq@client>"),
+                queue_active("NEW1", 190, "s@x.test", 583), deferred("NEW1", 191, "q@fake.test")});
+    m = l->get_message("OLD1");
+    ASSERT_TRUE(m.ok() && m->has_value());
+    EXPECT_EQ((*m)->state, MessageState::requeued);
+    EXPECT_EQ((*m)->next_queue_id, "NEW1");
+    auto n = l->get_message("NEW1");
+    ASSERT_TRUE(n.ok() && n->has_value());
+    EXPECT_EQ((*n)->previous_queue_id, "OLD1");
+    EXPECT_EQ((*n)->first_queue_id, "OLD1");
+    EXPECT_EQ((*n)->fingerprint, "fp-rq");
+    EXPECT_EQ((*n)->arrival, at(100));
+
+    for (bool by_fp : {true, false}) {
+        PendingCopyQuery qq;
+        if (by_fp)
+            qq.fingerprint = "fp-rq";
+        else
+            qq.message_id = "<rq@client>";
+        qq.recipients = {"q@fake.test"};
+        r = l->find_pending_copies(qq);
+        ASSERT_TRUE(r.ok());
+        ASSERT_EQ(r->size(), 1u);
+        EXPECT_EQ((*r)[0].queue_id, "NEW1");
+        EXPECT_EQ((*r)[0].first_queue_id, "OLD1");
+        EXPECT_EQ((*r)[0].first_deferral, at(101));
+        EXPECT_EQ((*r)[0].attempts, 2);
+    }
+    // The requeued message is one message for the destination's episode.
+    auto d = l->get_destination(DestinationKind::domain, "fake.test");
+    ASSERT_TRUE(d.ok() && d->has_value() && (*d)->episode);
+    EXPECT_EQ((*d)->episode->messages, 1);
+    EXPECT_EQ((*d)->episode->attempts, 2);
+
+    auto byid = l->find_messages_by_message_id("<rq@CLIENT>");
+    ASSERT_TRUE(byid.ok());
+    EXPECT_EQ(byid->size(), 2u);
+    auto byaddr = l->find_recipients_by_address("q@fake.test", 10);
+    ASSERT_TRUE(byaddr.ok());
+    ASSERT_EQ(byaddr->size(), 2u);
+    EXPECT_EQ((*byaddr)[0].queue_id, "NEW1");
+}
+
+TEST_P(LedgerContract, ExpiredMessageIsNoLongerPending) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    ingest(*l, {message_id("E1", 1, "<e@x>"), queue_active("E1", 1, "s@x.test"),
+                deferred("E1", 2, "r@d.test"), expired("E1", 500000, "s@x.test")});
+    auto m = l->get_message("E1");
+    ASSERT_TRUE(m.ok() && m->has_value());
+    EXPECT_EQ((*m)->state, MessageState::expired);
+    auto rs = l->get_recipients("E1");
+    ASSERT_TRUE(rs.ok() && rs->size() == 1);
+    EXPECT_EQ((*rs)[0].state, RecipientState::expired);
+    PendingCopyQuery q;
+    q.message_id = "<e@x>";
+    q.recipients = {"r@d.test"};
+    auto r = l->find_pending_copies(q);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->empty());
+}
+
+TEST_P(LedgerContract, DestinationStateIsSetAndFiltered) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    ingest(*l, {deferred("Q1", 10, "a@one.test", "mx1.test"), deferred("Q2", 10, "a@two.test", "mx1.test")});
+    ASSERT_TRUE(l->set_destination_state(DestinationKind::domain, "one.test", "watch", at(20)).ok());
+    ASSERT_TRUE(l->set_destination_state(DestinationKind::relay, "mx1.test", "escalate", at(30)).ok());
+    ASSERT_TRUE(l->set_destination_state(DestinationKind::domain, "never-seen.test", "noted", at(31)).ok());
+    DestinationFilter f;
+    f.state = "watch";
+    auto w = l->list_destinations(f);
+    ASSERT_TRUE(w.ok());
+    ASSERT_EQ(w->size(), 1u);
+    EXPECT_EQ((*w)[0].name, "one.test");
+    EXPECT_EQ((*w)[0].state_changed, at(20));
+    ASSERT_TRUE((*w)[0].episode.has_value());
+    f.state.reset();
+    f.kind = DestinationKind::domain;
+    auto all = l->list_destinations(f);
+    ASSERT_TRUE(all.ok());
+    EXPECT_EQ(all->size(), 3u);
+    f.limit = 2;
+    all = l->list_destinations(f);
+    ASSERT_TRUE(all.ok());
+    EXPECT_EQ(all->size(), 2u);
+    auto r = l->get_destination(DestinationKind::relay, "mx1.test");
+    ASSERT_TRUE(r.ok() && r->has_value());
+    EXPECT_EQ((*r)->state, "escalate");
+    // The engine's state survives episodes ending: it decides when to say "recovered".
+    ingest(*l, {sent("Q3", 40, "b@one.test", "mx1.test")});
+    r = l->get_destination(DestinationKind::relay, "mx1.test");
+    ASSERT_TRUE(r.ok() && r->has_value());
+    EXPECT_EQ((*r)->state, "escalate");
+    EXPECT_FALSE((*r)->episode.has_value());
+    auto missing = l->get_destination(DestinationKind::domain, "nowhere.test");
+    ASSERT_TRUE(missing.ok());
+    EXPECT_FALSE(missing->has_value());
+}
+
+TEST_P(LedgerContract, FlagsExpireAndClear) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    Flag a{0, "bad.test", "receiver-config recurring", at(100), at(1000), std::nullopt};
+    Flag b{0, "bad.test", "manual", at(200), std::nullopt, std::nullopt};
+    Flag c{0, "other.test", "x", at(300), std::nullopt, std::nullopt};
+    auto ia = l->set_flag(a), ib = l->set_flag(b), ic = l->set_flag(c);
+    ASSERT_TRUE(ia.ok() && ib.ok() && ic.ok());
+    EXPECT_NE(*ia, *ib);
+    auto active = l->list_flags(std::string_view("bad.test"), at(500), false);
+    ASSERT_TRUE(active.ok());
+    ASSERT_EQ(active->size(), 2u);
+    EXPECT_EQ((*active)[0].reason, "receiver-config recurring");
+    EXPECT_EQ((*active)[0].expires_at, at(1000));
+    active = l->list_flags(std::string_view("bad.test"), at(1500), false);
+    ASSERT_TRUE(active.ok());
+    ASSERT_EQ(active->size(), 1u);
+    EXPECT_EQ((*active)[0].reason, "manual");
+    auto cleared = l->clear_flags("bad.test", at(1600));
+    ASSERT_TRUE(cleared.ok());
+    EXPECT_EQ(*cleared, 1);
+    active = l->list_flags(std::string_view("bad.test"), at(1700), false);
+    ASSERT_TRUE(active.ok());
+    EXPECT_TRUE(active->empty());
+    auto every = l->list_flags(std::nullopt, at(1700), true);
+    ASSERT_TRUE(every.ok());
+    EXPECT_EQ(every->size(), 3u);
+    auto others = l->list_flags(std::nullopt, at(1700), false);
+    ASSERT_TRUE(others.ok());
+    ASSERT_EQ(others->size(), 1u);
+    EXPECT_EQ((*others)[0].destination, "other.test");
+}
+
+TEST_P(LedgerContract, VerdictCountsAndEngineStatePersist) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    auto v = l->add_verdict_count("escalate", 1);
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(*v, 1);
+    v = l->add_verdict_count("escalate", 2);
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(*v, 3);
+    ASSERT_TRUE(l->add_verdict_count("duplicate-rejected", 1).ok());
+    ASSERT_TRUE(l->put_state("engine.spread.window", "{\"since\":123}").ok());
+    ASSERT_TRUE(l->put_state("engine.spread.window", "{\"since\":456}").ok());
+    l.reset();
+    auto again = open();
+    ASSERT_TRUE(again);
+    auto counts = again->verdict_counts();
+    ASSERT_TRUE(counts.ok());
+    EXPECT_EQ(counts->at("escalate"), 3);
+    EXPECT_EQ(counts->at("duplicate-rejected"), 1);
+    auto s = again->get_state("engine.spread.window");
+    ASSERT_TRUE(s.ok() && s->has_value());
+    EXPECT_EQ(**s, "{\"since\":456}");
+    auto missing = again->get_state("nope");
+    ASSERT_TRUE(missing.ok());
+    EXPECT_FALSE(missing->has_value());
+}
+
+TEST_P(LedgerContract, PruneRemovesFinishedMessagesAndOldHistoryOnly) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    const std::int64_t day = 86400;
+    ingest(*l, {queue_active("OLD", 0, "s@x.test"), deferred("OLD", 1, "r@d.test"),
+                sent("OLD", 2, "r@d.test"), removed("OLD", 2), queue_active("LIVE", 10, "s@x.test"),
+                deferred("LIVE", 11, "r@e.test"), queue_active("NEW", 40 * day, "s@x.test"),
+                sent("NEW", 40 * day, "r@d.test"), removed("NEW", 40 * day)});
+    auto before = l->stats();
+    ASSERT_TRUE(before.ok());
+    EXPECT_EQ(before->messages, 3);
+    EXPECT_EQ(before->pending_messages, 1);
+    // d.test and mx.example.net ended at 2; LIVE's deferral opened a new relay episode
+    // that NEW's delivery through the same MX ended on day 40.
+    EXPECT_EQ(before->episodes, 3);
+    RetentionPolicy p;
+    p.finished_messages = std::chrono::hours(24 * 30);
+    p.stale_messages = std::chrono::hours(24 * 60);
+    p.episodes = std::chrono::hours(24 * 30);
+    p.seen_events = std::chrono::hours(24 * 30);
+    auto r = l->prune(p, at(45 * day));
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->messages, 1);
+    EXPECT_EQ(r->recipients, 1);
+    EXPECT_EQ(r->episodes, 2);
+    EXPECT_GE(r->seen_events, 6);
+    auto gone = l->get_message("OLD");
+    ASSERT_TRUE(gone.ok());
+    EXPECT_FALSE(gone->has_value());
+    auto live = l->get_message("LIVE");
+    ASSERT_TRUE(live.ok());
+    EXPECT_TRUE(live->has_value());
+    auto kept = l->get_message("NEW");
+    ASSERT_TRUE(kept.ok());
+    EXPECT_TRUE(kept->has_value());
+    // A message nobody has heard of for longer than stale_messages goes too.
+    r = l->prune(p, at(75 * day));
+    ASSERT_TRUE(r.ok());
+    live = l->get_message("LIVE");
+    ASSERT_TRUE(live.ok());
+    EXPECT_FALSE(live->has_value());
+    auto after = l->stats();
+    ASSERT_TRUE(after.ok());
+    EXPECT_EQ(after->messages, 0);
+    EXPECT_GT(after->bytes, 0);
+}
+
+TEST_P(LedgerContract, StatsAndCountersReflectActivity) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    ingest(*l, synthetic_stream(20));
+    auto s = l->stats();
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->backend, GetParam().name.substr(0, s->backend.size()));
+    EXPECT_EQ(s->messages, 20);
+    EXPECT_EQ(s->recipients, 40);
+    EXPECT_EQ(s->pending_messages, 5);
+    EXPECT_GT(s->destinations, 0);
+    EXPECT_GT(s->seen_events, 100);
+    EXPECT_GE(s->schema_version, 1);
+    auto c = l->counters();
+    EXPECT_GE(c.operations, 2u);
+    EXPECT_EQ(c.events, synthetic_stream(20).size());
+    EXPECT_EQ(c.failures, 0u);
+}
+
+// --- processes -------------------------------------------------------------
+
+// Child: ingests `events` in batches of `batch`, each with the position "number
+// of events consumed", starting after the position already stored (a follower
+// restart), forever looping when `loop` (to be killed).
+inline int ingest_child(const LedgerBackend& backend, const std::string& tag,
+                        const std::vector<IngestItem>& events, std::size_t batch) {
+    auto l = backend.open(tag);
+    if (!l) return 3;
+    auto pos = (*l)->load_position("synthetic");
+    if (!pos) return 4;
+    std::size_t from = pos->has_value() ? static_cast<std::size_t>((*pos)->offset) : 0;
+    for (std::size_t i = from; i < events.size(); i += batch) {
+        std::size_t n = std::min(batch, events.size() - i);
+        FollowerPosition p;
+        p.source = "synthetic";
+        p.offset = i + n;
+        p.lines = i + n;
+        for (int attempt = 0;; ++attempt) {
+            auto r = (*l)->ingest(std::span<const IngestItem>(events.data() + i, n), p);
+            if (r) break;
+            if (attempt > 100) return 5;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    }
+    return 0;
+}
+
+TEST_P(LedgerContract, KillDuringIngestThenResumeEqualsCleanRun) {
+    const int messages = 600;
+    auto events = synthetic_stream(messages);
+    std::string clean_dump;
+    {
+        auto clean = open(".clean");
+        ASSERT_TRUE(clean);
+        ingest(*clean, events);
+        clean_dump = dump(*clean, messages);
+    }
+    const std::string crash_tag = tag() + ".crash";
+    // Kill the writer several times at different moments, resuming each time
+    // from the committed position, as the policy daemon does after kill -9.
+    int kills = 0;
+    for (int round = 0; round < 4; ++round) {
+        pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) _exit(ingest_child(GetParam(), crash_tag, events, 37));
+        std::this_thread::sleep_for(std::chrono::milliseconds(15 + 25 * round));
+        if (kill(pid, SIGKILL) == 0) ++kills;
+        int status = 0;
+        waitpid(pid, &status, 0);
+        if (WIFEXITED(status)) {
+            ASSERT_EQ(WEXITSTATUS(status), 0);
+        }
+    }
+    EXPECT_GT(kills, 0);
+    {
+        pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) _exit(ingest_child(GetParam(), crash_tag, events, 37));
+        int status = 0;
+        waitpid(pid, &status, 0);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    auto resumed = GetParam().open(crash_tag);
+    ASSERT_TRUE(resumed.ok()) << resumed.error().message;
+    auto pos = (*resumed)->load_position("synthetic");
+    ASSERT_TRUE(pos.ok() && pos->has_value());
+    EXPECT_EQ((*pos)->offset, events.size());
+    EXPECT_EQ(dump(**resumed, messages), clean_dump);
+    // A full replay from the start (position lost) changes nothing either.
+    auto replay = (*resumed)->ingest(events, std::nullopt);
+    ASSERT_TRUE(replay.ok());
+    EXPECT_EQ(replay->applied, 0u);
+    EXPECT_EQ(dump(**resumed, messages), clean_dump);
+}
+
+TEST_P(LedgerContract, TwoWritersIngestAndQueryAtOnce) {
+    const int messages = 400;
+    auto all = synthetic_stream(messages);
+    // Split by message: writer 0 takes even messages, writer 1 odd ones. A
+    // deferral-then-success order across writers is not guaranteed, so the
+    // check is on per-message state, which each writer owns.
+    std::map<std::string, int> owner;
+    for (int m = 0; m < messages; ++m) owner[qid_for(m)] = m % 2;
+    std::vector<IngestItem> part[2];
+    for (const auto& item : all) part[owner.at(item.event.queue_id)].push_back(item);
+    const std::string shared = tag() + ".shared";
+    {
+        auto first = GetParam().open(shared);  // create the schema before the race
+        ASSERT_TRUE(first.ok()) << first.error().message;
+    }
+    pid_t pids[2];
+    for (int w = 0; w < 2; ++w) {
+        pids[w] = fork();
+        ASSERT_GE(pids[w], 0);
+        if (pids[w] == 0) {
+            auto l = GetParam().open(shared);
+            if (!l) _exit(3);
+            for (std::size_t i = 0; i < part[w].size(); i += 25) {
+                std::size_t n = std::min<std::size_t>(25, part[w].size() - i);
+                bool ok = false;
+                for (int attempt = 0; attempt < 200 && !ok; ++attempt) {
+                    ok = (*l)->ingest(std::span<const IngestItem>(part[w].data() + i, n), std::nullopt).ok();
+                    if (!ok) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                }
+                if (!ok) _exit(4);
+                // Query while the other process writes.
+                PendingCopyQuery q;
+                q.message_id = "<m" + std::to_string(w) + "@client.example>";
+                q.recipients = {"a" + std::to_string(w) + "@d" + std::to_string(w) + ".example"};
+                if (!(*l)->find_pending_copies(q).ok()) _exit(5);
+                DestinationFilter f;
+                if (!(*l)->list_destinations(f).ok()) _exit(6);
+            }
+            _exit(0);
+        }
+    }
+    for (pid_t pid : pids) {
+        int status = 0;
+        waitpid(pid, &status, 0);
+        ASSERT_TRUE(WIFEXITED(status)) << "writer crashed";
+        EXPECT_EQ(WEXITSTATUS(status), 0);
+    }
+    auto l = GetParam().open(shared);
+    ASSERT_TRUE(l.ok());
+    auto s = (*l)->stats();
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->messages, messages);
+    EXPECT_EQ(s->recipients, 2 * messages);
+    EXPECT_EQ(s->pending_messages, messages / 4);
+    auto clean = open(".clean");
+    ASSERT_TRUE(clean);
+    ingest(*clean, all);
+    for (int m = 0; m < messages; ++m) {
+        auto a = (*l)->get_recipients(qid_for(m));
+        auto b = clean->get_recipients(qid_for(m));
+        ASSERT_TRUE(a.ok() && b.ok());
+        ASSERT_EQ(a->size(), b->size());
+        for (std::size_t i = 0; i < a->size(); ++i) {
+            EXPECT_EQ((*a)[i].attempts, (*b)[i].attempts) << qid_for(m);
+            EXPECT_EQ((*a)[i].state, (*b)[i].state) << qid_for(m);
+        }
+    }
+    PendingCopyQuery q;
+    q.message_id = "<m0@client.example>";
+    q.recipients = {"b0@d0.example"};
+    auto pending = (*l)->find_pending_copies(q);
+    ASSERT_TRUE(pending.ok());
+    EXPECT_EQ(pending->size(), 1u);  // message 0 keeps deferring (0 % 4 == 0)
+}
+
+}  // namespace retryguard::ledger_test
