@@ -16,5 +16,6 @@ inline constexpr int kExitUsage = 2;      // usage or configuration error
 int& exit_code();
 
 // Subcommand registration: one function per tools/cmd_<name>.cpp.
+void add_events_command(CLI::App& app);
 
 }  // namespace retryguard::cli

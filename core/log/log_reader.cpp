@@ -1,0 +1,114 @@
+// log_reader.cpp -- plain/gzip log files read in large blocks through zlib
+// (gzread passes uncompressed files through unchanged). Owns bounded line
+// framing for whole-file reads; must never hold more than one block plus one
+// capped line in memory, whatever the file contains.
+#include "retryguard/log_reader.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+namespace retryguard {
+
+struct LogFileReader::Impl {
+    gzFile file = nullptr;
+    std::string path;
+    std::vector<char> block = std::vector<char>(256 * 1024);
+    std::size_t begin = 0, end = 0;
+    bool eof = false;
+    std::string line;  // a line that spans blocks
+    ~Impl() {
+        if (file) gzclose(file);
+    }
+};
+
+LogFileReader::LogFileReader(LogFileReader&&) noexcept = default;
+LogFileReader& LogFileReader::operator=(LogFileReader&&) noexcept = default;
+LogFileReader::~LogFileReader() = default;
+
+Result<LogFileReader> LogFileReader::open(const std::string& path) {
+    LogFileReader r;
+    r.impl_ = std::make_unique<Impl>();
+    r.impl_->path = path;
+    int fd = path == "-" ? dup(STDIN_FILENO) : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return make_error(ErrorKind::io, path + ": " + std::strerror(errno));
+    struct stat st {};
+    if (path != "-" && fstat(fd, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+            close(fd);
+            return make_error(ErrorKind::io, path + ": is a directory");
+        }
+        r.modified_ =
+            TimePoint{Duration{std::int64_t(st.st_mtim.tv_sec) * 1000000 + st.st_mtim.tv_nsec / 1000}};
+    } else {
+        r.modified_ = std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now());
+    }
+    r.impl_->file = gzdopen(fd, "rb");
+    if (!r.impl_->file) {
+        close(fd);
+        return make_error(ErrorKind::io, path + ": cannot open");
+    }
+    gzbuffer(r.impl_->file, 256 * 1024);
+    return r;
+}
+
+Result<bool> LogFileReader::next(std::string_view& out) {
+    Impl& s = *impl_;
+    s.line.clear();
+    bool spanning = false;
+    bool overlong = false;
+    for (;;) {
+        if (s.begin == s.end) {
+            if (s.eof) {
+                if (!spanning) return false;
+                out = s.line;
+                return true;
+            }
+            int n = gzread(s.file, s.block.data(), static_cast<unsigned>(s.block.size()));
+            if (n < 0) {
+                int err = 0;
+                const char* msg = gzerror(s.file, &err);
+                return make_error(ErrorKind::io, s.path + ": " + (msg ? msg : "read error"));
+            }
+            if (n == 0) {
+                // A truncated gzip stream ends without an error from gzread; ask.
+                int err = 0;
+                gzerror(s.file, &err);
+                if (err != Z_OK && err != Z_BUF_ERROR)
+                    return make_error(ErrorKind::io, s.path + ": read error");
+                s.eof = true;
+                continue;
+            }
+            s.begin = 0;
+            s.end = static_cast<std::size_t>(n);
+        }
+        const char* start = s.block.data() + s.begin;
+        const char* nl = static_cast<const char*>(std::memchr(start, '\n', s.end - s.begin));
+        std::size_t len = nl ? static_cast<std::size_t>(nl - start) : s.end - s.begin;
+        if (!spanning && nl) {
+            s.begin += len + 1;
+            if (len > max_line + 1) len = max_line + 1;
+            out = std::string_view(start, len);
+            return true;
+        }
+        spanning = true;
+        if (!overlong) {
+            std::size_t room = max_line + 1 - std::min(s.line.size(), max_line + 1);
+            s.line.append(start, std::min(len, room));
+            overlong = s.line.size() > max_line;
+        }
+        s.begin += len + (nl ? 1 : 0);
+        if (nl) {
+            out = s.line;
+            return true;
+        }
+    }
+}
+
+}  // namespace retryguard
