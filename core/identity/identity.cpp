@@ -99,7 +99,7 @@ constexpr std::size_t kMaxBoundaries = 64;
 
 }  // namespace
 
-std::optional<std::string> normalize_message_id(std::string_view value) {
+std::optional<std::string> parse_message_id_header(std::string_view value) {
     if (value.size() > kMaxMessageIdLength * 4) return std::nullopt;
     auto stripped = strip_comments(value);
     if (!stripped) return std::nullopt;
@@ -125,7 +125,7 @@ std::optional<std::string> normalize_message_id(std::string_view value) {
     auto at = compact.rfind('@');
     if (at != std::string::npos)
         for (std::size_t i = at + 1; i < compact.size(); ++i) compact[i] = ascii_lower(compact[i]);
-    return "<" + compact + ">";
+    return compact;
 }
 
 std::string normalize_subject(std::string_view subject) {

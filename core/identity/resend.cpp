@@ -30,7 +30,7 @@ std::string lower(std::string_view s) {
     return out;
 }
 
-std::string domain_of(std::string_view addr) {
+std::string recipient_domain(std::string_view addr) {
     auto at = addr.rfind('@');
     return at == std::string_view::npos ? std::string() : lower(addr.substr(at + 1));
 }
@@ -61,6 +61,19 @@ std::string join(const std::vector<std::string>& v, char sep = ',') {
     return out;
 }
 
+// What the remote server said, without Postfix's framing:
+// "host H[A] said: 451 4.3.5 text (in reply to RCPT TO command)" -> "451 4.3.5 text".
+// Other reasons (connection refused, ...) stay as Postfix logged them.
+std::string_view literal_reply(std::string_view reason) {
+    auto said = reason.find(" said: ");
+    if (reason.starts_with("host ") && said != std::string_view::npos) {
+        reason.remove_prefix(said + 7);
+        auto tail = reason.rfind(" (in reply to ");
+        if (tail != std::string_view::npos && reason.ends_with(")")) reason = reason.substr(0, tail);
+    }
+    return reason;
+}
+
 std::string time_or_empty(const std::optional<TimePoint>& t) {
     return t ? format_rfc3339(*t) : std::string();
 }
@@ -89,12 +102,24 @@ std::string_view to_string(SubmissionPath p) noexcept {
     return p == SubmissionPath::smtp ? "smtp" : "sendmail";
 }
 
-SubmissionPath classify_path(int client_port, bool have_daemon_addr) noexcept {
-    return (client_port == 0 && !have_daemon_addr) ? SubmissionPath::sendmail : SubmissionPath::smtp;
+SubmissionPath classify_path(bool inet_client, int client_port) noexcept {
+    return (inet_client && client_port == 0) ? SubmissionPath::sendmail : SubmissionPath::smtp;
+}
+
+bool counts_as_retrying(const PendingCopy& copy) noexcept {
+    return copy.first_deferral.has_value();
+}
+
+std::optional<TimePoint> next_retry_estimate(const PendingCopy& copy, Duration minimal_backoff,
+                                             Duration maximal_backoff) {
+    if (!copy.last_attempt) return std::nullopt;
+    Duration age = copy.arrival ? *copy.last_attempt - *copy.arrival : Duration::zero();
+    Duration backoff = std::clamp(age, minimal_backoff, std::max(minimal_backoff, maximal_backoff));
+    return *copy.last_attempt + backoff;
 }
 
 ResendAction ResendPolicy::action_for(std::string_view recipient) const {
-    std::string d = domain_of(recipient);
+    std::string d = recipient_domain(recipient);
     if (auto it = per_destination.find(d); it != per_destination.end()) return it->second;
     // ".example.org" covers every subdomain; the longest suffix wins
     for (auto dot = d.find('.'); dot != std::string::npos; dot = d.find('.', dot + 1)) {
@@ -104,15 +129,17 @@ ResendAction ResendPolicy::action_for(std::string_view recipient) const {
     return action;
 }
 
-std::string resend_reply_text(const std::vector<PendingCopy>& dups) {
+std::string resend_reply_text(const std::vector<PendingCopy>& dups, const ResendPolicy& policy) {
     if (dups.empty()) return "Not a resend";
     const PendingCopy& p = dups.front();
     std::string text =
         fmt::format("Not accepted again: a copy for <{}> is already queued as {} for {}", p.recipient,
-                    p.queue_id, p.destination.empty() ? domain_of(p.recipient) : p.destination);
-    if (p.since) text += fmt::format(", retrying since {}", format_rfc3339(*p.since));
-    if (!p.reply.empty()) text += fmt::format(" after \"{}\"", printable(p.reply, 160));
-    if (p.next_retry) text += fmt::format(", next retry about {}", format_rfc3339(*p.next_retry));
+                    p.queue_id, p.destination.empty() ? recipient_domain(p.recipient) : p.destination);
+    if (p.first_deferral) text += fmt::format(", retrying since {}", format_rfc3339(*p.first_deferral));
+    if (!p.last_reply.empty())
+        text += fmt::format(" after \"{}\"", printable(literal_reply(p.last_reply), 160));
+    if (auto next = next_retry_estimate(p, policy.minimal_backoff, policy.maximal_backoff))
+        text += fmt::format(", next retry about {}", format_rfc3339(*next));
     if (dups.size() > 1) text += fmt::format(" (and {} more recipient(s))", dups.size() - 1);
     text += "; the queue keeps retrying it, do not resend";
     return printable(text, kMaxReplyText);
@@ -123,8 +150,9 @@ ResendDecision decide_resend(const MessageFacts& msg, const std::vector<PendingC
     ResendDecision d;
     // one pending copy per duplicate recipient (the first the ledger gave), in message order
     for (const auto& rcpt : msg.recipients) {
-        auto it = std::find_if(pending.begin(), pending.end(),
-                               [&](const PendingCopy& p) { return lower(p.recipient) == lower(rcpt); });
+        auto it = std::find_if(pending.begin(), pending.end(), [&](const PendingCopy& p) {
+            return counts_as_retrying(p) && lower(p.recipient) == lower(rcpt);
+        });
         if (it == pending.end())
             d.new_recipients.push_back(rcpt);
         else
@@ -152,7 +180,7 @@ ResendDecision decide_resend(const MessageFacts& msg, const std::vector<PendingC
                 d.reply_code = policy.reject_code;
                 d.reply_xcode = policy.reject_xcode;
             }
-            d.reply_text = resend_reply_text(d.duplicates);
+            d.reply_text = resend_reply_text(d.duplicates, policy);
             break;
         }
         case ResendAction::hold:
@@ -207,7 +235,7 @@ std::string quote_value(std::string_view v) {
     return out;
 }
 
-std::string verdict_line(const MessageFacts& msg, const ResendDecision& d) {
+std::string verdict_line(const MessageFacts& msg, const ResendDecision& d, const ResendPolicy& policy) {
     std::string line = fmt::format("{}: verdict={} path={}", msg.queue_id.empty() ? "NOQUEUE" : msg.queue_id,
                                    d.verdict, to_string(msg.path));
     auto add = [&line](std::string_view key, std::string_view value) {
@@ -222,8 +250,8 @@ std::string verdict_line(const MessageFacts& msg, const ResendDecision& d) {
         if (std::find(originals.begin(), originals.end(), p.queue_id) == originals.end())
             originals.push_back(p.queue_id);
         dups.push_back(p.recipient);
-        if (std::find(matched.begin(), matched.end(), p.matched_by) == matched.end())
-            matched.push_back(p.matched_by);
+        std::string by = p.matched_by_message_id ? "message-id" : "fingerprint";
+        if (std::find(matched.begin(), matched.end(), by) == matched.end()) matched.push_back(by);
     }
     add("original", join(originals));
     add("duplicates", join(dups));
@@ -231,10 +259,13 @@ std::string verdict_line(const MessageFacts& msg, const ResendDecision& d) {
     add("matched", join(matched));
     if (!d.duplicates.empty()) {
         const auto& p = d.duplicates.front();
-        add("destination", p.destination.empty() ? domain_of(p.recipient) : p.destination);
-        add("since", time_or_empty(p.since));
-        add("next_retry", time_or_empty(p.next_retry));
-        add("reply", printable(p.reply, 300));
+        add("destination", p.destination.empty() ? recipient_domain(p.recipient) : p.destination);
+        add("since", time_or_empty(p.first_deferral));
+        add("next_retry",
+            time_or_empty(next_retry_estimate(p, policy.minimal_backoff, policy.maximal_backoff)));
+        add("attempts", std::to_string(p.attempts));
+        add("relay", p.relay);
+        add("reply", printable(literal_reply(p.last_reply), 300));
     }
     if (!d.reply_code.empty()) add("response", d.reply_code + " " + d.reply_xcode);
     add("message_id", msg.message_id);

@@ -21,12 +21,14 @@ namespace retryguard {
 
 inline constexpr std::size_t kMaxMessageIdLength = 998;  // RFC 5322 line limit
 
-// "  <AbC.123@Example.COM> (comment)" -> "<AbC.123@example.com>".
+// A Message-ID header value as a mail client wrote it ->  the form the ledger
+// keys on (ledger.hpp normalize_message_id: no brackets, domain lowercased):
+// "  <AbC.123@Example.COM> (comment)" -> "AbC.123@example.com".
 // Unfolds, drops RFC 5322 comments (nested, with quoted-pairs), removes the
 // whitespace the obsolete syntax allows, keeps the left part's case (it is
 // case-sensitive) and lowercases the domain part. Takes the first <...> when
 // there are several. nullopt: empty, unbalanced, too long or non-printable.
-std::optional<std::string> normalize_message_id(std::string_view header_value);
+std::optional<std::string> parse_message_id_header(std::string_view header_value);
 
 // Which parts of a message count for its fingerprint. All three by default;
 // with none the fingerprint is disabled (empty).

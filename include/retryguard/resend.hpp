@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "retryguard/ledger.hpp"
 #include "retryguard/time.hpp"
 
 namespace retryguard {
@@ -26,20 +27,22 @@ enum class SubmissionPath { smtp, sendmail };
 std::string_view to_string(SubmissionPath p) noexcept;
 
 // Postfix's non-SMTP milter events come from cleanup, which pretends the client
-// "localhost" 127.0.0.1 with port 0 and, unlike smtpd, sends no {daemon_addr}
-// macro. A real SMTP client always has a non-zero source port.
-SubmissionPath classify_path(int client_port, bool have_daemon_addr) noexcept;
+// "localhost" 127.0.0.1 with port 0 (Postfix 3.7 sends {daemon_name} and
+// {daemon_addr} on both paths, so macros do not tell them apart). A real SMTP
+// client over TCP always has a non-zero source port.
+SubmissionPath classify_path(bool inet_client, int client_port) noexcept;
 
-// One earlier copy still pending in the queue for one recipient of the new message.
-struct PendingCopy {
-    std::string recipient;                // as in the new message's RCPT TO (without <>)
-    std::string queue_id;                 // the pending original (after postsuper -r: the current one)
-    std::string destination;              // the recipient's domain or the nexthop the ledger tracks
-    std::string reply;                    // the literal remote reply of the last deferral
-    std::optional<TimePoint> since;       // first deferral of this copy
-    std::optional<TimePoint> next_retry;  // estimate: last attempt + backoff
-    std::string matched_by;               // "message-id" or "fingerprint"
-};
+// Pending copies come from the ledger (ledger.hpp: PendingCopy, one per
+// recipient with an earlier copy still queued). Only a copy that has been
+// deferred at least once counts: a copy the queue has not tried yet (or whose
+// delivery the log has not reached the ledger yet) is not "being retried".
+bool counts_as_retrying(const PendingCopy& copy) noexcept;
+
+// When Postfix will try a deferred copy next, estimated as its queue manager
+// does: the backoff is the message's age in the queue, bounded by
+// minimal_backoff_time and maximal_backoff_time, counted from the last attempt.
+std::optional<TimePoint> next_retry_estimate(const PendingCopy& copy, Duration minimal_backoff,
+                                             Duration maximal_backoff);
 
 struct ResendPolicy {
     ResendAction action = ResendAction::reject;
@@ -48,6 +51,9 @@ struct ResendPolicy {
     std::string reject_code = "550";  // 5xx; 4xx allowed on SMTP only
     std::string reject_xcode = "5.7.1";
     std::string header_name = "X-Retryguard-Resend";
+    // the sending Postfix's main.cf values, for the "next retry" estimate
+    Duration minimal_backoff = std::chrono::seconds(300);
+    Duration maximal_backoff = std::chrono::seconds(4000);
 
     ResendAction action_for(std::string_view recipient) const;
 };
@@ -75,8 +81,9 @@ struct ResendDecision {
     std::vector<std::string> new_recipients;          // recipients with no pending copy
 };
 
-// pending: every pending copy found for the message's recipients (recipients
-// without one are new). Rules, in docs/milter.md:
+// pending: every pending copy the ledger found for the message's recipients
+// (recipients without one that counts_as_retrying() are new). Rules, in
+// docs/milter.md:
 //  - no pending copy: accept;
 //  - the strongest action over the duplicate recipients wins
 //    (reject > hold > drop_duplicates > tag > log_only);
@@ -91,12 +98,12 @@ ResendDecision decide_resend(const MessageFacts& msg, const std::vector<PendingC
 // The reply text for a refused resend: the original queue id, the
 // destination, the literal remote reply, since when and the next retry.
 // Printable ASCII only, bounded to fit an SMTP reply line.
-std::string resend_reply_text(const std::vector<PendingCopy>& duplicates);
+std::string resend_reply_text(const std::vector<PendingCopy>& duplicates, const ResendPolicy& policy);
 
 // One verdict line (without the syslog prefix):
 // "QID: verdict=reject action=reject path=smtp original=QID1 duplicates=a@x ..."
 // key=value, values with spaces, quotes or '=' double-quoted with \" and \\.
-std::string verdict_line(const MessageFacts& msg, const ResendDecision& d);
+std::string verdict_line(const MessageFacts& msg, const ResendDecision& d, const ResendPolicy& policy);
 
 // A verdict line for a fail-open accept (ledger error, internal error, bad input).
 std::string failopen_line(std::string_view queue_id, SubmissionPath path, std::string_view reason,

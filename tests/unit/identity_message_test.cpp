@@ -6,42 +6,43 @@
 #include <string>
 
 #include "retryguard/identity.hpp"
+#include "retryguard/ledger.hpp"
 
 using namespace retryguard;
 
 TEST(IdentityMessageId, DomainCaseBracketsWhitespaceAndCommentsNormalise) {
-    EXPECT_EQ(normalize_message_id("<AbC.123@Example.COM>"), "<AbC.123@example.com>");
-    EXPECT_EQ(normalize_message_id("  <AbC.123@example.com>  "), "<AbC.123@example.com>");
-    EXPECT_EQ(normalize_message_id("AbC.123@Example.com"), "<AbC.123@example.com>");
-    EXPECT_EQ(normalize_message_id("(sent by (nested) client) <AbC.123@example.com> (trailing)"),
-              "<AbC.123@example.com>");
-    EXPECT_EQ(normalize_message_id("\r\n\t<AbC.123@example.com>"), "<AbC.123@example.com>");
-    EXPECT_EQ(normalize_message_id("< AbC.123 @ example.com >"), "<AbC.123@example.com>");
+    EXPECT_EQ(parse_message_id_header("<AbC.123@Example.COM>"), "AbC.123@example.com");
+    EXPECT_EQ(parse_message_id_header("  <AbC.123@example.com>  "), "AbC.123@example.com");
+    EXPECT_EQ(parse_message_id_header("AbC.123@Example.com"), "AbC.123@example.com");
+    EXPECT_EQ(parse_message_id_header("(sent by (nested) client) <AbC.123@example.com> (trailing)"),
+              "AbC.123@example.com");
+    EXPECT_EQ(parse_message_id_header("\r\n\t<AbC.123@example.com>"), "AbC.123@example.com");
+    EXPECT_EQ(parse_message_id_header("< AbC.123 @ example.com >"), "AbC.123@example.com");
 }
 
 TEST(IdentityMessageId, LeftPartKeepsItsCase) {
-    EXPECT_NE(normalize_message_id("<ABC@example.com>"), normalize_message_id("<abc@example.com>"));
+    EXPECT_NE(parse_message_id_header("<ABC@example.com>"), parse_message_id_header("<abc@example.com>"));
 }
 
 TEST(IdentityMessageId, TakesTheFirstOfSeveral) {
-    EXPECT_EQ(normalize_message_id("<one@x.org> <two@x.org>"), "<one@x.org>");
+    EXPECT_EQ(parse_message_id_header("<one@x.org> <two@x.org>"), "one@x.org");
 }
 
 TEST(IdentityMessageId, RejectsEmptyUnbalancedAndControlCharacters) {
-    EXPECT_FALSE(normalize_message_id(""));
-    EXPECT_FALSE(normalize_message_id("<>"));
-    EXPECT_FALSE(normalize_message_id("   "));
-    EXPECT_FALSE(normalize_message_id("<abc@x.org"));
-    EXPECT_FALSE(normalize_message_id("abc@x.org>"));
-    EXPECT_FALSE(normalize_message_id("(unclosed <abc@x.org>"));
+    EXPECT_FALSE(parse_message_id_header(""));
+    EXPECT_FALSE(parse_message_id_header("<>"));
+    EXPECT_FALSE(parse_message_id_header("   "));
+    EXPECT_FALSE(parse_message_id_header("<abc@x.org"));
+    EXPECT_FALSE(parse_message_id_header("abc@x.org>"));
+    EXPECT_FALSE(parse_message_id_header("(unclosed <abc@x.org>"));
     EXPECT_FALSE(
-        normalize_message_id(std::string("<a\x01"
-                                         "b@x.org>")));
-    EXPECT_FALSE(normalize_message_id("<" + std::string(kMaxMessageIdLength + 10, 'a') + "@x.org>"));
+        parse_message_id_header(std::string("<a\x01"
+                                            "b@x.org>")));
+    EXPECT_FALSE(parse_message_id_header("<" + std::string(kMaxMessageIdLength + 10, 'a') + "@x.org>"));
 }
 
 TEST(IdentityMessageId, QuotedParenthesesAreNotComments) {
-    EXPECT_EQ(normalize_message_id("<\"a(b)\"@x.org>"), "<\"a(b)\"@x.org>");
+    EXPECT_EQ(parse_message_id_header("<\"a(b)\"@x.org>"), "\"a(b)\"@x.org");
 }
 
 namespace {
@@ -161,4 +162,15 @@ TEST(IdentityFingerprint, VeryLongLinesAreHashedNotBuffered) {
 
 TEST(IdentitySubject, PrefixesAreKept) {
     EXPECT_EQ(normalize_subject(" Re:  [list]  Hello\r\n World "), "re: [list] hello world");
+}
+
+TEST(IdentityMessageId, AgreesWithTheLedgerNormalisation) {
+    // the milter records what this returns; the ledger normalises what Postfix
+    // logs (message-id=<...>): both must land on the same key
+    for (const char* logged : {"<AbC.123@Example.COM>", "<x-1@client.e2e.test>"}) {
+        auto parsed = parse_message_id_header(logged);
+        ASSERT_TRUE(parsed);
+        EXPECT_EQ(*parsed, normalize_message_id(logged));
+        EXPECT_EQ(normalize_message_id(*parsed), *parsed);
+    }
 }

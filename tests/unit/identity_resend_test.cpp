@@ -9,15 +9,19 @@ using namespace std::chrono;
 
 namespace {
 
-PendingCopy pending(std::string rcpt, std::string qid = "3F2A1B0C", std::string matched = "message-id") {
+PendingCopy pending(std::string rcpt, std::string qid = "3F2A1B0C", bool by_message_id = true) {
     PendingCopy p;
     p.recipient = std::move(rcpt);
     p.queue_id = std::move(qid);
+    p.first_queue_id = p.queue_id;
     p.destination = "defer.example";
-    p.reply = "451 4.3.5 System config error";
-    p.since = sys_days{2026y / 11 / 29} + 20h + 48min;
-    p.next_retry = sys_days{2026y / 11 / 29} + 21h + 18min;
-    p.matched_by = std::move(matched);
+    p.last_reply = "451 4.3.5 System config error";
+    p.arrival = sys_days{2026y / 11 / 29} + 20h + 48min;
+    p.first_deferral = *p.arrival;
+    p.last_attempt = *p.arrival + 10min;
+    p.attempts = 2;
+    p.message_state = MessageState::deferred;
+    p.matched_by_message_id = by_message_id;
     return p;
 }
 
@@ -25,7 +29,7 @@ MessageFacts message(std::vector<std::string> rcpts, SubmissionPath path = Submi
     MessageFacts m;
     m.queue_id = "9ABCDEF01";
     m.path = path;
-    m.message_id = "<id-1@client.example>";
+    m.message_id = "id-1@client.example";
     m.fingerprint = "0123456789abcdef0123456789abcdef01234567";
     m.sender = "alice@example.org";
     m.recipients = std::move(rcpts);
@@ -52,7 +56,8 @@ TEST(IdentityResend, AllDuplicatesRejectWithExplanation) {
     EXPECT_NE(d.reply_text.find("defer.example"), std::string::npos);
     EXPECT_NE(d.reply_text.find("\"451 4.3.5 System config error\""), std::string::npos);
     EXPECT_NE(d.reply_text.find("since 2026-11-29T20:48:00Z"), std::string::npos);
-    EXPECT_NE(d.reply_text.find("next retry about 2026-11-29T21:18:00Z"), std::string::npos);
+    // last attempt 20:58 + max(age 10 min, minimal backoff 5 min)
+    EXPECT_NE(d.reply_text.find("next retry about 2026-11-29T21:08:00Z"), std::string::npos) << d.reply_text;
 }
 
 TEST(IdentityResend, RecipientCaseDoesNotHideADuplicate) {
@@ -129,16 +134,15 @@ TEST(IdentityResend, SendmailPathNeverTempfails) {
 }
 
 TEST(IdentityResend, PathFromConnectFacts) {
-    EXPECT_EQ(classify_path(0, false), SubmissionPath::sendmail);
-    EXPECT_EQ(classify_path(40312, true), SubmissionPath::smtp);
-    EXPECT_EQ(classify_path(40312, false), SubmissionPath::smtp);
-    EXPECT_EQ(classify_path(0, true), SubmissionPath::smtp);
+    EXPECT_EQ(classify_path(true, 0), SubmissionPath::sendmail);  // cleanup's "localhost" 127.0.0.1 port 0
+    EXPECT_EQ(classify_path(true, 40312), SubmissionPath::smtp);
+    EXPECT_EQ(classify_path(false, 0), SubmissionPath::smtp);  // smtpd on a unix socket / unknown address
 }
 
 TEST(IdentityResend, ReplyTextIsPrintableAndBounded) {
     auto p = pending("bob@defer.example");
-    p.reply = std::string("451 4.3.5 100% \x01broken\r\n") + std::string(2000, 'x');
-    auto text = resend_reply_text({p});
+    p.last_reply = std::string("451 4.3.5 100% \x01broken\r\n") + std::string(2000, 'x');
+    auto text = resend_reply_text({p}, ResendPolicy{});
     EXPECT_LE(text.size(), 400u);
     EXPECT_EQ(text.find('%'), std::string::npos);
     for (char c : text) EXPECT_TRUE(c >= 0x20 && c < 0x7f);
@@ -147,7 +151,7 @@ TEST(IdentityResend, ReplyTextIsPrintableAndBounded) {
 TEST(IdentityResend, VerdictLineIsKeyValueWithQuotedValues) {
     auto m = message({"bob@defer.example", "carol@ok.example"});
     auto d = decide_resend(m, {pending("bob@defer.example")}, ResendPolicy{});
-    auto line = verdict_line(m, d);
+    auto line = verdict_line(m, d, ResendPolicy{});
     EXPECT_EQ(
         line.rfind(
             "9ABCDEF01: verdict=drop_duplicates path=smtp original=3F2A1B0C duplicates=bob@defer.example "
@@ -156,7 +160,7 @@ TEST(IdentityResend, VerdictLineIsKeyValueWithQuotedValues) {
         0u)
         << line;
     EXPECT_NE(line.find("reply=\"451 4.3.5 System config error\""), std::string::npos) << line;
-    EXPECT_NE(line.find("message_id=<id-1@client.example>"), std::string::npos) << line;
+    EXPECT_NE(line.find("message_id=id-1@client.example"), std::string::npos) << line;
     EXPECT_NE(line.find("since=2026-11-29T20:48:00Z"), std::string::npos) << line;
 }
 
@@ -178,4 +182,46 @@ TEST(IdentityResend, ActionNamesRoundTrip) {
                    ResendAction::log_only})
         EXPECT_EQ(resend_action_from_string(to_string(a)), a);
     EXPECT_FALSE(resend_action_from_string("bounce"));
+}
+
+TEST(IdentityResend, ACopyNotYetDeferredDoesNotCount) {
+    auto p = pending("bob@defer.example");
+    p.first_deferral.reset();
+    p.last_attempt.reset();
+    p.attempts = 0;
+    p.message_state = MessageState::incoming;
+    auto d = decide_resend(message({"bob@defer.example"}), {p}, ResendPolicy{});
+    EXPECT_EQ(d.verdict, "accept");
+}
+
+TEST(IdentityResend, NextRetryIsBoundedByTheBackoffSettings) {
+    auto p = pending("bob@defer.example");
+    p.last_attempt = *p.arrival + 10h;  // old message: the maximal backoff applies
+    EXPECT_EQ(next_retry_estimate(p, 300s, 4000s), *p.last_attempt + 4000s);
+    p.last_attempt = *p.arrival + 1min;  // young message: the minimal backoff applies
+    EXPECT_EQ(next_retry_estimate(p, 300s, 4000s), *p.last_attempt + 300s);
+    p.last_attempt.reset();
+    EXPECT_FALSE(next_retry_estimate(p, 300s, 4000s));
+}
+
+TEST(IdentityResend, FingerprintMatchIsNamedInTheVerdict) {
+    auto m = message({"bob@defer.example"});
+    auto d = decide_resend(m, {pending("bob@defer.example", "AAA111", false)}, ResendPolicy{});
+    EXPECT_NE(verdict_line(m, d, ResendPolicy{}).find("matched=fingerprint"), std::string::npos);
+}
+
+TEST(IdentityResend, ReplyIsTheRemoteServersWordsWithoutPostfixFraming) {
+    auto p = pending("bob@defer.example");
+    p.last_reply =
+        "host mx.defer.example[192.0.2.1] said: 451 4.3.5 System config error (in reply to RCPT TO command)";
+    auto m = message({"bob@defer.example"});
+    auto d = decide_resend(m, {p}, ResendPolicy{});
+    EXPECT_NE(d.reply_text.find("after \"451 4.3.5 System config error\","), std::string::npos)
+        << d.reply_text;
+    EXPECT_NE(verdict_line(m, d, ResendPolicy{}).find(" reply=\"451 4.3.5 System config error\""),
+              std::string::npos);
+    p.last_reply = "connect to mx.defer.example[192.0.2.1]:25: Connection refused";
+    d = decide_resend(m, {p}, ResendPolicy{});
+    EXPECT_NE(d.reply_text.find("after \"connect to mx.defer.example[192.0.2.1]:25: Connection refused\""),
+              std::string::npos);
 }

@@ -1,0 +1,32 @@
+// pending_store.hpp -- what the milter needs from the ledger, and nothing more:
+// the pending copies for a message's recipients, and recording an accepted
+// message's identity under its queue ID. The ledger adapter implements it;
+// implementations must be safe to call from several libmilter threads at once.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "retryguard/resend.hpp"
+#include "retryguard/result.hpp"
+#include "retryguard/time.hpp"
+
+namespace retryguard::milter {
+
+class PendingStore {
+  public:
+    virtual ~PendingStore() = default;
+    // Every pending copy (deferred or being retried) of this message -- same
+    // Message-ID or same fingerprint -- for any of msg.recipients.
+    virtual Result<std::vector<PendingCopy>> find_pending(const MessageFacts& msg) = 0;
+    // The message was accepted under msg.queue_id for msg.recipients.
+    virtual Status record(const MessageFacts& msg, TimePoint when) = 0;
+    virtual std::string describe() const = 0;
+};
+
+// spec: a ledger spec ("sqlite:/var/lib/retryguard/ledger.db", "redis://...",
+// see ledger.hpp), or "none": no lookups, every message accepted and logged.
+Result<std::unique_ptr<PendingStore>> open_pending_store(const std::string& spec);
+
+}  // namespace retryguard::milter
