@@ -39,6 +39,7 @@ struct Options {
     std::string header_name = "X-Retryguard-Resend";
     int timeout = 30;
     int minimal_backoff = 300;
+    std::size_t record_queue = 10000;
     int maximal_backoff = 4000;
     bool check_only = false;
 };
@@ -144,6 +145,9 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--maximal-backoff", o.maximal_backoff, "Postfix maximal_backoff_time, seconds")
         ->capture_default_str();
+    app.add_option("--record-queue", o.record_queue,
+                   "identities waiting to be recorded by the writer thread (0: record at end of message)")
+        ->capture_default_str();
     app.add_option("--timeout", o.timeout, "libmilter I/O timeout, seconds")->capture_default_str();
     app.add_flag("-n,--check", o.check_only, "check the options, open the ledger, and exit");
     try {
@@ -175,7 +179,7 @@ int main(int argc, char** argv) {
     if (geteuid() == 0 && (o.user.empty() || run_uid == 0)) die(2, "refusing to run as root: give --user");
 
     if (o.check_only) {
-        auto store = open_pending_store(o.ledger);
+        auto store = open_pending_store(o.ledger, o.record_queue);
         if (!store) die(2, store.error().message);
         std::printf("retryguard-milter: configuration ok\n");
         return 0;
@@ -210,7 +214,7 @@ int main(int argc, char** argv) {
         if (setuid(0) == 0) die(1, "privileges were not dropped");
     }
 
-    auto store = open_pending_store(o.ledger);
+    auto store = open_pending_store(o.ledger, o.record_queue);
     if (!store) die(2, store.error().message);
     globals().store = std::move(*store);
 
@@ -219,6 +223,10 @@ int main(int argc, char** argv) {
                                      globals().store ? globals().store->describe() : "none", o.action,
                                      o.fingerprint, getuid()));
     int rc = smfi_main();
+    if (globals().store) {
+        globals().store->close();  // an asynchronous store writes what it still holds
+        globals().counters.record_errors += globals().store->failed_records();
+    }
     globals().log->write(Severity::info, "stopping: " + counters_line());
     return rc == MI_SUCCESS ? 0 : 1;
 }

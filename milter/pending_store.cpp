@@ -2,7 +2,12 @@
 // the spec says). Glue only: the ledger decides what "pending" means.
 #include "pending_store.hpp"
 
+#include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <fmt/format.h>
+#include <mutex>
+#include <thread>
 
 #include "retryguard/ledger.hpp"
 
@@ -42,13 +47,75 @@ class LedgerStore final : public PendingStore {
     std::string spec_;
 };
 
+// Records off the end-of-message path: the decision for this message needs
+// only the lookup, and a record is needed only once the message has been
+// deferred (seconds later at the earliest), so a worker thread writes them.
+// Bounded: when the queue is full the record is dropped and counted (fail
+// open: a later resend of that message is then not recognised).
+class AsyncRecorder final : public PendingStore {
+public:
+    AsyncRecorder(std::unique_ptr<PendingStore> inner, std::size_t limit)
+        : inner_(std::move(inner)), limit_(limit), worker_([this] { run(); }) {}
+    ~AsyncRecorder() override { close(); }
+    void close() override {
+        {
+            std::lock_guard lock(mu_);
+            stop_ = true;
+        }
+        cv_.notify_one();
+        if (worker_.joinable()) worker_.join();
+    }
+    Result<std::vector<PendingCopy>> find_pending(const MessageFacts& msg) override {
+        return inner_->find_pending(msg);
+    }
+    Status record(const MessageFacts& msg, TimePoint when) override {
+        {
+            std::lock_guard lock(mu_);
+            if (stop_ || queue_.size() >= limit_) {
+                ++dropped_;
+                return make_error(ErrorKind::limit, "record queue full: identity not recorded");
+            }
+            queue_.emplace_back(msg, when);
+        }
+        cv_.notify_one();
+        return {};
+    }
+    std::string describe() const override { return inner_->describe(); }
+    std::uint64_t failed_records() const override { return dropped_ + failed_; }
+
+private:
+    void run() {
+        std::unique_lock lock(mu_);
+        for (;;) {
+            cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+            if (queue_.empty() && stop_) return;  // drained: every accepted record written
+            auto [msg, when] = std::move(queue_.front());
+            queue_.pop_front();
+            lock.unlock();
+            if (!inner_->record(msg, when)) ++failed_;
+            lock.lock();
+        }
+    }
+
+    std::unique_ptr<PendingStore> inner_;
+    std::size_t limit_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<std::pair<MessageFacts, TimePoint>> queue_;
+    bool stop_ = false;
+    std::atomic<std::uint64_t> dropped_{0}, failed_{0};
+    std::thread worker_;  // last: starts once everything above exists
+};
+
 }  // namespace
 
-Result<std::unique_ptr<PendingStore>> open_pending_store(const std::string& spec) {
+Result<std::unique_ptr<PendingStore>> open_pending_store(const std::string& spec, std::size_t record_queue) {
     if (spec == "none") return std::unique_ptr<PendingStore>();
     auto ledger = open_ledger(spec);
     if (!ledger) return std::move(ledger).error();
-    return std::unique_ptr<PendingStore>(new LedgerStore(std::move(*ledger), spec));
+    std::unique_ptr<PendingStore> store(new LedgerStore(std::move(*ledger), spec));
+    if (record_queue == 0) return store;
+    return std::unique_ptr<PendingStore>(new AsyncRecorder(std::move(store), record_queue));
 }
 
 }  // namespace retryguard::milter

@@ -4,6 +4,7 @@
 // implementations must be safe to call from several libmilter threads at once.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,10 +24,16 @@ class PendingStore {
     // The message was accepted under msg.queue_id for msg.recipients.
     virtual Status record(const MessageFacts& msg, TimePoint when) = 0;
     virtual std::string describe() const = 0;
+    // Records that could not be written after record() returned (asynchronous stores).
+    virtual std::uint64_t failed_records() const { return 0; }
+    // Writes what is still queued and stops accepting records.
+    virtual void close() {}
 };
 
 // spec: a ledger spec ("sqlite:/var/lib/retryguard/ledger.db", "redis://...",
 // see ledger.hpp), or "none": no lookups, every message accepted and logged.
-Result<std::unique_ptr<PendingStore>> open_pending_store(const std::string& spec);
+// record_queue > 0: records are written by a worker thread through a queue of
+// that many entries (see AsyncRecorder); 0: written at end of message.
+Result<std::unique_ptr<PendingStore>> open_pending_store(const std::string& spec, std::size_t record_queue);
 
 }  // namespace retryguard::milter
