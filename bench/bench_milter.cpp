@@ -44,7 +44,7 @@ std::string g_dir;
 
 // ------------------------------------------------------------ protocol client
 class Client {
-public:
+  public:
     explicit Client(const std::string& path) {
         fd_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
         sockaddr_un a{};
@@ -94,7 +94,8 @@ public:
         header("Content-Type", "text/plain; charset=us-ascii");
         step('N', "", SMFIP_NOEOH, SMFIP_NR_EOH);
         std::string body = "Hello Bob,\r\n\r\nthe figures for message " + std::to_string(n) + " follow.\r\n";
-        for (int i = 0; i < 15; ++i) body += "Line of ordinary text that makes the body about a kilobyte.\r\n";
+        for (int i = 0; i < 15; ++i)
+            body += "Line of ordinary text that makes the body about a kilobyte.\r\n";
         step('B', body, SMFIP_NOBODY, SMFIP_NR_BODY);
         auto t0 = std::chrono::steady_clock::now();
         send('E', "");
@@ -102,10 +103,11 @@ public:
             auto [cmd, data] = read();
             if (cmd == 'a' || cmd == 'r' || cmd == 'y' || cmd == 'd' || cmd == 't' || cmd == 'c') break;
         }
-        return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
     }
 
-private:
+  private:
     static std::string z(std::string s) { return s + '\0'; }
     static void put32(std::string& s, std::size_t at, std::uint32_t v) {
         v = htonl(v);
@@ -194,7 +196,7 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& err) {
 
 void wait_socket(const std::string& path) {
     for (int i = 0; i < 200; ++i) {
-        struct stat st{};
+        struct stat st {};
         if (stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return;
         usleep(25000);
     }
@@ -207,7 +209,8 @@ void populate(const std::string& spec, std::size_t n) {
     auto ledger = open_ledger(spec);
     if (!ledger) throw std::runtime_error(ledger.error().message);
     auto t0 = std::chrono::steady_clock::now();
-    TimePoint base = std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now()) - std::chrono::hours(2);
+    TimePoint base =
+        std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now()) - std::chrono::hours(2);
     std::vector<IngestItem> batch;
     for (std::size_t i = 0; i < n; ++i) {
         MessageIdentity id;
@@ -229,7 +232,8 @@ void populate(const std::string& spec, std::size_t n) {
         it.event.recipient = id.recipients[0];
         it.event.status = DeliveryStatus::deferred;
         it.event.dsn = "4.3.5";
-        it.event.reason = "host mx[192.0.2.1] said: 451 4.3.5 System config error (in reply to RCPT TO command)";
+        it.event.reason =
+            "host mx[192.0.2.1] said: 451 4.3.5 System config error (in reply to RCPT TO command)";
         it.event.text = id.queue_id + ": to=<" + id.recipients[0] + ">, status=deferred";
         batch.push_back(std::move(it));
         if (batch.size() == 5000 || i + 1 == n) {
@@ -256,7 +260,7 @@ void stop_all() {
 }
 
 class RatioReporter : public benchmark::ConsoleReporter {
-public:
+  public:
     void ReportRuns(const std::vector<Run>& runs) override {
         ConsoleReporter::ReportRuns(runs);
         for (const auto& r : runs) {
@@ -278,7 +282,8 @@ int main(int argc, char** argv) {
     if (const char* e = std::getenv("RETRYGUARD_BENCH_LEDGER_MESSAGES")) n = std::strtoul(e, nullptr, 10);
     fs::path self = fs::canonical("/proc/self/exe");
     fs::path milter_dir = self.parent_path().parent_path() / "milter";
-    std::string rg = (milter_dir / "retryguard-milter").string(), noop = (milter_dir / "retryguard-bench-noop-milter").string();
+    std::string rg = (milter_dir / "retryguard-milter").string(),
+                noop = (milter_dir / "retryguard-bench-noop-milter").string();
     if (const char* e = std::getenv("RETRYGUARD_MILTER")) rg = e;
     if (const char* e = std::getenv("RETRYGUARD_NOOP_MILTER")) noop = e;
 
@@ -292,14 +297,16 @@ int main(int argc, char** argv) {
         populate(spec, n);
         if (!user.empty()) {
             passwd* pw = getpwnam(user.c_str());
-            for (const auto& e : fs::directory_iterator(g_dir)) chown(e.path().c_str(), pw->pw_uid, pw->pw_gid);
+            for (const auto& e : fs::directory_iterator(g_dir))
+                chown(e.path().c_str(), pw->pw_uid, pw->pw_gid);
             chown(g_dir.c_str(), pw->pw_uid, pw->pw_gid);
         }
         g_milters.push_back({"noop", g_dir + "/noop.sock", -1});
         g_milters.push_back({"retryguard", g_dir + "/rg.sock", -1});
         g_milters[0].pid = spawn({noop, "unix:" + g_milters[0].socket}, g_dir + "/noop.stderr");
-        std::vector<std::string> args = {rg, "-s", "unix:" + g_milters[1].socket, "--socket-mode", "0666",
-                                         "--ledger", spec, "--log", "stderr"};
+        std::vector<std::string> args = {
+            rg,      "-s",    "unix:" + g_milters[1].socket, "--socket-mode", "0666", "--ledger", spec,
+            "--log", "stderr"};
         if (!user.empty()) args.insert(args.end(), {"--user", user});
         g_milters[1].pid = spawn(args, "/dev/null");
         wait_socket(g_milters[0].socket);
@@ -323,9 +330,10 @@ int main(int argc, char** argv) {
         std::string k = "/threads:" + std::to_string(t);
         double a = reporter.rate["retryguard" + k], b = reporter.rate["noop" + k];
         if (a > 0 && b > 0)
-            std::printf("  %d connection(s): %8.0f msg/s vs %8.0f msg/s = %5.1f %% of the no-op throughput; "
-                        "EOM %6.1f us vs %6.1f us\n",
-                        t, a, b, 100.0 * a / b, reporter.eom_us["retryguard" + k], reporter.eom_us["noop" + k]);
+            std::printf(
+                "  %d connection(s): %8.0f msg/s vs %8.0f msg/s = %5.1f %% of the no-op throughput; "
+                "EOM %6.1f us vs %6.1f us\n",
+                t, a, b, 100.0 * a / b, reporter.eom_us["retryguard" + k], reporter.eom_us["noop" + k]);
     }
     return 0;
 }

@@ -4,7 +4,9 @@
 // then is the ledger opened (its files belong to the unprivileged user).
 #include <grp.h>
 #include <libmilter/mfapi.h>
+#include <pthread.h>
 #include <pwd.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -213,6 +215,16 @@ int main(int argc, char** argv) {
             die(1, fmt::format("cannot drop privileges to {}: {}", o.user, std::strerror(errno)));
         if (setuid(0) == 0) die(1, "privileges were not dropped");
     }
+
+    // libmilter takes SIGTERM/SIGHUP/SIGINT with sigwait() in its own thread;
+    // threads started before smfi_main() (the record writer) must block them
+    // too, or the default action would kill the process without a clean stop.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGHUP);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
     auto store = open_pending_store(o.ledger, o.record_queue);
     if (!store) die(2, store.error().message);

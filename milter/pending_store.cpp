@@ -2,10 +2,10 @@
 // the spec says). Glue only: the ledger decides what "pending" means.
 #include "pending_store.hpp"
 
+#include <fmt/format.h>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <fmt/format.h>
 #include <mutex>
 #include <thread>
 
@@ -53,7 +53,7 @@ class LedgerStore final : public PendingStore {
 // Bounded: when the queue is full the record is dropped and counted (fail
 // open: a later resend of that message is then not recognised).
 class AsyncRecorder final : public PendingStore {
-public:
+  public:
     AsyncRecorder(std::unique_ptr<PendingStore> inner, std::size_t limit)
         : inner_(std::move(inner)), limit_(limit), worker_([this] { run(); }) {}
     ~AsyncRecorder() override { close(); }
@@ -83,7 +83,7 @@ public:
     std::string describe() const override { return inner_->describe(); }
     std::uint64_t failed_records() const override { return dropped_ + failed_; }
 
-private:
+  private:
     void run() {
         std::unique_lock lock(mu_);
         for (;;) {
