@@ -118,7 +118,7 @@ std::optional<std::string> parse_message_id_header(std::string_view value) {
     for (char c : id) {
         if (is_wsp(c)) continue;
         auto u = static_cast<unsigned char>(c);
-        if (u < 0x21 || u == 0x7f) return std::nullopt;
+        if (u < 0x21 || u == 0x7f || c == '<' || c == '>') return std::nullopt;
         compact += c;
     }
     if (compact.empty() || compact.size() > kMaxMessageIdLength) return std::nullopt;

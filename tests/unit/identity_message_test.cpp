@@ -39,6 +39,8 @@ TEST(IdentityMessageId, RejectsEmptyUnbalancedAndControlCharacters) {
         parse_message_id_header(std::string("<a\x01"
                                             "b@x.org>")));
     EXPECT_FALSE(parse_message_id_header("<" + std::string(kMaxMessageIdLength + 10, 'a') + "@x.org>"));
+    // found by the fuzzer: a second '<' inside the first pair made the result unparseable
+    EXPECT_FALSE(parse_message_id_header("<a@b\\O<c@d\\Q>O"));
 }
 
 TEST(IdentityMessageId, QuotedParenthesesAreNotComments) {
