@@ -1,7 +1,746 @@
+// redis_ledger.cpp -- the shared ledger backend for a fleet of MTAs: every
+// multi-key update is one of the Lua scripts in core/ledger/redis/ (atomic on
+// the server), every key carries a TTL, and a Redis that is down or slow turns
+// into ErrorKind::unavailable within the configured timeouts, with reconnects
+// spaced by a doubling back-off. Must never block a caller beyond those
+// timeouts, and never let an exception or a hiredis error escape.
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <charconv>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
 #include "ledger/internal.hpp"
+#include "ledger/redis_scripts.hpp"
+
 namespace retryguard::ledger_detail {
-Result<std::unique_ptr<Ledger>> open_redis_ledger(const std::string&, int, int, const std::string&,
-                                                  const LedgerOptions&) {
-    return make_error(ErrorKind::config, "not yet");
+namespace {
+
+struct ReplyDeleter {
+    void operator()(redisReply* r) const noexcept {
+        if (r) freeReplyObject(r);
+    }
+};
+using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
+
+timeval to_timeval(std::chrono::milliseconds ms) {
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+    return tv;
 }
+
+std::string str(const redisReply* r) {
+    if (!r) return {};
+    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) return std::string(r->str, r->len);
+    if (r->type == REDIS_REPLY_INTEGER) return std::to_string(r->integer);
+    return {};
+}
+
+std::int64_t to_int(std::string_view s, std::int64_t fallback = 0) {
+    std::int64_t v = fallback;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc{}) return fallback;
+    (void)p;
+    return v;
+}
+
+std::optional<TimePoint> opt_time(std::string_view s) {
+    if (s.empty()) return std::nullopt;
+    return from_micros(to_int(s));
+}
+
+std::string time_str(const std::optional<TimePoint>& t) {
+    return t ? std::to_string(to_micros(*t)) : std::string();
+}
+
+using Fields = std::unordered_map<std::string, std::string>;
+
+Fields to_fields(const redisReply* r) {
+    Fields f;
+    if (!r || r->type != REDIS_REPLY_ARRAY) return f;
+    for (std::size_t i = 0; i + 1 < r->elements; i += 2) f[str(r->element[i])] = str(r->element[i + 1]);
+    return f;
+}
+
+std::string get(const Fields& f, const char* k) {
+    auto it = f.find(k);
+    return it == f.end() ? std::string() : it->second;
+}
+
+std::string jget(const nlohmann::json& j, const char* k) {
+    auto it = j.find(k);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+MessageInfo to_message(const Fields& f) {
+    MessageInfo m;
+    m.queue_id = get(f, "queue_id");
+    m.previous_queue_id = get(f, "previous_queue_id");
+    m.first_queue_id = get(f, "first_queue_id");
+    m.next_queue_id = get(f, "next_queue_id");
+    m.message_id = get(f, "message_id");
+    m.fingerprint = get(f, "fingerprint");
+    m.sender = get(f, "sender");
+    m.size = to_int(get(f, "size"), -1);
+    m.nrcpt = static_cast<int>(to_int(get(f, "nrcpt"), -1));
+    m.arrival = opt_time(get(f, "arrival"));
+    m.state = message_state_from_string(get(f, "state")).value_or(MessageState::incoming);
+    m.updated = from_micros(to_int(get(f, "updated")));
+    m.finished = opt_time(get(f, "finished"));
+    return m;
+}
+
+RecipientInfo to_recipient(const nlohmann::json& j) {
+    RecipientInfo r;
+    r.queue_id = jget(j, "queue_id");
+    r.address = jget(j, "address");
+    r.state = recipient_state_from_string(jget(j, "state")).value_or(RecipientState::pending);
+    r.attempts = static_cast<int>(to_int(jget(j, "attempts")));
+    r.first_attempt = opt_time(jget(j, "first_attempt"));
+    r.last_attempt = opt_time(jget(j, "last_attempt"));
+    r.first_deferral = opt_time(jget(j, "first_deferral"));
+    r.reply_code = static_cast<int>(to_int(jget(j, "reply_code")));
+    r.enhanced = jget(j, "enhanced");
+    r.reply_text = jget(j, "reply_text");
+    r.stage = jget(j, "stage");
+    r.relay = jget(j, "relay");
+    r.category = category_from_string(jget(j, "category")).value_or(Category::unknown);
+    return r;
+}
+
+DestinationInfo to_destination(DestinationKind kind, const std::string& name, const Fields& f) {
+    DestinationInfo d;
+    d.kind = kind;
+    d.name = name;
+    d.state = get(f, "state");
+    d.state_changed = opt_time(get(f, "state_changed"));
+    d.last_success = opt_time(get(f, "last_success"));
+    d.last_deferral = opt_time(get(f, "last_deferral"));
+    if (auto first = get(f, "ep_first"); !first.empty()) {
+        Episode e;
+        e.kind = kind;
+        e.destination = name;
+        e.first_deferral = from_micros(to_int(first));
+        e.last_deferral = from_micros(to_int(get(f, "ep_last")));
+        e.attempts = to_int(get(f, "ep_attempts"));
+        e.messages = to_int(get(f, "ep_messages"));
+        e.categories = static_cast<CategorySet>(to_int(get(f, "ep_categories")));
+        e.last_reply = get(f, "ep_last_reply");
+        e.last_relay = get(f, "ep_last_relay");
+        d.episode = std::move(e);
+    }
+    return d;
+}
+
+Flag to_flag(const nlohmann::json& j) {
+    Flag f;
+    f.id = to_int(jget(j, "id"));
+    f.destination = jget(j, "destination");
+    f.reason = jget(j, "reason");
+    f.set_at = from_micros(to_int(jget(j, "set_at")));
+    f.expires_at = opt_time(jget(j, "expires_at"));
+    f.cleared_at = opt_time(jget(j, "cleared_at"));
+    return f;
+}
+
+struct Failure {
+    Error error;
+};
+
+class RedisLedger final : public Ledger {
+  public:
+    RedisLedger(std::string host, int port, int db, std::string unix_path, LedgerOptions options)
+        : host_(std::move(host)),
+          port_(port),
+          db_(db),
+          unix_(std::move(unix_path)),
+          options_(std::move(options)),
+          P_(options_.key_prefix) {
+        if (!options_.warn) options_.warn = default_warn();
+        shas_.resize(redis_scripts().size());
+    }
+    ~RedisLedger() override {
+        if (ctx_) redisFree(ctx_);
+    }
+
+    std::string location() const { return unix_.empty() ? host_ + ":" + std::to_string(port_) : unix_; }
+
+    void try_first_connect() {
+        std::lock_guard lock(mutex_);
+        try {
+            connect_locked();
+        } catch (const Failure&) {
+            // counted as unavailable by the first operation that needs the connection
+        }
+    }
+
+    std::string_view backend() const noexcept override { return "redis"; }
+
+    Result<IngestResult> ingest(std::span<const IngestItem> batch,
+                                const std::optional<FollowerPosition>& position) override {
+        return run<IngestResult>([&] {
+            std::vector<std::string> args = {P_, ttl(options_.message_ttl), ttl(options_.key_ttl),
+                                             ttl(options_.seen_ttl)};
+            args.push_back(position ? position->source : std::string());
+            args.push_back(position ? position_json(*position) : std::string());
+            args.push_back(std::to_string(batch.size()));
+            args.reserve(args.size() + batch.size() * 19);
+            for (const auto& item : batch) {
+                Op op = plan(item);
+                args.push_back(key_hex(op.key));
+                args.push_back(std::to_string(static_cast<int>(op.kind)));
+                args.push_back(std::to_string(op.time));
+                args.push_back(op.queue_id);
+                args.push_back(op.other_id);
+                args.push_back(op.text);
+                args.push_back(op.resent ? "1" : "0");
+                args.push_back(std::to_string(op.size));
+                args.push_back(std::to_string(op.nrcpt));
+                args.push_back(std::to_string(static_cast<int>(op.outcome)));
+                args.push_back(op.recipient);
+                args.push_back(op.domain);
+                args.push_back(op.relay);
+                args.push_back(std::to_string(op.code));
+                args.push_back(op.enhanced);
+                args.push_back(op.reason);
+                args.push_back(op.stage);
+                args.push_back(std::string(to_string(op.category)));
+                args.push_back(std::to_string(category_bit(op.category)));
+            }
+            auto r = eval("ingest", {P_ + "seen"}, args);
+            IngestResult result;
+            if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+                result.applied = static_cast<std::size_t>(r->element[0]->integer);
+                result.duplicates = static_cast<std::size_t>(r->element[1]->integer);
+            }
+            counters_.events += result.applied;
+            counters_.duplicates += result.duplicates;
+            return result;
+        });
+    }
+
+    Result<std::optional<FollowerPosition>> load_position(std::string_view source) override {
+        return run<std::optional<FollowerPosition>>([&]() -> std::optional<FollowerPosition> {
+            auto r = call({"HGET", P_ + "pos", std::string(source)});
+            if (r->type != REDIS_REPLY_STRING) return std::nullopt;
+            auto j = nlohmann::json::parse(str(r.get()));
+            FollowerPosition p;
+            p.source = std::string(source);
+            p.device = j.value("device", std::uint64_t{0});
+            p.inode = j.value("inode", std::uint64_t{0});
+            p.offset = j.value("offset", std::uint64_t{0});
+            p.head_fingerprint = j.value("head_fingerprint", std::string());
+            p.cursor = j.value("cursor", std::string());
+            p.lines = j.value("lines", std::uint64_t{0});
+            return p;
+        });
+    }
+
+    Status save_position(const FollowerPosition& position) override {
+        return status(run<int>([&] {
+            eval("hash_write", {P_ + "pos"},
+                 {"set", position.source, position_json(position), ttl(options_.key_ttl)});
+            return 0;
+        }));
+    }
+
+    Status record_identity(const MessageIdentity& id) override {
+        return record_identities(std::span<const MessageIdentity>(&id, 1));
+    }
+
+    Status record_identities(std::span<const MessageIdentity> identities) override {
+        for (const auto& id : identities)
+            if (id.queue_id.empty())
+                return counters_.count(
+                    Status(make_error(ErrorKind::invalid_input, "ledger: identity without queue id")));
+        return status(run<int>([&] {
+            for (const auto& id : identities) store_identity(id);
+            return 0;
+        }));
+    }
+
+    void store_identity(const MessageIdentity& id) {
+        {
+            std::vector<std::string> args = {P_,
+                                             ttl(options_.message_ttl),
+                                             ttl(options_.key_ttl),
+                                             id.queue_id,
+                                             normalize_message_id(id.message_id),
+                                             id.fingerprint.substr(0, kMaxIdentityLength),
+                                             normalize_address(id.sender),
+                                             std::to_string(to_micros(id.time))};
+            for (const auto& r : id.recipients) {
+                auto a = normalize_address(r);
+                if (a.empty()) continue;
+                args.push_back(a);
+                args.push_back(domain_of(a));
+            }
+            eval("record_identity", {P_ + "msg:" + id.queue_id}, args);
+        }
+    }
+
+    Result<std::vector<PendingCopy>> find_pending_copies(const PendingCopyQuery& q) override {
+        return run<std::vector<PendingCopy>>([&] {
+            std::vector<std::string> args = {P_, q.exclude_queue_id};
+            for (const auto& r : q.recipients) args.push_back(normalize_address(r));
+            auto r = eval("find_pending",
+                          {P_ + "mid:" + normalize_message_id(q.message_id),
+                           P_ + "fp:" + q.fingerprint.substr(0, kMaxIdentityLength)},
+                          args);
+            std::vector<PendingCopy> out;
+            if (r->type != REDIS_REPLY_ARRAY) return out;
+            for (std::size_t i = 0; i + 12 <= r->elements; i += 12) {
+                auto f = [&](std::size_t k) { return str(r->element[i + k]); };
+                PendingCopy c;
+                c.recipient = f(0);
+                c.queue_id = f(1);
+                c.first_queue_id = f(2);
+                c.destination = f(3);
+                c.relay = f(4);
+                c.last_reply = f(5);
+                c.first_deferral = opt_time(f(6));
+                c.last_attempt = opt_time(f(7));
+                c.arrival = opt_time(f(8));
+                c.attempts = static_cast<int>(to_int(f(9)));
+                c.message_state = message_state_from_string(f(10)).value_or(MessageState::incoming);
+                c.matched_by_message_id = f(11) == "1";
+                out.push_back(std::move(c));
+            }
+            return out;
+        });
+    }
+
+    Result<std::optional<MessageInfo>> get_message(std::string_view queue_id) override {
+        return run<std::optional<MessageInfo>>([&] { return message_locked(std::string(queue_id)); });
+    }
+
+    Result<std::vector<MessageInfo>> find_messages_by_message_id(std::string_view message_id) override {
+        return run<std::vector<MessageInfo>>([&] {
+            std::vector<MessageInfo> out;
+            auto r = call({"SMEMBERS", P_ + "mid:" + normalize_message_id(message_id)});
+            for (std::size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i)
+                if (auto m = message_locked(str(r->element[i]))) out.push_back(std::move(*m));
+            std::sort(out.begin(), out.end(), [](const MessageInfo& a, const MessageInfo& b) {
+                auto ka = a.arrival ? to_micros(*a.arrival) : INT64_MIN;
+                auto kb = b.arrival ? to_micros(*b.arrival) : INT64_MIN;
+                return ka != kb ? ka < kb : a.queue_id < b.queue_id;
+            });
+            return out;
+        });
+    }
+
+    Result<std::vector<RecipientInfo>> get_recipients(std::string_view queue_id) override {
+        return run<std::vector<RecipientInfo>>([&] {
+            std::vector<RecipientInfo> out;
+            auto r = call({"HGETALL", P_ + "rcpt:" + std::string(queue_id)});
+            for (auto& [k, v] : to_fields(r.get())) out.push_back(to_recipient(nlohmann::json::parse(v)));
+            std::sort(out.begin(), out.end(),
+                      [](const RecipientInfo& a, const RecipientInfo& b) { return a.address < b.address; });
+            return out;
+        });
+    }
+
+    Result<std::vector<RecipientInfo>> find_recipients_by_address(std::string_view address,
+                                                                  std::size_t limit) override {
+        return run<std::vector<RecipientInfo>>([&] {
+            std::vector<RecipientInfo> out;
+            if (limit == 0) return out;
+            auto a = normalize_address(address);
+            auto r = call({"ZREVRANGE", P_ + "addr:" + a, "0",
+                           std::to_string(std::min<std::size_t>(limit, 1u << 30) - 1)});
+            for (std::size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
+                auto v = call({"HGET", P_ + "rcpt:" + str(r->element[i]), a});
+                if (v->type == REDIS_REPLY_STRING)
+                    out.push_back(to_recipient(nlohmann::json::parse(str(v.get()))));
+            }
+            std::sort(out.begin(), out.end(), [](const RecipientInfo& x, const RecipientInfo& y) {
+                auto kx = x.last_attempt ? to_micros(*x.last_attempt) : 0;
+                auto ky = y.last_attempt ? to_micros(*y.last_attempt) : 0;
+                return kx != ky ? kx > ky : x.queue_id < y.queue_id;
+            });
+            return out;
+        });
+    }
+
+    Result<std::optional<DestinationInfo>> get_destination(DestinationKind kind,
+                                                           std::string_view name) override {
+        return run<std::optional<DestinationInfo>>([&]() -> std::optional<DestinationInfo> {
+            auto f = to_fields(call({"HGETALL", dest_key(kind, name)}).get());
+            if (f.empty()) return std::nullopt;
+            return to_destination(kind, std::string(name), f);
+        });
+    }
+
+    Result<std::vector<DestinationInfo>> list_destinations(const DestinationFilter& filter) override {
+        return run<std::vector<DestinationInfo>>([&] {
+            std::vector<std::pair<DestinationKind, std::string>> names;
+            auto r = call({"ZRANGE", P_ + "dests", "0", "-1"});
+            for (std::size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
+                auto m = str(r->element[i]);
+                auto tab = m.find('\t');
+                if (tab == std::string::npos) continue;
+                auto kind = destination_kind_from_string(m.substr(0, tab));
+                if (!kind || (filter.kind && *kind != *filter.kind)) continue;
+                names.emplace_back(*kind, m.substr(tab + 1));
+            }
+            std::sort(names.begin(), names.end(), [](const auto& a, const auto& b) {
+                auto ka = to_string(a.first), kb = to_string(b.first);
+                return ka != kb ? ka < kb : a.second < b.second;
+            });
+            std::vector<DestinationInfo> out;
+            for (const auto& [kind, name] : names) {
+                if (out.size() >= filter.limit) break;
+                auto f = to_fields(call({"HGETALL", dest_key(kind, name)}).get());
+                if (f.empty()) continue;
+                auto d = to_destination(kind, name, f);
+                if (filter.state && d.state != *filter.state) continue;
+                if (filter.open_episode_only && !d.episode) continue;
+                out.push_back(std::move(d));
+            }
+            return out;
+        });
+    }
+
+    Result<std::vector<Episode>> episode_history(DestinationKind kind, std::string_view name, TimePoint from,
+                                                 TimePoint to) override {
+        return run<std::vector<Episode>>([&] {
+            std::vector<std::pair<std::int64_t, Episode>> eps;
+            auto r = call(
+                {"ZRANGE", P_ + "eps:" + std::string(to_string(kind)) + ":" + std::string(name), "0", "-1"});
+            for (std::size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
+                auto j = nlohmann::json::parse(str(r->element[i]));
+                Episode e;
+                e.kind = kind;
+                e.destination = std::string(name);
+                e.first_deferral = from_micros(to_int(jget(j, "first")));
+                e.last_deferral = from_micros(to_int(jget(j, "last")));
+                e.ended = from_micros(to_int(jget(j, "ended")));
+                e.attempts = to_int(jget(j, "attempts"));
+                e.messages = to_int(jget(j, "messages"));
+                e.categories = static_cast<CategorySet>(to_int(jget(j, "categories")));
+                e.last_reply = jget(j, "last_reply");
+                e.last_relay = jget(j, "last_relay");
+                if (e.first_deferral < from || e.first_deferral > to) continue;
+                eps.emplace_back(to_int(jget(j, "id")), std::move(e));
+            }
+            std::sort(eps.begin(), eps.end(), [](const auto& a, const auto& b) {
+                return a.second.first_deferral != b.second.first_deferral
+                           ? a.second.first_deferral < b.second.first_deferral
+                           : a.first < b.first;
+            });
+            std::vector<Episode> out;
+            for (auto& [id, e] : eps) out.push_back(std::move(e));
+            return out;
+        });
+    }
+
+    Status set_destination_state(DestinationKind kind, std::string_view name, std::string_view state,
+                                 TimePoint at) override {
+        return status(run<int>([&] {
+            eval("set_destination_state", {dest_key(kind, name)},
+                 {P_, ttl(options_.key_ttl), std::string(to_string(kind)), std::string(name),
+                  std::string(state), std::to_string(to_micros(at))});
+            return 0;
+        }));
+    }
+
+    Result<std::int64_t> set_flag(const Flag& flag) override {
+        return run<std::int64_t>([&] {
+            auto r = eval(
+                "set_flag", {P_ + "flags", P_ + "flagseq"},
+                {ttl(options_.key_ttl), flag.destination, flag.reason, std::to_string(to_micros(flag.set_at)),
+                 time_str(flag.expires_at), time_str(flag.cleared_at)});
+            return static_cast<std::int64_t>(r->integer);
+        });
+    }
+
+    Result<std::int64_t> clear_flags(std::string_view destination, TimePoint at) override {
+        return run<std::int64_t>([&] {
+            auto r = eval("clear_flags", {P_ + "flags"},
+                          {ttl(options_.key_ttl), std::string(destination), std::to_string(to_micros(at))});
+            return static_cast<std::int64_t>(r->integer);
+        });
+    }
+
+    Result<std::vector<Flag>> list_flags(std::optional<std::string_view> destination, TimePoint now,
+                                         bool include_inactive) override {
+        return run<std::vector<Flag>>([&] {
+            std::vector<Flag> out;
+            auto r = call({"HGETALL", P_ + "flags"});
+            for (auto& [k, v] : to_fields(r.get())) {
+                auto f = to_flag(nlohmann::json::parse(v));
+                if (destination && f.destination != *destination) continue;
+                bool active = !f.cleared_at && (!f.expires_at || *f.expires_at > now);
+                if (!include_inactive && !active) continue;
+                out.push_back(std::move(f));
+            }
+            std::sort(out.begin(), out.end(), [](const Flag& a, const Flag& b) { return a.id < b.id; });
+            return out;
+        });
+    }
+
+    Result<std::int64_t> add_verdict_count(std::string_view verdict, std::int64_t delta) override {
+        return run<std::int64_t>([&] {
+            auto r = eval("hash_write", {P_ + "verdicts"},
+                          {"incr", std::string(verdict), std::to_string(delta), ttl(options_.key_ttl)});
+            return static_cast<std::int64_t>(r->integer);
+        });
+    }
+
+    Result<std::map<std::string, std::int64_t>> verdict_counts() override {
+        return run<std::map<std::string, std::int64_t>>([&] {
+            std::map<std::string, std::int64_t> out;
+            for (auto& [k, v] : to_fields(call({"HGETALL", P_ + "verdicts"}).get())) out[k] = to_int(v);
+            return out;
+        });
+    }
+
+    Status put_state(std::string_view key, std::string_view value) override {
+        return status(run<int>([&] {
+            eval("hash_write", {P_ + "state"},
+                 {"set", std::string(key), std::string(value), ttl(options_.key_ttl)});
+            return 0;
+        }));
+    }
+
+    Result<std::optional<std::string>> get_state(std::string_view key) override {
+        return run<std::optional<std::string>>([&]() -> std::optional<std::string> {
+            auto r = call({"HGET", P_ + "state", std::string(key)});
+            if (r->type != REDIS_REPLY_STRING) return std::nullopt;
+            return str(r.get());
+        });
+    }
+
+    Result<PruneResult> prune(const RetentionPolicy& policy, TimePoint now) override {
+        return run<PruneResult>([&] {
+            PruneResult total;
+            for (int pass = 0; pass < 100000; ++pass) {
+                auto r = eval("prune", {P_ + "seen"},
+                              {P_, std::to_string(to_micros(now - policy.finished_messages)),
+                               std::to_string(to_micros(now - policy.stale_messages)),
+                               std::to_string(to_micros(now - policy.episodes)),
+                               std::to_string(to_micros(now - policy.seen_events)), "1000"});
+                if (r->type != REDIS_REPLY_ARRAY || r->elements != 6) break;
+                total.messages += r->element[0]->integer;
+                total.recipients += r->element[1]->integer;
+                total.episodes += r->element[2]->integer;
+                total.flags += r->element[3]->integer;
+                total.seen_events += r->element[4]->integer;
+                if (r->element[5]->integer == 0) break;
+            }
+            return total;
+        });
+    }
+
+    Result<LedgerStats> stats() override {
+        return run<LedgerStats>([&] {
+            LedgerStats s;
+            s.backend = "redis";
+            s.location = location();
+            auto integer = [&](std::vector<std::string> argv) {
+                auto r = call(std::move(argv));
+                return r->type == REDIS_REPLY_INTEGER ? static_cast<std::int64_t>(r->integer)
+                                                      : to_int(str(r.get()));
+            };
+            s.messages = integer({"ZCARD", P_ + "msgs"});
+            s.pending_messages = s.messages - integer({"ZCARD", P_ + "finished"});
+            s.recipients = integer({"HGET", P_ + "counts", "recipients"});
+            s.destinations = integer({"ZCARD", P_ + "dests"});
+            s.open_episodes = integer({"SCARD", P_ + "open"});
+            s.episodes = integer({"HGET", P_ + "counts", "episodes"});
+            for (auto& [k, v] : to_fields(call({"HGETALL", P_ + "flags"}).get()))
+                if (jget(nlohmann::json::parse(v), "cleared_at").empty()) ++s.flags;
+            s.seen_events = integer({"ZCARD", P_ + "seen"});
+            auto info = str(call({"INFO", "memory"}).get());
+            if (auto pos = info.find("used_memory:"); pos != std::string::npos)
+                s.bytes = to_int(std::string_view(info).substr(pos + 12, info.find('\r', pos) - pos - 12));
+            s.schema_version = 1;
+            return s;
+        });
+    }
+
+    LedgerCounters counters() const noexcept override { return counters_.snapshot(); }
+
+  private:
+    static std::string ttl(std::chrono::seconds s) {
+        return std::to_string(std::max<std::int64_t>(1, s.count()));
+    }
+
+    std::string dest_key(DestinationKind kind, std::string_view name) const {
+        return P_ + "dest:" + std::string(to_string(kind)) + ":" + std::string(name);
+    }
+
+    static std::string position_json(const FollowerPosition& p) {
+        nlohmann::json j = {{"device", p.device}, {"inode", p.inode},
+                            {"offset", p.offset}, {"head_fingerprint", p.head_fingerprint},
+                            {"cursor", p.cursor}, {"lines", p.lines}};
+        return j.dump();
+    }
+
+    std::optional<MessageInfo> message_locked(const std::string& queue_id) {
+        auto f = to_fields(call({"HGETALL", P_ + "msg:" + queue_id}).get());
+        if (f.empty()) return std::nullopt;
+        return to_message(f);
+    }
+
+    // Runs f under the connection lock; a Failure thrown by call()/eval() or any
+    // std::exception becomes an Error, counted.
+    template <typename T, typename F>
+    Result<T> run(F&& f) noexcept {
+        std::lock_guard lock(mutex_);
+        try {
+            return counters_.count(Result<T>(f()));
+        } catch (Failure& e) {
+            return counters_.count(Result<T>(std::move(e.error)));
+        } catch (const std::exception& e) {
+            return counters_.count(
+                Result<T>(make_error(ErrorKind::internal, std::string("ledger (redis): ") + e.what())));
+        } catch (...) {
+            return counters_.count(
+                Result<T>(make_error(ErrorKind::internal, "ledger (redis): unknown failure")));
+        }
+    }
+
+    template <typename T>
+    static Status status(const Result<T>& r) {
+        if (r.ok()) return {};
+        return r.error();
+    }
+
+    void connect_locked() {
+        if (ctx_) return;
+        auto now = std::chrono::steady_clock::now();
+        if (now < next_attempt_)
+            throw Failure{
+                make_error(ErrorKind::unavailable,
+                           "ledger (redis): " + location() + " unavailable, waiting before reconnecting")};
+        if (ever_connected_ || attempted_) counters_.reconnects.fetch_add(1, std::memory_order_relaxed);
+        attempted_ = true;
+        auto tv = to_timeval(options_.connect_timeout);
+        redisContext* c = unix_.empty() ? redisConnectWithTimeout(host_.c_str(), port_, tv)
+                                        : redisConnectUnixWithTimeout(unix_.c_str(), tv);
+        if (!c || c->err) {
+            std::string why = c ? c->errstr : "out of memory";
+            if (c) redisFree(c);
+            back_off(now);
+            auto msg = "ledger (redis): cannot connect to " + location() + ": " + why;
+            options_.warn(msg);
+            throw Failure{make_error(ErrorKind::unavailable, msg)};
+        }
+        redisSetTimeout(c, to_timeval(options_.command_timeout));
+        ctx_ = c;
+        if (db_ != 0) call({"SELECT", std::to_string(db_)});
+        backoff_ = std::chrono::milliseconds(0);
+        if (ever_connected_) options_.warn("ledger (redis): reconnected to " + location());
+        ever_connected_ = true;
+    }
+
+    void back_off(std::chrono::steady_clock::time_point now) {
+        backoff_ =
+            backoff_.count() == 0 ? options_.reconnect_min : std::min(backoff_ * 2, options_.reconnect_max);
+        next_attempt_ = now + backoff_;
+    }
+
+    ReplyPtr call(const std::vector<std::string>& argv) {
+        connect_locked();
+        std::vector<const char*> ptrs;
+        std::vector<std::size_t> lens;
+        ptrs.reserve(argv.size());
+        lens.reserve(argv.size());
+        for (const auto& a : argv) {
+            ptrs.push_back(a.data());
+            lens.push_back(a.size());
+        }
+        auto* raw = static_cast<redisReply*>(
+            redisCommandArgv(ctx_, static_cast<int>(argv.size()), ptrs.data(), lens.data()));
+        if (!raw) {
+            // The connection is unusable after an I/O error or a timeout: drop it
+            // and let the next operation reconnect after the back-off.
+            std::string why = ctx_->errstr;
+            redisFree(ctx_);
+            ctx_ = nullptr;
+            back_off(std::chrono::steady_clock::now());
+            auto msg = "ledger (redis): " + location() + ": " + why;
+            options_.warn(msg);
+            throw Failure{make_error(ErrorKind::unavailable, msg)};
+        }
+        ReplyPtr reply(raw);
+        if (reply->type == REDIS_REPLY_ERROR) {
+            std::string msg(reply->str, reply->len);
+            bool transient = msg.starts_with("LOADING") || msg.starts_with("BUSY") ||
+                             msg.starts_with("MASTERDOWN") || msg.starts_with("OOM") ||
+                             msg.starts_with("TRYAGAIN") || msg.starts_with("READONLY");
+            throw Failure{
+                make_error(transient ? ErrorKind::unavailable : ErrorKind::io, "ledger (redis): " + msg)};
+        }
+        return reply;
+    }
+
+    // EVALSHA, loading the script on first use and falling back to EVAL when
+    // the server has forgotten it (restart, SCRIPT FLUSH).
+    ReplyPtr eval(std::string_view name, const std::vector<std::string>& keys,
+                  const std::vector<std::string>& args) {
+        std::size_t index = 0;
+        const auto& scripts = redis_scripts();
+        while (index < scripts.size() && scripts[index].name != name) ++index;
+        if (index == scripts.size())
+            throw Failure{make_error(ErrorKind::internal, "ledger (redis): no script " + std::string(name))};
+        std::vector<std::string> argv;
+        argv.reserve(3 + keys.size() + args.size());
+        argv.push_back("EVALSHA");
+        argv.push_back(shas_[index]);
+        argv.push_back(std::to_string(keys.size()));
+        argv.insert(argv.end(), keys.begin(), keys.end());
+        argv.insert(argv.end(), args.begin(), args.end());
+        if (!shas_[index].empty()) {
+            try {
+                return call(argv);
+            } catch (Failure& f) {
+                if (f.error.message.find("NOSCRIPT") == std::string::npos) throw;
+            }
+        }
+        argv[0] = "EVAL";
+        argv[1] = std::string(scripts[index].text);
+        auto reply = call(argv);
+        // EVAL cached the script on the server; remember its digest for EVALSHA.
+        auto sha = call({"SCRIPT", "LOAD", std::string(scripts[index].text)});
+        shas_[index] = str(sha.get());
+        return reply;
+    }
+
+    std::string host_;
+    int port_;
+    int db_;
+    std::string unix_;
+    LedgerOptions options_;
+    std::string P_;
+    std::mutex mutex_;
+    redisContext* ctx_ = nullptr;
+    bool ever_connected_ = false;
+    bool attempted_ = false;
+    std::chrono::steady_clock::time_point next_attempt_{};
+    std::chrono::milliseconds backoff_{0};
+    std::vector<std::string> shas_;
+    Counters counters_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Ledger>> open_redis_ledger(const std::string& host, int port, int db,
+                                                  const std::string& unix_path,
+                                                  const LedgerOptions& options) {
+    try {
+        auto ledger = std::make_unique<RedisLedger>(host, port, db, unix_path, options);
+        // A Redis that is down at start-up is not fatal: operations fail open
+        // until it answers. The first attempt only warms the connection.
+        ledger->try_first_connect();
+        return std::unique_ptr<Ledger>(std::move(ledger));
+    } catch (const std::exception& e) {
+        return make_error(ErrorKind::internal, std::string("ledger (redis): ") + e.what());
+    }
+}
+
 }  // namespace retryguard::ledger_detail

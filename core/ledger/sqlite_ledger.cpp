@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "ledger/internal.hpp"
 
@@ -107,8 +108,8 @@ CREATE TABLE positions(
   source TEXT PRIMARY KEY, device INTEGER NOT NULL, inode INTEGER NOT NULL, offset INTEGER NOT NULL,
   head_fingerprint TEXT NOT NULL, cursor TEXT NOT NULL, lines INTEGER NOT NULL
 ) WITHOUT ROWID;
+-- No index on time: one B-tree per event on the ingest path; prune scans instead.
 CREATE TABLE seen_events(key INTEGER PRIMARY KEY, time INTEGER NOT NULL);
-CREATE INDEX seen_events_time ON seen_events(time);
 )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -283,6 +284,9 @@ class SqliteLedger final : public Ledger {
         IngestResult result;
         auto st = write([&] {
             result = {};
+            touched_.clear();
+            dests_.clear();
+            deferred_in_batch_.clear();
             for (const auto& item : batch) {
                 Op op = plan(item);
                 {
@@ -296,8 +300,12 @@ class SqliteLedger final : public Ledger {
                 apply(op);
                 ++result.applied;
             }
+            flush_touched();
+            flush_destinations();
             if (position) store_position(*position);
         });
+        touched_.clear();
+        dests_.clear();
         if (!st) return counters_.count(Result<IngestResult>(st.error()));
         counters_.events += result.applied;
         counters_.duplicates += result.duplicates;
@@ -328,81 +336,97 @@ class SqliteLedger final : public Ledger {
     }
 
     Status record_identity(const MessageIdentity& id) override {
-        if (id.queue_id.empty())
-            return make_error(ErrorKind::invalid_input, "ledger: identity without queue id");
+        return record_identities(std::span<const MessageIdentity>(&id, 1));
+    }
+
+    Status record_identities(std::span<const MessageIdentity> identities) override {
+        for (const auto& id : identities)
+            if (id.queue_id.empty())
+                return counters_.count(
+                    Status(make_error(ErrorKind::invalid_input, "ledger: identity without queue id")));
         return counters_.count(write([&] {
-            std::int64_t t = to_micros(id.time);
-            {
-                Query q = stmt(
-                    "INSERT INTO messages(queue_id, first_queue_id, message_id, fingerprint, sender, "
-                    "arrival, "
-                    "updated) VALUES(?1, ?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT(queue_id) DO UPDATE SET "
-                    "message_id = COALESCE(excluded.message_id, message_id), "
-                    "fingerprint = COALESCE(excluded.fingerprint, fingerprint), "
-                    "sender = COALESCE(excluded.sender, sender), "
-                    "arrival = MIN(COALESCE(arrival, excluded.arrival), excluded.arrival), "
-                    "updated = MAX(updated, excluded.updated)");
-                q.text(id.queue_id)
-                    .text_or_null(normalize_message_id(id.message_id))
-                    .text_or_null(id.fingerprint)
-                    .text_or_null(normalize_address(id.sender))
-                    .i64(t)
-                    .run();
-            }
-            for (const auto& r : id.recipients) {
-                auto address = normalize_address(r);
-                if (address.empty()) continue;
-                Query q = stmt("INSERT OR IGNORE INTO recipients(queue_id, address, domain) VALUES(?, ?, ?)");
-                q.text(id.queue_id).text(address).text(domain_of(address)).run();
-            }
+            for (const auto& id : identities) store_identity(id);
         }));
     }
 
+    void store_identity(const MessageIdentity& id) {
+        std::int64_t t = to_micros(id.time);
+        {
+            Query q = stmt(
+                "INSERT INTO messages(queue_id, first_queue_id, message_id, fingerprint, sender, "
+                "arrival, "
+                "updated) VALUES(?1, ?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT(queue_id) DO UPDATE SET "
+                "message_id = COALESCE(excluded.message_id, message_id), "
+                "fingerprint = COALESCE(excluded.fingerprint, fingerprint), "
+                "sender = COALESCE(excluded.sender, sender), "
+                "arrival = MIN(COALESCE(arrival, excluded.arrival), excluded.arrival), "
+                "updated = MAX(updated, excluded.updated)");
+            q.text(id.queue_id)
+                .text_or_null(normalize_message_id(id.message_id))
+                .text_or_null(id.fingerprint)
+                .text_or_null(normalize_address(id.sender))
+                .i64(t)
+                .run();
+        }
+        for (const auto& r : id.recipients) {
+            auto address = normalize_address(r);
+            if (address.empty()) continue;
+            Query q = stmt("INSERT OR IGNORE INTO recipients(queue_id, address, domain) VALUES(?, ?, ?)");
+            q.text(id.queue_id).text(address).text(domain_of(address)).run();
+        }
+    }
+
+    // Two indexed queries whatever the number of recipients: the pending
+    // recipients of the messages with this Message-ID, then of those with this
+    // fingerprint; the wanted addresses are picked out here. Earlier copies are
+    // few (usually none), so the rows read stay few.
     Result<std::vector<PendingCopy>> find_pending_copies(const PendingCopyQuery& query) override {
         return read<std::vector<PendingCopy>>([&] {
+            std::vector<std::string> wanted;
+            std::unordered_map<std::string_view, std::size_t> index;
+            wanted.reserve(query.recipients.size());
+            for (const auto& raw : query.recipients) wanted.push_back(normalize_address(raw));
+            for (std::size_t i = 0; i < wanted.size(); ++i) index.emplace(wanted[i], i);
+            std::vector<std::optional<PendingCopy>> best(wanted.size());
+            auto consider = [&](const char* sql, const std::string& identity, bool by_mid) {
+                if (identity.empty()) return;
+                Query q = stmt(sql);
+                q.text(identity).text(query.exclude_queue_id);
+                while (q.row()) {
+                    auto it = index.find(q.str(10));
+                    if (it == index.end()) continue;
+                    PendingCopy c;
+                    c.recipient = wanted[it->second];
+                    c.queue_id = q.str(0);
+                    c.first_queue_id = q.str(1);
+                    c.destination = q.str(2);
+                    c.relay = q.str(3);
+                    c.last_reply = q.str(4);
+                    c.first_deferral = q.time(5);
+                    c.last_attempt = q.time(6);
+                    c.arrival = q.time(7);
+                    c.attempts = static_cast<int>(q.col(8));
+                    c.message_state = message_state_from_string(q.str(9)).value_or(MessageState::incoming);
+                    c.matched_by_message_id = by_mid;
+                    auto& slot = best[it->second];
+                    if (!slot || older(c, *slot)) slot = std::move(c);
+                }
+            };
+            consider(
+                "SELECT m.queue_id, m.first_queue_id, r.domain, r.relay, r.reply_text, r.first_deferral, "
+                "r.last_attempt, m.arrival, r.attempts, m.state, r.address FROM messages m JOIN recipients r "
+                "ON r.queue_id = m.queue_id WHERE m.message_id = ?1 AND m.queue_id <> ?2 "
+                "AND m.state IN ('incoming','active','deferred','hold') AND r.state = 'pending'",
+                normalize_message_id(query.message_id), true);
+            consider(
+                "SELECT m.queue_id, m.first_queue_id, r.domain, r.relay, r.reply_text, r.first_deferral, "
+                "r.last_attempt, m.arrival, r.attempts, m.state, r.address FROM messages m JOIN recipients r "
+                "ON r.queue_id = m.queue_id WHERE m.fingerprint = ?1 AND m.queue_id <> ?2 "
+                "AND m.state IN ('incoming','active','deferred','hold') AND r.state = 'pending'",
+                query.fingerprint, false);
             std::vector<PendingCopy> out;
-            auto mid = normalize_message_id(query.message_id);
-            for (const auto& raw : query.recipients) {
-                auto address = normalize_address(raw);
-                std::optional<PendingCopy> best;
-                auto consider = [&](const char* sql, const std::string& identity, bool by_mid) {
-                    if (identity.empty()) return;
-                    Query q = stmt(sql);
-                    q.text(identity).text(address).text(query.exclude_queue_id);
-                    while (q.row()) {
-                        PendingCopy c;
-                        c.recipient = address;
-                        c.queue_id = q.str(0);
-                        c.first_queue_id = q.str(1);
-                        c.destination = q.str(2);
-                        c.relay = q.str(3);
-                        c.last_reply = q.str(4);
-                        c.first_deferral = q.time(5);
-                        c.last_attempt = q.time(6);
-                        c.arrival = q.time(7);
-                        c.attempts = static_cast<int>(q.col(8));
-                        c.message_state =
-                            message_state_from_string(q.str(9)).value_or(MessageState::incoming);
-                        c.matched_by_message_id = by_mid;
-                        if (!best || older(c, *best)) best = std::move(c);
-                    }
-                };
-                consider(
-                    "SELECT m.queue_id, m.first_queue_id, r.domain, r.relay, r.reply_text, r.first_deferral, "
-                    "r.last_attempt, m.arrival, r.attempts, m.state FROM messages m JOIN recipients r "
-                    "ON r.queue_id = m.queue_id WHERE m.message_id = ?1 AND r.address = ?2 AND m.queue_id <> "
-                    "?3 "
-                    "AND r.state = 'pending' AND m.state IN ('incoming','active','deferred','hold')",
-                    mid, true);
-                consider(
-                    "SELECT m.queue_id, m.first_queue_id, r.domain, r.relay, r.reply_text, r.first_deferral, "
-                    "r.last_attempt, m.arrival, r.attempts, m.state FROM messages m JOIN recipients r "
-                    "ON r.queue_id = m.queue_id WHERE m.fingerprint = ?1 AND r.address = ?2 AND m.queue_id "
-                    "<> ?3 "
-                    "AND r.state = 'pending' AND m.state IN ('incoming','active','deferred','hold')",
-                    query.fingerprint, false);
-                if (best) out.push_back(std::move(*best));
-            }
+            for (auto& b : best)
+                if (b) out.push_back(std::move(*b));
             return out;
         });
     }
@@ -802,7 +826,14 @@ class SqliteLedger final : public Ledger {
     }
 
     // Ensures the message row exists; returns the start of its requeue chain.
-    std::string touch_message(const std::string& queue_id, std::int64_t t) {
+    // Within a batch the answer is cached and `updated` is written once per
+    // message at the end (flush_touched), which halves the statements per event.
+    const std::string& touch_message(const std::string& queue_id, std::int64_t t) {
+        auto it = touched_.find(queue_id);
+        if (it != touched_.end()) {
+            it->second.second = std::max(it->second.second, t);
+            return it->second.first;
+        }
         Query q = stmt(
             "INSERT INTO messages(queue_id, first_queue_id, updated) VALUES(?1, ?1, ?2) "
             "ON CONFLICT(queue_id) DO UPDATE SET updated = MAX(updated, excluded.updated) "
@@ -810,7 +841,15 @@ class SqliteLedger final : public Ledger {
         q.text(queue_id).i64(t);
         std::string first = q.row() ? q.str(0) : queue_id;
         q.run();
-        return first;
+        return touched_.emplace(queue_id, std::make_pair(std::move(first), t)).first->second.first;
+    }
+
+    void flush_touched() {
+        for (const auto& [queue_id, entry] : touched_) {
+            Query q = stmt("UPDATE messages SET updated = MAX(updated, ?2) WHERE queue_id = ?1");
+            q.text(queue_id).i64(entry.second).run();
+        }
+        touched_.clear();
     }
 
     void set_message_state(const std::string& queue_id, std::int64_t t, const char* state, bool finishes) {
@@ -829,6 +868,19 @@ class SqliteLedger final : public Ledger {
         switch (op.kind) {
             case OpKind::none: return;
             case OpKind::client: {
+                if (!touched_.contains(op.queue_id)) {
+                    // First sight of the message in this batch: create and date it in one statement.
+                    Query q = stmt(
+                        "INSERT INTO messages(queue_id, first_queue_id, arrival, updated) VALUES(?1, ?1, ?2, "
+                        "?2) "
+                        "ON CONFLICT(queue_id) DO UPDATE SET arrival = MIN(COALESCE(arrival, ?2), ?2), "
+                        "updated = MAX(updated, ?2) RETURNING first_queue_id");
+                    q.text(op.queue_id).i64(op.time);
+                    std::string first = q.row() ? q.str(0) : op.queue_id;
+                    q.run();
+                    touched_.emplace(op.queue_id, std::make_pair(std::move(first), op.time));
+                    return;
+                }
                 touch_message(op.queue_id, op.time);
                 Query q =
                     stmt("UPDATE messages SET arrival = MIN(COALESCE(arrival, ?2), ?2) WHERE queue_id = ?1");
@@ -855,6 +907,7 @@ class SqliteLedger final : public Ledger {
                     "state = CASE WHEN finished IS NULL THEN 'active' ELSE state END, "
                     "updated = MAX(updated, excluded.updated)");
                 q.text(op.queue_id).text(op.text).i64(op.size).i64(op.nrcpt).i64(op.time).run();
+                deferred_in_batch_.erase(op.queue_id);
                 return;
             }
             case OpKind::delivery: return apply_delivery(op);
@@ -888,6 +941,7 @@ class SqliteLedger final : public Ledger {
         // the identity and the still-pending recipients with their history, so the
         // milter keeps recognising it and attempts keep counting.
         touch_message(op.other_id, op.time);
+        touched_.erase(op.queue_id);  // its first_queue_id changes below
         {
             Query q = stmt(
                 "UPDATE messages SET first_queue_id = (SELECT first_queue_id FROM messages WHERE queue_id = "
@@ -953,7 +1007,9 @@ class SqliteLedger final : public Ledger {
                 .text(category)
                 .run();
         }
-        if (op.outcome == Outcome::deferred) {
+        // Skipped when this batch already marked the message deferred: only
+        // queue_active (back to active) changes it in between, and it clears the mark.
+        if (op.outcome == Outcome::deferred && deferred_in_batch_.insert(op.queue_id).second) {
             Query q = stmt(
                 "UPDATE messages SET state = 'deferred' WHERE queue_id = ? AND finished IS NULL AND state <> "
                 "'hold'");
@@ -970,62 +1026,124 @@ class SqliteLedger final : public Ledger {
         }
     }
 
+    // Destination rows touched by the current batch, kept in memory and written
+    // once per batch (flush_destinations): a busy MX sees hundreds of deferrals
+    // per batch. Safe because the batch holds the write lock (BEGIN IMMEDIATE).
+    struct DestinationRow {
+        std::optional<std::int64_t> last_success, last_deferral, ep_first, ep_last;
+        std::int64_t ep_attempts = 0, ep_messages = 0, ep_categories = 0, updated = 0;
+        std::string ep_last_reply, ep_last_relay;
+        std::unordered_set<std::string> episode_messages;  // known to be in episode_messages
+    };
+
+    static std::optional<std::int64_t> max_opt(std::optional<std::int64_t> a, std::int64_t b) {
+        return a ? std::max(*a, b) : b;
+    }
+
+    DestinationRow& destination_row(const char* kind, const std::string& name) {
+        auto key = std::string(kind) + '\t' + name;
+        auto it = dests_.find(key);
+        if (it != dests_.end()) return it->second;
+        DestinationRow row;
+        Query q = stmt(
+            "SELECT last_success, last_deferral, ep_first, ep_last, ep_attempts, ep_messages, ep_categories, "
+            "ep_last_reply, ep_last_relay, updated FROM destinations WHERE kind = ? AND name = ?");
+        q.text(kind).text(name);
+        if (q.row()) {
+            auto opt = [&](int i) -> std::optional<std::int64_t> {
+                if (q.is_null(i)) return std::nullopt;
+                return q.col(i);
+            };
+            row.last_success = opt(0);
+            row.last_deferral = opt(1);
+            row.ep_first = opt(2);
+            row.ep_last = opt(3);
+            row.ep_attempts = q.col(4);
+            row.ep_messages = q.col(5);
+            row.ep_categories = q.col(6);
+            row.ep_last_reply = q.str(7);
+            row.ep_last_relay = q.str(8);
+            row.updated = q.col(9);
+        }
+        return dests_.emplace(std::move(key), std::move(row)).first->second;
+    }
+
     void record_deferral(const char* kind, const std::string& name, const std::string& message,
                          const Op& op) {
-        std::int64_t fresh = 0;
-        {
+        auto& row = destination_row(kind, name);
+        if (!row.episode_messages.contains(message)) {
             Query q = stmt("INSERT OR IGNORE INTO episode_messages(kind, name, queue_id) VALUES(?, ?, ?)");
             q.text(kind).text(name).text(message).run();
-            fresh = sqlite3_changes(db_);
+            row.ep_messages += sqlite3_changes(db_);
+            row.episode_messages.insert(message);
         }
-        Query q = stmt(
-            "INSERT INTO destinations(kind, name, last_deferral, ep_first, ep_last, ep_attempts, "
-            "ep_messages, "
-            "ep_categories, ep_last_reply, ep_last_relay, updated) VALUES(?1, ?2, ?3, ?3, ?3, 1, ?4, ?5, ?6, "
-            "?7, ?3) "
-            "ON CONFLICT(kind, name) DO UPDATE SET "
-            "last_deferral = MAX(COALESCE(last_deferral, excluded.last_deferral), excluded.last_deferral), "
-            "ep_first = COALESCE(ep_first, excluded.ep_first), "
-            "ep_last = MAX(COALESCE(ep_last, excluded.ep_last), excluded.ep_last), "
-            "ep_attempts = ep_attempts + 1, ep_messages = ep_messages + excluded.ep_messages, "
-            "ep_categories = ep_categories | excluded.ep_categories, ep_last_reply = excluded.ep_last_reply, "
-            "ep_last_relay = excluded.ep_last_relay, updated = MAX(updated, excluded.updated)");
-        q.text(kind)
-            .text(name)
-            .i64(op.time)
-            .i64(fresh)
-            .i64(category_bit(op.category))
-            .text(op.reason)
-            .text(op.relay);
-        q.run();
+        row.last_deferral = max_opt(row.last_deferral, op.time);
+        if (!row.ep_first) row.ep_first = op.time;
+        row.ep_last = max_opt(row.ep_last, op.time);
+        row.ep_attempts += 1;
+        row.ep_categories |= category_bit(op.category);
+        row.ep_last_reply = op.reason;
+        row.ep_last_relay = op.relay;
+        row.updated = std::max(row.updated, op.time);
     }
 
     void record_success(const char* kind, const std::string& name, std::int64_t t) {
-        {
+        auto& row = destination_row(kind, name);
+        if (row.ep_first) {
             Query q = stmt(
                 "INSERT INTO episodes(kind, name, first_deferral, last_deferral, ended, attempts, messages, "
-                "categories, last_reply, last_relay) SELECT kind, name, ep_first, ep_last, ?3, ep_attempts, "
-                "ep_messages, ep_categories, ep_last_reply, ep_last_relay FROM destinations "
-                "WHERE kind = ?1 AND name = ?2 AND ep_first IS NOT NULL");
-            q.text(kind).text(name).i64(t).run();
+                "categories, last_reply, last_relay) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+            q.text(kind).text(name).i64(*row.ep_first).i64(row.ep_last.value_or(*row.ep_first)).i64(t);
+            q.i64(row.ep_attempts).i64(row.ep_messages).i64(row.ep_categories).text(row.ep_last_reply);
+            q.text(row.ep_last_relay).run();
+            Query d = stmt("DELETE FROM episode_messages WHERE kind = ? AND name = ?");
+            d.text(kind).text(name).run();
+            row.episode_messages.clear();
         }
-        if (sqlite3_changes(db_) > 0) {
-            Query q = stmt("DELETE FROM episode_messages WHERE kind = ? AND name = ?");
-            q.text(kind).text(name).run();
+        row.last_success = max_opt(row.last_success, t);
+        row.ep_first.reset();
+        row.ep_last.reset();
+        row.ep_attempts = row.ep_messages = row.ep_categories = 0;
+        row.ep_last_reply.clear();
+        row.ep_last_relay.clear();
+        row.updated = std::max(row.updated, t);
+    }
+
+    void flush_destinations() {
+        for (const auto& [key, row] : dests_) {
+            auto tab = key.find('\t');
+            Query q = stmt(
+                "INSERT INTO destinations(kind, name, last_success, last_deferral, ep_first, ep_last, "
+                "ep_attempts, ep_messages, ep_categories, ep_last_reply, ep_last_relay, updated) "
+                "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT(kind, name) DO UPDATE "
+                "SET "
+                "last_success = excluded.last_success, last_deferral = excluded.last_deferral, "
+                "ep_first = excluded.ep_first, ep_last = excluded.ep_last, ep_attempts = "
+                "excluded.ep_attempts, "
+                "ep_messages = excluded.ep_messages, ep_categories = excluded.ep_categories, "
+                "ep_last_reply = excluded.ep_last_reply, ep_last_relay = excluded.ep_last_relay, "
+                "updated = MAX(updated, excluded.updated)");
+            auto opt = [&](const std::optional<std::int64_t>& v) -> Query& {
+                return v ? q.i64(*v) : q.null();
+            };
+            q.text(std::string_view(key).substr(0, tab)).text(std::string_view(key).substr(tab + 1));
+            opt(row.last_success);
+            opt(row.last_deferral);
+            opt(row.ep_first);
+            opt(row.ep_last);
+            q.i64(row.ep_attempts).i64(row.ep_messages).i64(row.ep_categories).text(row.ep_last_reply);
+            q.text(row.ep_last_relay).i64(row.updated).run();
         }
-        Query q = stmt(
-            "INSERT INTO destinations(kind, name, last_success, updated) VALUES(?1, ?2, ?3, ?3) "
-            "ON CONFLICT(kind, name) DO UPDATE SET "
-            "last_success = MAX(COALESCE(last_success, excluded.last_success), excluded.last_success), "
-            "ep_first = NULL, ep_last = NULL, ep_attempts = 0, ep_messages = 0, ep_categories = 0, "
-            "ep_last_reply = '', ep_last_relay = '', updated = MAX(updated, excluded.updated)");
-        q.text(kind).text(name).i64(t).run();
+        dests_.clear();
     }
 
     std::string path_;
     LedgerOptions options_;
     sqlite3* db_ = nullptr;
     std::unordered_map<const char*, sqlite3_stmt*> cache_;
+    std::unordered_map<std::string, std::pair<std::string, std::int64_t>> touched_;  // per batch
+    std::unordered_map<std::string, DestinationRow> dests_;
+    std::unordered_set<std::string> deferred_in_batch_;  // per batch
     std::mutex mutex_;
     Counters counters_;
 };

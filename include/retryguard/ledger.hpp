@@ -260,6 +260,9 @@ class Ledger {
 
     // Milter: record an accepted message, then look up pending copies.
     virtual Status record_identity(const MessageIdentity& identity) = 0;
+    // Many at once (imports, benchmarks): one transaction on SQLite; on Redis each
+    // identity is atomic and a failure may leave the earlier ones recorded.
+    virtual Status record_identities(std::span<const MessageIdentity> identities) = 0;
     // One entry per requested recipient whose earlier copy is still pending
     // (the oldest copy when several are).
     virtual Result<std::vector<PendingCopy>> find_pending_copies(const PendingCopyQuery& query) = 0;

@@ -25,6 +25,8 @@ struct LedgerBackend {
     std::string name;
     // Opens the store called `tag`; the same tag reopens the same store.
     std::function<Result<std::unique_ptr<Ledger>>(const std::string& tag)> open;
+    // Called before each test: may FAIL() or GTEST_SKIP() when the backend cannot run.
+    std::function<void()> precondition;
 };
 
 inline void PrintTo(const LedgerBackend& b, std::ostream* os) {
@@ -341,6 +343,29 @@ TEST_P(LedgerContract, RecordedButNotYetAttemptedMessageIsPending) {
     EXPECT_TRUE(l->record_identity(MessageIdentity{}).error().kind == ErrorKind::invalid_input);
 }
 
+TEST_P(LedgerContract, IdentitiesRecordedInABatchAreAllFound) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    std::vector<MessageIdentity> ids = {{"C1", "<c1@x>", "fp-c1", "s@x", {"r1@d.test"}, at(10)},
+                                        {"C2", "<c2@x>", "fp-c2", "s@x", {"r2@d.test", "r3@d.test"}, at(11)}};
+    ASSERT_TRUE(l->record_identities(ids).ok());
+    PendingCopyQuery q;
+    q.fingerprint = "fp-c2";
+    q.recipients = {"r3@d.test", "r1@d.test"};
+    auto r = l->find_pending_copies(q);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->size(), 1u);
+    EXPECT_EQ((*r)[0].queue_id, "C2");
+    EXPECT_EQ((*r)[0].recipient, "r3@d.test");
+    std::vector<MessageIdentity> bad = {{"C3", "<c3@x>", "", "", {"r@d.test"}, at(12)}, MessageIdentity{}};
+    auto st = l->record_identities(bad);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.error().kind, ErrorKind::invalid_input);
+    auto c3 = l->get_message("C3");
+    ASSERT_TRUE(c3.ok());
+    EXPECT_FALSE(c3->has_value()) << "an invalid batch records nothing";
+}
+
 TEST_P(LedgerContract, RequeueChainIsFollowedToTheNewQueueId) {
     auto l = open();
     ASSERT_TRUE(l);
@@ -406,6 +431,23 @@ TEST_P(LedgerContract, RequeueChainIsFollowedToTheNewQueueId) {
     ASSERT_TRUE(byaddr.ok());
     ASSERT_EQ(byaddr->size(), 2u);
     EXPECT_EQ((*byaddr)[0].queue_id, "NEW1");
+}
+
+TEST_P(LedgerContract, MessageStateFollowsEventsWithinOneBatch) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    // One batch: deferred, picked up by qmgr again (active), deferred again.
+    ingest(*l, {client("S1", 1), queue_active("S1", 2, "s@x.test"), deferred("S1", 3, "r@d.test"),
+                queue_active("S1", 600, "s@x.test"), deferred("S1", 601, "r@d.test")});
+    auto m = l->get_message("S1");
+    ASSERT_TRUE(m.ok() && m->has_value());
+    EXPECT_EQ((*m)->state, MessageState::deferred);
+    EXPECT_EQ((*m)->arrival, at(1));
+    EXPECT_EQ((*m)->updated, at(601));
+    ingest(*l, {queue_active("S1", 1200, "s@x.test")});
+    m = l->get_message("S1");
+    ASSERT_TRUE(m.ok() && m->has_value());
+    EXPECT_EQ((*m)->state, MessageState::active);
 }
 
 TEST_P(LedgerContract, ExpiredMessageIsNoLongerPending) {
@@ -632,7 +674,7 @@ TEST_P(LedgerContract, KillDuringIngestThenResumeEqualsCleanRun) {
     const std::string crash_tag = tag() + ".crash";
     // Kill the writer several times at different moments, resuming each time
     // from the committed position, as the policy daemon does after kill -9.
-    int kills = 0;
+    int kills = 0, killed_midway = 0;
     for (int round = 0; round < 4; ++round) {
         pid_t pid = fork();
         ASSERT_GE(pid, 0);
@@ -644,8 +686,14 @@ TEST_P(LedgerContract, KillDuringIngestThenResumeEqualsCleanRun) {
         if (WIFEXITED(status)) {
             ASSERT_EQ(WEXITSTATUS(status), 0);
         }
+        auto probe = GetParam().open(crash_tag);
+        ASSERT_TRUE(probe.ok());
+        auto pos = (*probe)->load_position("synthetic");
+        ASSERT_TRUE(pos.ok());
+        if (pos->has_value() && (*pos)->offset > 0 && (*pos)->offset < events.size()) ++killed_midway;
     }
     EXPECT_GT(kills, 0);
+    EXPECT_GT(killed_midway, 0) << "no kill landed in the middle of the stream";
     {
         pid_t pid = fork();
         ASSERT_GE(pid, 0);

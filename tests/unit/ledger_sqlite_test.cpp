@@ -31,7 +31,7 @@ std::string db_path(const std::string& tag) {
 }
 
 LedgerBackend sqlite_backend() {
-    return {"sqlite", [](const std::string& tag) { return open_ledger("sqlite:" + db_path(tag)); }};
+    return {"sqlite", [](const std::string& tag) { return open_ledger("sqlite:" + db_path(tag)); }, {}};
 }
 
 INSTANTIATE_TEST_SUITE_P(Sqlite, LedgerContract, testing::Values(sqlite_backend()), backend_name);

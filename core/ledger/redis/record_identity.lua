@@ -1,0 +1,54 @@
+-- record_identity.lua -- the milter records an accepted message's identity and
+-- recipients under its queue id, so later resends can be recognised.
+--
+-- KEYS[1]  <prefix>msg:<queue_id>
+-- ARGV[1]  key prefix; ARGV[2] TTL of per-message keys (s); ARGV[3] TTL of long-lived keys (s)
+-- ARGV[4]  queue id; ARGV[5] normalised Message-ID ('' = none); ARGV[6] fingerprint ('' = none)
+-- ARGV[7]  sender ('' = none); ARGV[8] time (us); then pairs: recipient address, its domain
+-- Returns  the number of recipients newly recorded
+local P, MTTL, KTTL = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local q, mid, fp, sender, t = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+if (#ARGV - 8) % 2 ~= 0 then return redis.error_reply('record_identity: bad argument count') end
+local k = KEYS[1]
+local function num(s) return tonumber(s) or 0 end
+local function blank(v) return (not v) or v == '' end
+local cur = redis.call('HMGET', k, 'updated', 'arrival', 'message_id', 'fingerprint')
+if not cur[1] then
+  redis.call('HSET', k, 'queue_id', q, 'first_queue_id', q, 'state', 'incoming', 'size', '-1', 'nrcpt', '-1',
+             'updated', t, 'arrival', t)
+else
+  if num(t) > num(cur[1]) then redis.call('HSET', k, 'updated', t) end
+  if blank(cur[2]) or num(t) < num(cur[2]) then redis.call('HSET', k, 'arrival', t) end
+end
+local function identity(field, kind, value, old)
+  if blank(value) or value == old then return end
+  if not blank(old) then redis.call('SREM', P .. kind .. ':' .. old, q) end
+  redis.call('HSET', k, field, value)
+  redis.call('SADD', P .. kind .. ':' .. value, q)
+  redis.call('EXPIRE', P .. kind .. ':' .. value, MTTL)
+end
+identity('message_id', 'mid', mid, cur[3])
+identity('fingerprint', 'fp', fp, cur[4])
+if not blank(sender) then redis.call('HSET', k, 'sender', sender) end
+redis.call('EXPIRE', k, MTTL)
+redis.call('ZADD', P .. 'msgs', (cur[1] and num(cur[1]) > num(t)) and cur[1] or t, q)
+redis.call('EXPIRE', P .. 'msgs', KTTL)
+local added = 0
+local rk = P .. 'rcpt:' .. q
+for i = 9, #ARGV, 2 do
+  local a = ARGV[i]
+  if redis.call('HEXISTS', rk, a) == 0 then
+    redis.call('HSET', rk, a, cjson.encode({queue_id = q, address = a, domain = ARGV[i + 1], state = 'pending',
+      attempts = '0', first_attempt = '', last_attempt = '', first_deferral = '', reply_code = '0', enhanced = '',
+      reply_text = '', stage = '', relay = '', category = 'unknown'}))
+    redis.call('ZADD', P .. 'addr:' .. a, 0, q)
+    redis.call('EXPIRE', P .. 'addr:' .. a, MTTL)
+    added = added + 1
+  end
+end
+if added > 0 then
+  redis.call('HINCRBY', P .. 'counts', 'recipients', added)
+  redis.call('EXPIRE', P .. 'counts', KTTL)
+end
+redis.call('EXPIRE', rk, MTTL)
+return added

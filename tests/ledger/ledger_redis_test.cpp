@@ -1,0 +1,160 @@
+// The ledger contract on the Redis backend (a private redis-server per test
+// process), plus what only Redis has: fail-open when the server goes away,
+// the EVALSHA -> EVAL fallback, and a TTL on every key. Label: redis.
+#include "ledger/ledger_contract.hpp"
+#include "ledger/redis_server.hpp"
+
+namespace retryguard::ledger_test {
+namespace {
+
+struct StopServer : testing::Environment {
+    void TearDown() override { RedisServer::stop_shared(); }
+};
+[[maybe_unused]] auto* const kStop = testing::AddGlobalTestEnvironment(new StopServer);
+
+LedgerOptions options_for(const RedisServer& server, const std::string& prefix) {
+    LedgerOptions o;
+    o.spec = server.spec();
+    o.key_prefix = prefix;
+    o.connect_timeout = std::chrono::milliseconds(500);
+    o.command_timeout = std::chrono::milliseconds(2000);
+    return o;
+}
+
+LedgerBackend redis_backend() {
+    LedgerBackend b;
+    b.name = "redis";
+    b.open = [](const std::string& tag) -> Result<std::unique_ptr<Ledger>> {
+        auto* server = RedisServer::shared();
+        if (!server) return make_error(ErrorKind::unavailable, "no redis-server");
+        return open_ledger(options_for(*server, "rgtest:" + tag + ":"));
+    };
+    b.precondition = [] { RETRYGUARD_REQUIRE_REDIS(RedisServer::shared()); };
+    return b;
+}
+
+INSTANTIATE_TEST_SUITE_P(Redis, LedgerContract, testing::Values(redis_backend()), backend_name);
+
+struct RawRedis {
+    redisContext* c = nullptr;
+    explicit RawRedis(int port) { c = redisConnect("127.0.0.1", port); }
+    ~RawRedis() {
+        if (c) redisFree(c);
+    }
+    redisReply* cmd(const char* fmt, const char* arg = nullptr) {
+        return static_cast<redisReply*>(arg ? redisCommand(c, fmt, arg) : redisCommand(c, fmt));
+    }
+};
+
+TEST(LedgerRedis, EveryKeyHasATimeToLive) {
+    auto* server = RedisServer::shared();
+    RETRYGUARD_REQUIRE_REDIS(server);
+    auto l = open_ledger(options_for(*server, "rgttl:"));
+    ASSERT_TRUE(l.ok());
+    FollowerPosition p;
+    p.source = "file:/x";
+    ASSERT_TRUE((*l)->ingest(synthetic_stream(30), p).ok());
+    MessageIdentity id{"ID1", "<i@x>", "fp", "s@x", {"r@d0.example"}, at(5)};
+    ASSERT_TRUE((*l)->record_identity(id).ok());
+    ASSERT_TRUE((*l)->set_flag(Flag{0, "d0.example", "r", at(1), std::nullopt, std::nullopt}).ok());
+    ASSERT_TRUE((*l)->add_verdict_count("v", 1).ok());
+    ASSERT_TRUE((*l)->put_state("k", "v").ok());
+    ASSERT_TRUE((*l)->set_destination_state(DestinationKind::domain, "d9.example", "watch", at(9)).ok());
+    RawRedis raw(server->port());
+    auto* keys = raw.cmd("KEYS %s", "rgttl:*");
+    ASSERT_TRUE(keys && keys->type == REDIS_REPLY_ARRAY);
+    EXPECT_GT(keys->elements, 100u);
+    for (std::size_t i = 0; i < keys->elements; ++i) {
+        std::string key(keys->element[i]->str, keys->element[i]->len);
+        auto* ttl = raw.cmd("TTL %s", key.c_str());
+        ASSERT_TRUE(ttl && ttl->type == REDIS_REPLY_INTEGER);
+        EXPECT_GT(ttl->integer, 0) << key;
+        freeReplyObject(ttl);
+    }
+    freeReplyObject(keys);
+}
+
+TEST(LedgerRedis, ScriptsForgottenByTheServerAreSentAgain) {
+    auto* server = RedisServer::shared();
+    RETRYGUARD_REQUIRE_REDIS(server);
+    auto l = open_ledger(options_for(*server, "rgflush:"));
+    ASSERT_TRUE(l.ok());
+    ASSERT_TRUE((*l)->ingest(std::vector<IngestItem>{deferred("Q1", 1, "a@b.test")}, std::nullopt).ok());
+    RawRedis raw(server->port());
+    auto* r = raw.cmd("SCRIPT FLUSH");
+    ASSERT_TRUE(r);
+    freeReplyObject(r);
+    auto again = (*l)->ingest(std::vector<IngestItem>{deferred("Q1", 2, "a@b.test")}, std::nullopt);
+    ASSERT_TRUE(again.ok()) << again.error().message;
+    EXPECT_EQ(again->applied, 1u);
+    auto rs = (*l)->get_recipients("Q1");
+    ASSERT_TRUE(rs.ok() && rs->size() == 1);
+    EXPECT_EQ((*rs)[0].attempts, 2);
+}
+
+TEST(LedgerRedis, ServerGoneFailsOpenQuicklyAndRecovers) {
+    RETRYGUARD_REQUIRE_REDIS(RedisServer::shared());
+    RedisServer server;  // private: this test stops it
+    ASSERT_TRUE(server.running());
+    auto o = options_for(server, "rgdown:");
+    o.connect_timeout = std::chrono::milliseconds(100);
+    o.command_timeout = std::chrono::milliseconds(100);
+    o.reconnect_min = std::chrono::milliseconds(50);
+    o.reconnect_max = std::chrono::milliseconds(200);
+    int warnings = 0;
+    o.warn = [&](std::string_view) { ++warnings; };
+    auto opened = open_ledger(o);
+    ASSERT_TRUE(opened.ok());
+    auto& l = *opened;
+    ASSERT_TRUE(l->ingest(std::vector<IngestItem>{deferred("Q1", 1, "a@b.test")}, std::nullopt).ok());
+
+    server.stop();
+    auto before = l->counters();
+    PendingCopyQuery q;
+    q.message_id = "<x@y>";
+    q.recipients = {"a@b.test"};
+    for (int i = 0; i < 20; ++i) {
+        auto start = std::chrono::steady_clock::now();
+        auto r = l->find_pending_copies(q);
+        auto took = std::chrono::steady_clock::now() - start;
+        ASSERT_FALSE(r.ok());
+        EXPECT_EQ(r.error().kind, ErrorKind::unavailable) << r.error().message;
+        EXPECT_LT(took, std::chrono::milliseconds(400));
+        auto w = l->ingest(std::vector<IngestItem>{deferred("Q1", 10 + i, "a@b.test")}, std::nullopt);
+        ASSERT_FALSE(w.ok());
+        EXPECT_EQ(w.error().kind, ErrorKind::unavailable);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    auto during = l->counters();
+    EXPECT_EQ(during.unavailable - before.unavailable, 40u);
+    EXPECT_EQ(during.failures - before.failures, 40u);
+    EXPECT_GT(during.reconnects, before.reconnects);
+    EXPECT_GT(warnings, 0);
+
+    ASSERT_TRUE(server.start()) << "could not restart redis-server on port " << server.port();
+    bool recovered = false;
+    for (int i = 0; i < 100 && !recovered; ++i) {
+        recovered = l->ingest(std::vector<IngestItem>{deferred("Q2", 100, "c@d.test")}, std::nullopt).ok();
+        if (!recovered) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_TRUE(recovered);
+    auto rs = l->get_recipients("Q2");
+    ASSERT_TRUE(rs.ok());
+    EXPECT_EQ(rs->size(), 1u);
+}
+
+TEST(LedgerRedis, ServerDownAtStartIsNotFatal) {
+    LedgerOptions o;
+    o.spec = "redis://127.0.0.1:" + std::to_string(free_loopback_port());
+    o.connect_timeout = std::chrono::milliseconds(100);
+    o.warn = [](std::string_view) {};
+    auto l = open_ledger(o);
+    ASSERT_TRUE(l.ok()) << "a daemon must start and fail open while Redis is down";
+    auto r = (*l)->get_state("x");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().kind, ErrorKind::unavailable);
+    EXPECT_EQ((*l)->counters().unavailable, 1u);
+}
+
+}  // namespace
+}  // namespace retryguard::ledger_test
