@@ -15,6 +15,17 @@ namespace retryguard::milter {
 
 namespace {
 
+MessageIdentity identity(const MessageFacts& msg, TimePoint when) {
+    MessageIdentity id;
+    id.queue_id = msg.queue_id;
+    id.message_id = msg.message_id;
+    id.fingerprint = msg.fingerprint;
+    id.sender = msg.sender;
+    id.recipients = msg.recipients;
+    id.time = when;
+    return id;
+}
+
 class LedgerStore final : public PendingStore {
   public:
     LedgerStore(std::unique_ptr<Ledger> ledger, std::string spec)
@@ -30,14 +41,14 @@ class LedgerStore final : public PendingStore {
     }
 
     Status record(const MessageFacts& msg, TimePoint when) override {
-        MessageIdentity id;
-        id.queue_id = msg.queue_id;
-        id.message_id = msg.message_id;
-        id.fingerprint = msg.fingerprint;
-        id.sender = msg.sender;
-        id.recipients = msg.recipients;
-        id.time = when;
-        return ledger_->record_identity(id);
+        return ledger_->record_identity(identity(msg, when));
+    }
+
+    Status record_many(const std::vector<std::pair<MessageFacts, TimePoint>>& batch) override {
+        std::vector<MessageIdentity> ids;
+        ids.reserve(batch.size());
+        for (const auto& [msg, when] : batch) ids.push_back(identity(msg, when));
+        return ledger_->record_identities(ids);
     }
 
     std::string describe() const override { return fmt::format("{}({})", ledger_->backend(), spec_); }
@@ -89,14 +100,20 @@ class AsyncRecorder final : public PendingStore {
         for (;;) {
             cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
             if (queue_.empty() && stop_) return;  // drained: every accepted record written
-            auto [msg, when] = std::move(queue_.front());
-            queue_.pop_front();
+            // everything waiting goes in one transaction (bounded), so a busy
+            // milter writes less often, not more
+            std::vector<std::pair<MessageFacts, TimePoint>> batch;
+            while (!queue_.empty() && batch.size() < kMaxBatch) {
+                batch.push_back(std::move(queue_.front()));
+                queue_.pop_front();
+            }
             lock.unlock();
-            if (!inner_->record(msg, when)) ++failed_;
+            if (!inner_->record_many(batch)) failed_ += batch.size();
             lock.lock();
         }
     }
 
+    static constexpr std::size_t kMaxBatch = 500;
     std::unique_ptr<PendingStore> inner_;
     std::size_t limit_;
     std::mutex mu_;

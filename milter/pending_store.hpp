@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "retryguard/resend.hpp"
@@ -23,6 +24,12 @@ class PendingStore {
     virtual Result<std::vector<PendingCopy>> find_pending(const MessageFacts& msg) = 0;
     // The message was accepted under msg.queue_id for msg.recipients.
     virtual Status record(const MessageFacts& msg, TimePoint when) = 0;
+    // Several at once (one ledger transaction where the backend allows it).
+    virtual Status record_many(const std::vector<std::pair<MessageFacts, TimePoint>>& batch) {
+        for (const auto& [msg, when] : batch)
+            if (auto st = record(msg, when); !st) return st;
+        return {};
+    }
     virtual std::string describe() const = 0;
     // Records that could not be written after record() returned (asynchronous stores).
     virtual std::uint64_t failed_records() const { return 0; }
