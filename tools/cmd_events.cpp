@@ -61,7 +61,7 @@ int run_events(const EventsOptions& opt) {
             parser.parse(line, ev);
             if (opt.quiet) continue;
             if (opt.json)
-                out += event_to_json(ev).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+                append_event_json(ev, out);
             else
                 out += event_to_text(ev);
             out += '\n';

@@ -16,6 +16,7 @@ inline constexpr int kExitUsage = 2;      // usage or configuration error
 int& exit_code();
 
 // Subcommand registration: one function per tools/cmd_<name>.cpp.
+void add_classify_command(CLI::App& app);
 void add_events_command(CLI::App& app);
 
 }  // namespace retryguard::cli

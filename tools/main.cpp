@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
     CLI::App app{"retryguard: record, classify and act on Postfix deferrals", "retryguard"};
     app.set_version_flag("--version", RETRYGUARD_VERSION);
     app.require_subcommand(1);
+    add_classify_command(app);
     add_events_command(app);
 
     try {

@@ -5,125 +5,272 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <iterator>
+
 #include "retryguard/time.hpp"
 
 namespace retryguard {
 namespace {
 
-void put(nlohmann::json& j, const char* key, const std::string& v) {
-    if (!v.empty()) j[key] = v;
+// One description of the JSON form, written to two sinks: an nlohmann object
+// (event_to_json) and a direct string writer (append_event_json, the fast path
+// of `retryguard events --json`). Tests hold the two equal.
+struct ObjectSink {
+    nlohmann::json j = nlohmann::json::object();
+    void str(const char* k, std::string_view v) { j[k] = std::string(v); }
+    void null(const char* k) { j[k] = nullptr; }
+    void num(const char* k, std::int64_t v) { j[k] = v; }
+    void real(const char* k, double v) { j[k] = v; }
+    void boolean(const char* k, bool v) { j[k] = v; }
+    void pairs(const char* k, const std::vector<std::pair<std::string, std::string>>& v) {
+        nlohmann::json f = nlohmann::json::array();
+        for (const auto& [a, b] : v) f.push_back(nlohmann::json::array({a, b}));
+        j[k] = std::move(f);
+    }
+};
+
+// JSON string escaping with invalid UTF-8 replaced by U+FFFD, byte by byte.
+void append_json_string(std::string& out, std::string_view s) {
+    static constexpr char hex[] = "0123456789abcdef";
+    out += '"';
+    std::size_t i = 0;
+    while (i < s.size()) {
+        unsigned char c = static_cast<unsigned char>(s[i]);
+        if (c < 0x80) {
+            if (c == '"' || c == '\\') {
+                out += '\\';
+                out += static_cast<char>(c);
+            } else if (c < 0x20) {
+                switch (c) {
+                    case '\n': out += "\\n"; break;
+                    case '\t': out += "\\t"; break;
+                    case '\r': out += "\\r"; break;
+                    case '\b': out += "\\b"; break;
+                    case '\f': out += "\\f"; break;
+                    default:
+                        out += "\\u00";
+                        out += hex[c >> 4];
+                        out += hex[c & 15];
+                }
+            } else {
+                out += static_cast<char>(c);
+            }
+            ++i;
+            continue;
+        }
+        // RFC 3629: lead byte, then continuation bytes in the allowed ranges.
+        std::size_t len = 0;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) {
+            len = 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        }
+        bool ok = len != 0 && i + len <= s.size();
+        for (std::size_t k = 1; ok && k < len; ++k) {
+            unsigned char d = static_cast<unsigned char>(s[i + k]);
+            ok = k == 1 ? (d >= lo && d <= hi) : (d >= 0x80 && d <= 0xBF);
+        }
+        if (ok) {
+            out.append(s.data() + i, len);
+            i += len;
+        } else {
+            out += "\xEF\xBF\xBD";
+            ++i;
+        }
+    }
+    out += '"';
 }
 
-void put_reply(nlohmann::json& j, const Event& ev, bool always) {
+struct StringSink {
+    std::string& out;
+    bool first = true;
+    void key(const char* k) {
+        out += first ? '{' : ',';
+        first = false;
+        out += '"';
+        out += k;
+        out += "\":";
+    }
+    void str(const char* k, std::string_view v) {
+        key(k);
+        append_json_string(out, v);
+    }
+    void null(const char* k) {
+        key(k);
+        out += "null";
+    }
+    void num(const char* k, std::int64_t v) {
+        key(k);
+        fmt::format_to(std::back_inserter(out), "{}", v);
+    }
+    void real(const char* k, double v) {
+        key(k);
+        if (std::isfinite(v))
+            fmt::format_to(std::back_inserter(out), "{}", v);
+        else
+            out += "null";
+    }
+    void boolean(const char* k, bool v) {
+        key(k);
+        out += v ? "true" : "false";
+    }
+    void pairs(const char* k, const std::vector<std::pair<std::string, std::string>>& v) {
+        key(k);
+        out += '[';
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            if (i) out += ',';
+            out += '[';
+            append_json_string(out, v[i].first);
+            out += ',';
+            append_json_string(out, v[i].second);
+            out += ']';
+        }
+        out += ']';
+    }
+};
+
+template <typename Sink>
+void put(Sink& j, const char* key, const std::string& v) {
+    if (!v.empty()) j.str(key, v);
+}
+
+template <typename Sink>
+void put_reply(Sink& j, const Event& ev, bool always) {
     if (ev.reply) {
         const Reply& r = *ev.reply;
-        j["reply_code"] = r.code == 0 ? nlohmann::json(nullptr) : nlohmann::json(r.code);
-        j["reply_enhanced"] = r.enhanced ? nlohmann::json(r.enhanced->str()) : nlohmann::json(nullptr);
-        j["reply_text"] = r.text;
-        j["reply_local"] = std::string(to_string(r.local));
-        if (!r.remote_host.empty()) j["reply_host"] = r.remote_host;
-        if (!r.remote_addr.empty()) j["reply_addr"] = r.remote_addr;
-        if (r.truncated) j["reply_truncated"] = true;
+        if (r.code == 0)
+            j.null("reply_code");
+        else
+            j.num("reply_code", r.code);
+        if (r.enhanced)
+            j.str("reply_enhanced", r.enhanced->str());
+        else
+            j.null("reply_enhanced");
+        j.str("reply_text", r.text);
+        j.str("reply_local", to_string(r.local));
+        put(j, "reply_host", r.remote_host);
+        put(j, "reply_addr", r.remote_addr);
+        if (r.truncated) j.boolean("reply_truncated", true);
     } else if (always) {
-        j["reply_code"] = nullptr;
-        j["reply_enhanced"] = nullptr;
-        j["reply_text"] = nullptr;
+        j.null("reply_code");
+        j.null("reply_enhanced");
+        j.null("reply_text");
     }
+}
+
+template <typename Sink>
+void emit(const Event& ev, Sink& j) {
+    j.str("kind", to_string(ev.kind));
+    if (ev.time == TimePoint{})
+        j.null("time");
+    else
+        j.str("time", format_rfc3339(ev.time));
+    put(j, "host", ev.host);
+    put(j, "program", ev.program);
+    if (ev.pid) j.num("pid", ev.pid);
+    j.str("queue_id", ev.queue_id);
+
+    switch (ev.kind) {
+        case EventKind::delivery:
+            j.str("recipient", ev.recipient);
+            put(j, "orig_recipient", ev.orig_recipient);
+            j.str("relay", ev.relay);
+            put(j, "relay_host", ev.relay_host);
+            put(j, "relay_addr", ev.relay_addr);
+            if (ev.relay_port) j.num("relay_port", ev.relay_port);
+            j.str("dsn", ev.dsn);
+            j.str("status", to_string(ev.status));
+            j.real("delay", ev.delay);
+            put(j, "delays", ev.delays);
+            put(j, "conn_use", ev.conn_use);
+            put(j, "tls", ev.tls);
+            j.str("reason", ev.reason);
+            put_reply(j, ev, true);
+            if (ev.reply)
+                j.str("stage", to_string(ev.reply->stage));
+            else
+                j.null("stage");
+            break;
+        case EventKind::queue_active:
+            j.str("sender", ev.sender);
+            j.num("size", ev.size);
+            j.num("nrcpt", ev.nrcpt);
+            break;
+        case EventKind::expired:
+            j.str("sender", ev.sender);
+            j.str("status", to_string(ev.status));
+            j.str("action", ev.action);
+            break;
+        case EventKind::message_id:
+            j.str("message_id", ev.message_id);
+            j.boolean("resent", ev.resent);
+            break;
+        case EventKind::pickup:
+            j.str("sender", ev.sender);
+            j.num("uid", ev.uid);
+            put(j, "orig_queue_id", ev.orig_queue_id);
+            break;
+        case EventKind::smtpd_client: j.str("client", ev.client); break;
+        case EventKind::smtpd_action:
+        case EventKind::milter_action:
+            j.str("action", ev.action);
+            j.str("stage", ev.stage);
+            j.str("client", ev.client);
+            j.str("sender", ev.sender);
+            j.str("recipient", ev.recipient);
+            put(j, "dsn", ev.dsn);
+            j.str("reason", ev.reason);
+            put_reply(j, ev, false);
+            break;
+        case EventKind::notification:
+            j.str("action", ev.action);
+            j.str("new_queue_id", ev.new_queue_id);
+            break;
+        case EventKind::queue_removed:
+        case EventKind::queue_operation: put(j, "action", ev.action); break;
+        case EventKind::connection_problem:
+            j.str("action", ev.action);
+            j.str("relay", ev.relay);
+            put(j, "relay_host", ev.relay_host);
+            put(j, "relay_addr", ev.relay_addr);
+            if (ev.relay_port) j.num("relay_port", ev.relay_port);
+            j.str("reason", ev.reason);
+            put_reply(j, ev, false);
+            if (ev.reply) j.str("stage", to_string(ev.reply->stage));
+            break;
+        case EventKind::verdict:
+            j.str("verdict", ev.action);
+            put(j, "destination", ev.destination);
+            break;
+        case EventKind::unknown:
+            j.str("unknown_kind", ev.unknown_kind);
+            j.str("text", ev.text);
+            break;
+    }
+    if (!ev.fields.empty()) j.pairs("fields", ev.fields);
+    if (ev.truncated) j.boolean("truncated", true);
 }
 
 }  // namespace
 
 nlohmann::json event_to_json(const Event& ev) {
-    nlohmann::json j = nlohmann::json::object();
-    j["kind"] = std::string(to_string(ev.kind));
-    j["time"] = ev.time == TimePoint{} ? nlohmann::json(nullptr) : nlohmann::json(format_rfc3339(ev.time));
-    put(j, "host", ev.host);
-    put(j, "program", ev.program);
-    if (ev.pid) j["pid"] = ev.pid;
-    j["queue_id"] = ev.queue_id;
+    ObjectSink sink;
+    emit(ev, sink);
+    return std::move(sink.j);
+}
 
-    switch (ev.kind) {
-        case EventKind::delivery:
-            j["recipient"] = ev.recipient;
-            put(j, "orig_recipient", ev.orig_recipient);
-            j["relay"] = ev.relay;
-            put(j, "relay_host", ev.relay_host);
-            put(j, "relay_addr", ev.relay_addr);
-            if (ev.relay_port) j["relay_port"] = ev.relay_port;
-            j["dsn"] = ev.dsn;
-            j["status"] = std::string(to_string(ev.status));
-            j["delay"] = ev.delay;
-            put(j, "delays", ev.delays);
-            put(j, "conn_use", ev.conn_use);
-            put(j, "tls", ev.tls);
-            j["reason"] = ev.reason;
-            put_reply(j, ev, true);
-            j["stage"] =
-                ev.reply ? nlohmann::json(std::string(to_string(ev.reply->stage))) : nlohmann::json(nullptr);
-            break;
-        case EventKind::queue_active:
-            j["sender"] = ev.sender;
-            j["size"] = ev.size;
-            j["nrcpt"] = ev.nrcpt;
-            break;
-        case EventKind::expired:
-            j["sender"] = ev.sender;
-            j["status"] = std::string(to_string(ev.status));
-            j["action"] = ev.action;
-            break;
-        case EventKind::message_id:
-            j["message_id"] = ev.message_id;
-            j["resent"] = ev.resent;
-            break;
-        case EventKind::pickup:
-            j["sender"] = ev.sender;
-            j["uid"] = ev.uid;
-            put(j, "orig_queue_id", ev.orig_queue_id);
-            break;
-        case EventKind::smtpd_client: j["client"] = ev.client; break;
-        case EventKind::smtpd_action:
-        case EventKind::milter_action:
-            j["action"] = ev.action;
-            j["stage"] = ev.stage;
-            j["client"] = ev.client;
-            j["sender"] = ev.sender;
-            j["recipient"] = ev.recipient;
-            put(j, "dsn", ev.dsn);
-            j["reason"] = ev.reason;
-            put_reply(j, ev, false);
-            break;
-        case EventKind::notification:
-            j["action"] = ev.action;
-            j["new_queue_id"] = ev.new_queue_id;
-            break;
-        case EventKind::queue_removed:
-        case EventKind::queue_operation: put(j, "action", ev.action); break;
-        case EventKind::connection_problem:
-            j["action"] = ev.action;
-            j["relay"] = ev.relay;
-            put(j, "relay_host", ev.relay_host);
-            put(j, "relay_addr", ev.relay_addr);
-            if (ev.relay_port) j["relay_port"] = ev.relay_port;
-            j["reason"] = ev.reason;
-            put_reply(j, ev, false);
-            if (ev.reply) j["stage"] = std::string(to_string(ev.reply->stage));
-            break;
-        case EventKind::verdict:
-            j["verdict"] = ev.action;
-            put(j, "destination", ev.destination);
-            break;
-        case EventKind::unknown:
-            j["unknown_kind"] = ev.unknown_kind;
-            j["text"] = ev.text;
-            break;
-    }
-    if (!ev.fields.empty()) {
-        nlohmann::json f = nlohmann::json::array();
-        for (const auto& [k, v] : ev.fields) f.push_back(nlohmann::json::array({k, v}));
-        j["fields"] = std::move(f);
-    }
-    if (ev.truncated) j["truncated"] = true;
-    return j;
+void append_event_json(const Event& ev, std::string& out) {
+    StringSink sink{out};
+    emit(ev, sink);
+    out += '}';
 }
 
 std::string event_to_text(const Event& ev) {

@@ -171,6 +171,14 @@ void set_relay(Event& ev, sv relay) {
     }
 }
 
+// Bounds what one hostile line can allocate; real lines carry a handful.
+constexpr std::size_t kMaxFields = 64;
+
+template <typename K, typename V>
+void add_field(Event& ev, K&& key, V&& value) {
+    if (ev.fields.size() < kMaxFields) ev.fields.emplace_back(std::string(key), std::string(value));
+}
+
 sv strip_brackets(sv v) {
     if (v.size() >= 2 && v.front() == '<' && v.back() == '>') return v.substr(1, v.size() - 2);
     return v;
@@ -252,12 +260,14 @@ void parse_space_tail(sv s, Event& ev, sv* trailing_reason) {
                 ++end;
         }
         sv value = s.substr(v, end - v);
+        // postscreen separates its tail with ", ".
+        if (!value.empty() && value.back() == ',' && value.front() != '<') value.remove_suffix(1);
         if (key == "from")
             ev.sender.assign(strip_brackets(value));
         else if (key == "to")
             ev.recipient.assign(strip_brackets(value));
         else
-            ev.fields.emplace_back(std::string(key), std::string(strip_brackets(value)));
+            add_field(ev, std::string(key), std::string(strip_brackets(value)));
         pos = end;
     }
 }
@@ -385,7 +395,7 @@ bool parse_delivery(sv s, Event& ev) {
             else if (word == "undeliverable")
                 ev.status = DeliveryStatus::undeliverable;
             else
-                ev.fields.emplace_back("status", std::string(word));
+                add_field(ev, "status", std::string(word));
             std::size_t abs = static_cast<std::size_t>(value.data() - s.data()) + word_end;
             sv rest = s.substr(abs);
             if (starts_with(rest, " (")) {
@@ -415,7 +425,7 @@ bool parse_delivery(sv s, Event& ev) {
         else if (key == "tls")
             ev.tls.assign(value);
         else
-            ev.fields.emplace_back(std::string(key), std::string(value));
+            add_field(ev, std::string(key), std::string(value));
     }
     if (!have_status) return false;
     ev.kind = EventKind::delivery;
@@ -455,7 +465,7 @@ bool parse_qmgr_from(sv s, Event& ev) {
             }
             return false;
         } else {
-            ev.fields.emplace_back(std::string(key), std::string(value));
+            add_field(ev, std::string(key), std::string(value));
         }
     }
     return false;
@@ -480,9 +490,9 @@ bool parse_action_line(sv s, Event& ev) {
         sv before = rest.substr(0, tail);
         std::size_t from = before.rfind(" from ");
         if (from != npos) ev.client.assign(before.substr(from + 6));
-        ev.fields.emplace_back(std::string(ev.stage),
-                               std::string(before.substr(ev.stage.size() + 1,
-                                                         from == npos ? npos : from - ev.stage.size() - 1)));
+        add_field(ev, std::string(ev.stage),
+                  std::string(
+                      before.substr(ev.stage.size() + 1, from == npos ? npos : from - ev.stage.size() - 1)));
         sv reason;
         parse_space_tail(rest.substr(tail + 2), ev, &reason);
         ev.reason.assign(reason);
@@ -494,13 +504,29 @@ bool parse_action_line(sv s, Event& ev) {
         if (stage_end == 0 || !starts_with(rest.substr(stage_end), " from ")) return false;
         ev.stage.assign(rest.substr(0, stage_end));
         sv after = rest.substr(stage_end + 6);
-        std::size_t client_end = after.find("]: ");
-        if (client_end == npos) {
-            // "unknown[unknown]" has a bracket too; a client without one is not Postfix's.
-            return false;
+        // smtpd: "host[addr]: ", postscreen: "[addr]:port: ". Every client has a
+        // bracket ("unknown[unknown]"); one without is not Postfix's.
+        std::size_t client_end = npos, body_start = 0;
+        for (std::size_t b = after.find(']'); b != npos; b = after.find(']', b + 1)) {
+            std::size_t q = b + 1;
+            if (q < after.size() && after[q] == ':') {
+                std::size_t d = q + 1;
+                while (d < after.size() && is_digit(after[d]) && d - q <= 6) ++d;
+                if (d + 1 < after.size() && after[d] == ':' && after[d + 1] == ' ' && d > q + 1) {
+                    client_end = d;
+                    body_start = d + 2;
+                    break;
+                }
+            }
+            if (starts_with(after.substr(q), ": ")) {
+                client_end = q;
+                body_start = q + 2;
+                break;
+            }
         }
-        ev.client.assign(after.substr(0, client_end + 1));
-        sv body = after.substr(client_end + 3);
+        if (client_end == npos) return false;
+        ev.client.assign(after.substr(0, client_end));
+        sv body = after.substr(body_start);
         // The reason ends at the first "; " that starts Postfix's own tail.
         std::size_t cut = npos;
         for (std::size_t p = body.find("; "); p != npos; p = body.find("; ", p + 2)) {
@@ -577,7 +603,7 @@ bool parse_verdict(sv text, Event& ev) {
         sv key = s.substr(pos, k - pos);
         value.clear();
         if (k >= s.size() || s[k] == ' ') {
-            ev.fields.emplace_back(std::string(key), std::string());
+            add_field(ev, std::string(key), std::string());
             pos = k;
             continue;
         }
@@ -597,7 +623,7 @@ bool parse_verdict(sv text, Event& ev) {
             pos = e;
         }
         if (key == "verdict" && ev.action.empty()) ev.action = value;
-        ev.fields.emplace_back(std::string(key), value);
+        add_field(ev, std::string(key), value);
     }
     if (ev.action.empty()) return false;
     ev.kind = EventKind::verdict;
@@ -609,13 +635,19 @@ bool parse_verdict(sv text, Event& ev) {
 sv parse_postfix_message(sv process, sv text, Event& ev) {
     // Severity-prefixed diagnostics are Postfix talking about itself.
     for (sv sev : {sv("warning: "), sv("error: "), sv("fatal: "), sv("panic: ")}) {
-        if (starts_with(text, sev)) return sev.substr(0, sev.size() - 2);
+        if (!starts_with(text, sev)) continue;
+        // "warning: QID: header_checks map lookup problem ...": keep the message.
+        sv after = text.substr(sev.size());
+        std::size_t c = after.substr(0, 26).find(": ");
+        if (c != npos && is_queue_id(after.substr(0, c))) ev.queue_id.assign(after.substr(0, c));
+        return sev.substr(0, sev.size() - 2);
     }
 
     sv rest = text;
     bool keyed = false;  // "QID: " or "NOQUEUE: "
-    std::size_t colon = text.find(": ");
-    if (colon != npos && colon <= 24) {
+    // A queue id is at most 24 characters: look no further for its colon.
+    std::size_t colon = text.substr(0, 26).find(": ");
+    if (colon != npos) {
         sv prefix = text.substr(0, colon);
         if (prefix == "NOQUEUE") {
             keyed = true;
@@ -674,12 +706,13 @@ sv parse_postfix_message(sv process, sv text, Event& ev) {
                     if (key == "client")
                         ev.client.assign(value);
                     else
-                        ev.fields.emplace_back(std::string(key), std::string(value));
+                        add_field(ev, std::string(key), std::string(value));
                 }
                 ev.kind = EventKind::smtpd_client;
                 return {};
             }
-            return parse_action_line(rest, ev) ? sv{} : sv("smtpd-other");
+            if (parse_action_line(rest, ev)) return {};
+            return process == "postscreen" ? "postscreen-other" : "smtpd-other";
         }
         if (process == "bounce" || process == "defer" || process == "trace") {
             // "sender non-delivery notification: NEWQID" (also postmaster, delay,
@@ -699,7 +732,7 @@ sv parse_postfix_message(sv process, sv text, Event& ev) {
                 ev.action.assign(type);
             else
                 return "bounce-other";
-            ev.fields.emplace_back("notify", std::string(who));
+            add_field(ev, "notify", std::string(who));
             ev.new_queue_id.assign(qid);
             ev.kind = EventKind::notification;
             return {};
@@ -736,7 +769,7 @@ sv parse_postfix_message(sv process, sv text, Event& ev) {
         if (starts_with(rest, "disconnect from ")) return "smtpd-disconnect";
         if (starts_with(rest, "lost connection after ") || starts_with(rest, "timeout after "))
             return "smtpd-lost-connection";
-        return "smtpd-other";
+        return process == "postscreen" ? "postscreen-other" : "smtpd-other";
     }
     if (process == "postsuper") return "postsuper-summary";
     return "postfix-other";
@@ -772,20 +805,27 @@ bool LogParser::parse_record(const LogRecord& record, Event& out) {
     out.program.assign(record.identifier.substr(0, 255));
     out.pid = record.pid;
     note_time(record.time, year_of(record.time));
-    sv program = out.program;
-    std::size_t slash = program.rfind('/');
-    out.process.assign(slash == npos ? program : program.substr(slash + 1));
-    out.text.assign(message);
-    sv process = out.process;
-    if (starts_with(process, "retryguard") || starts_with(program, "retryguard")) {
-        if (!parse_verdict(message, out)) mark_unknown(out, "retryguard-other");
-    } else if (!is_postfix_process(process) || (slash == npos && program != "postfix")) {
-        mark_unknown(out, "not-postfix");
-    } else {
-        sv kind = parse_postfix_message(process, message, out);
-        if (!kind.empty()) mark_unknown(out, kind);
-    }
+    dispatch(out.program, message, out);
     return finish(out);
+}
+
+void LogParser::dispatch(std::string_view program, std::string_view text, Event& out) {
+    if (out.program.data() != program.data()) out.program.assign(program);
+    std::size_t slash = out.program.rfind('/');
+    sv process = slash == npos ? sv(out.program) : sv(out.program).substr(slash + 1);
+    out.process.assign(process);
+    out.text.assign(text);
+    if (starts_with(process, "retryguard") || starts_with(out.program, "retryguard")) {
+        if (!parse_verdict(text, out)) mark_unknown(out, "retryguard-other");
+        return;
+    }
+    // A daemon name alone is not enough: Postfix always logs "syslog_name/daemon".
+    if (!is_postfix_process(process) || (slash == npos && out.program != "postfix")) {
+        mark_unknown(out, "not-postfix");
+        return;
+    }
+    sv kind = parse_postfix_message(process, text, out);
+    if (!kind.empty()) mark_unknown(out, kind);
 }
 
 void LogParser::mark_unknown(Event& out, std::string_view kind) {
@@ -952,6 +992,18 @@ bool LogParser::parse_line(std::string_view line, Event& out) {
             std::int64_t off = oh * 3600 + om * 60;
             utc = s[pos] == '+' ? local - off : local + off;
             pos += 6;
+        } else if (pos + 5 <= s.size() && (s[pos] == '+' || s[pos] == '-') && is_digit(s[pos + 1]) &&
+                   is_digit(s[pos + 2]) && is_digit(s[pos + 3]) && is_digit(s[pos + 4])) {
+            // "+0100" as journalctl -o short-iso writes it.
+            int oh = (s[pos + 1] - '0') * 10 + (s[pos + 2] - '0'),
+                om = (s[pos + 3] - '0') * 10 + (s[pos + 4] - '0');
+            if (oh > 23 || om > 59) {
+                mark_unknown(out, "bad-time");
+                return false;
+            }
+            std::int64_t off = oh * 3600 + om * 60;
+            utc = s[pos] == '+' ? local - off : local + off;
+            pos += 5;
         } else if (!local_to_utc(local, utc)) {
             mark_unknown(out, "bad-time");
             return false;
@@ -973,7 +1025,7 @@ bool LogParser::parse_line(std::string_view line, Event& out) {
         time = std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now());
         pos = 1;
     } else {
-        mark_unknown(out, s[0] == '#' ? "comment" : "not-syslog");
+        mark_unknown(out, !s.empty() && s[0] == '#' ? "comment" : "not-syslog");
         return false;
     }
     out.time = time;
@@ -1034,6 +1086,7 @@ bool LogParser::parse_line(std::string_view line, Event& out) {
             }
             out.host.assign(first.substr(0, 255));
             s.remove_prefix(sp + 1);
+            while (!s.empty() && s[0] == ' ') s.remove_prefix(1);
             sp = s.find(' ');
             first = s.substr(0, sp);
         }
@@ -1059,27 +1112,8 @@ bool LogParser::parse_line(std::string_view line, Event& out) {
         mark_unknown(out, "not-syslog");
         return false;
     }
-    out.program.assign(program);
-    std::size_t slash = program.rfind('/');
-    sv process = slash == npos ? program : program.substr(slash + 1);
-    out.process.assign(process);
-    out.text.assign(text);
-
-    if (starts_with(process, "retryguard") || starts_with(program, "retryguard")) {
-        if (!parse_verdict(text, out)) mark_unknown(out, "retryguard-other");
-        return out.kind != EventKind::unknown;
-    }
-    if (!is_postfix_process(process) || (slash == npos && program != "postfix")) {
-        mark_unknown(out, "not-postfix");
-        return false;
-    }
-    sv kind = parse_postfix_message(process, text, out);
-    if (!kind.empty()) {
-        // Keep only the fields a recognised line would own.
-        mark_unknown(out, kind);
-        return false;
-    }
-    return true;
+    dispatch(program, text, out);
+    return out.kind != EventKind::unknown;
 }
 
 }  // namespace retryguard

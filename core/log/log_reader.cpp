@@ -77,11 +77,12 @@ Result<bool> LogFileReader::next(std::string_view& out) {
                 return make_error(ErrorKind::io, s.path + ": " + (msg ? msg : "read error"));
             }
             if (n == 0) {
-                // A truncated gzip stream ends without an error from gzread; ask.
+                // A truncated gzip stream ends without an error from gzread;
+                // zlib reports it as Z_BUF_ERROR ("unexpected end of file").
                 int err = 0;
-                gzerror(s.file, &err);
-                if (err != Z_OK && err != Z_BUF_ERROR)
-                    return make_error(ErrorKind::io, s.path + ": read error");
+                const char* msg = gzerror(s.file, &err);
+                if (err == Z_BUF_ERROR) return make_error(ErrorKind::io, s.path + ": truncated gzip stream");
+                if (err != Z_OK) return make_error(ErrorKind::io, s.path + ": " + (msg ? msg : "read error"));
                 s.eof = true;
                 continue;
             }

@@ -39,10 +39,19 @@ bool starts_with_ci(std::string_view s, std::string_view prefix) noexcept {
     return true;
 }
 
+char lower(char c) noexcept {
+    return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
 std::size_t find_ci(std::string_view s, std::string_view needle) noexcept {
+    if (needle.empty()) return 0;
     if (needle.size() > s.size()) return std::string_view::npos;
-    for (std::size_t i = 0; i + needle.size() <= s.size(); ++i)
-        if (starts_with_ci(s.substr(i), needle)) return i;
+    const char first = lower(needle[0]);
+    const std::size_t last = s.size() - needle.size();
+    for (std::size_t i = 0; i <= last; ++i) {
+        if (lower(s[i]) != first) continue;
+        if (starts_with_ci(s.substr(i + 1), needle.substr(1))) return i;
+    }
     return std::string_view::npos;
 }
 
@@ -117,12 +126,13 @@ std::optional<EnhancedCode> embedded_enhanced(std::string_view text) noexcept {
 // ... 550 5.1.1 https://...". Removes the repeated "CODE-X.Y.Z"/"CODE X.Y.Z"
 // markers so the text reads as one sentence.
 std::string strip_joined_continuations(std::string_view text, int code,
-                                       const std::optional<EnhancedCode>& enh) {
+                                       const std::optional<EnhancedCode>& enh, bool continued) {
     std::array<char, 4> digits{};
     digits[0] = static_cast<char>('0' + code / 100);
     digits[1] = static_cast<char>('0' + code / 10 % 10);
     digits[2] = static_cast<char>('0' + code % 10);
     std::string_view code_str(digits.data(), 3);
+    if (text.find(code_str) == std::string_view::npos) return std::string(text);
     std::string enh_str = enh ? enh->str() : std::string();
     std::string out;
     out.reserve(text.size());
@@ -132,7 +142,10 @@ std::string strip_joined_continuations(std::string_view text, int code,
         if (at_word && text.substr(i, 3) == code_str && i + 3 < text.size() &&
             (text[i + 3] == '-' || text[i + 3] == ' ')) {
             std::size_t j = i + 4;
-            bool marker = text[i + 3] == '-';
+            // "CODE-" always marks a joined line; "CODE " only with the enhanced
+            // code after it or once a continuation was seen (the final line).
+            bool marker = text[i + 3] == '-' || continued;
+            if (text[i + 3] == '-') continued = true;
             if (!enh_str.empty() && text.substr(j, enh_str.size()) == enh_str &&
                 (j + enh_str.size() == text.size() || is_space(text[j + enh_str.size()]))) {
                 j += enh_str.size();
@@ -166,6 +179,11 @@ void parse_host_addr(std::string_view s, Reply& r) {
 }
 
 SmtpStage stage_from_command(std::string_view command) noexcept {
+    // The exact phrases of Postfix's smtp_proto.c first; the scan below is for variants.
+    if (command == "RCPT TO") return SmtpStage::rcpt_to;
+    if (command == "end of DATA") return SmtpStage::end_of_data;
+    if (command == "MAIL FROM") return SmtpStage::mail_from;
+    if (command == "DATA") return SmtpStage::data;
     if (find_ci(command, "end of DATA") != std::string_view::npos ||
         find_ci(command, "end of data") != std::string_view::npos ||
         find_ci(command, "BDAT") != std::string_view::npos ||
@@ -210,7 +228,8 @@ Reply parse_logged_reply(std::string_view text) {
     auto parsed = parse_smtp_reply(text);
     if (parsed.ok()) {
         r = std::move(parsed).value();
-        r.text = strip_joined_continuations(r.text, r.code, r.enhanced);
+        std::string_view t = trim(text);
+        r.text = strip_joined_continuations(r.text, r.code, r.enhanced, t.size() > 3 && t[3] == '-');
     } else {
         r.text = std::string(trim(text));
         r.local = LocalFailure::other;
@@ -276,8 +295,9 @@ Reply parse_reason_impl(std::string_view s, int depth) {
     // "Cannot start TLS: handshake failure", "Server certificate not verified".
     if (starts_with_ci(s, "TLS is required") || starts_with_ci(s, "Cannot start TLS") ||
         starts_with_ci(s, "Server certificate not") ||
-        find_ci(s, "TLS handshake") != std::string_view::npos ||
-        find_ci(s, "refused to start TLS") != std::string_view::npos) {
+        (s.find("TLS") != std::string_view::npos &&
+         (find_ci(s, "TLS handshake") != std::string_view::npos ||
+          find_ci(s, "refused to start TLS") != std::string_view::npos))) {
         std::size_t h = find_ci(s, "host ");
         std::size_t colon = s.find(": ", h == std::string_view::npos ? 0 : h);
         if (colon != std::string_view::npos && basic_code(s.substr(colon + 2)) != 0) {

@@ -16,6 +16,10 @@ namespace retryguard {
 // status, reply_code, reply_enhanced, reply_text and stage (null when absent).
 nlohmann::json event_to_json(const Event& event);
 
+// The same object appended to `out` as compact JSON without building a DOM: the
+// fast path for streams. Invalid UTF-8 becomes U+FFFD; never throws.
+void append_event_json(const Event& event, std::string& out);
+
 // The same as one human-readable line: "TIME KIND QID key=value ...".
 std::string event_to_text(const Event& event);
 

@@ -82,6 +82,7 @@ class LogParser {
 
   private:
     bool parse_line(std::string_view line, Event& out);
+    void dispatch(std::string_view program, std::string_view text, Event& out);
     bool finish(Event& out);
     void mark_unknown(Event& out, std::string_view kind);
     bool convert_3164(int month, int day, std::int64_t seconds_of_day, std::int64_t micros, TimePoint& out);

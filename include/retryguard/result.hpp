@@ -28,14 +28,12 @@ struct Error {
     std::string message;
 };
 
-inline Error make_error(ErrorKind kind, std::string message) {
-    return Error{kind, std::move(message)};
-}
+inline Error make_error(ErrorKind kind, std::string message) { return Error{kind, std::move(message)}; }
 
 template <typename T>
 class [[nodiscard]] Result {
-  public:
-    Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}      // NOLINT: implicit by design
+public:
+    Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT: implicit by design
     Result(Error error) : v_(std::in_place_index<1>, std::move(error)) {}  // NOLINT
 
     bool ok() const noexcept { return v_.index() == 0; }
@@ -57,13 +55,13 @@ class [[nodiscard]] Result {
         return ok() ? value() : static_cast<T>(std::forward<U>(fallback));
     }
 
-  private:
+private:
     std::variant<T, Error> v_;
 };
 
 template <>
 class [[nodiscard]] Result<void> {
-  public:
+public:
     Result() = default;
     Result(Error error) : error_(std::move(error)), ok_(false) {}  // NOLINT
 
@@ -71,7 +69,7 @@ class [[nodiscard]] Result<void> {
     explicit operator bool() const noexcept { return ok_; }
     const Error& error() const& { return error_; }
 
-  private:
+private:
     Error error_;
     bool ok_ = true;
 };

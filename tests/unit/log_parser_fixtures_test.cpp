@@ -214,6 +214,15 @@ TEST(LogParserFixtures, QmgrPickupCleanupAndBounceLines) {
     EXPECT_EQ(expired.action, "expired");
 }
 
+TEST(LogParserFixtures, WarningsKeepTheirQueueId) {
+    Event ev =
+        find_line("14-eod-451-4.3.0-queue-file-write-error.rcv.log", "header_checks map lookup problem");
+    EXPECT_EQ(ev.kind, EventKind::unknown);
+    EXPECT_EQ(ev.unknown_kind, "warning");
+    EXPECT_EQ(ev.queue_id.size(), 11u);
+    EXPECT_NE(ev.text.find(ev.queue_id + ": header_checks"), std::string::npos);
+}
+
 TEST(LogParserFixtures, PostsuperOperations) {
     const std::string f = "40-queue-ops.sender.log";
     EXPECT_EQ(find_line(f, ": placed on hold").action, "placed on hold");

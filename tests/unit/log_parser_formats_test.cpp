@@ -174,6 +174,22 @@ TEST(LogParserFormats, SmtpdActionsWithAndWithoutQueueId) {
     }
 }
 
+TEST(LogParserFormats, PostscreenRejectWithPortAndCommaTail) {
+    Event ev =
+        parse(kHead +
+              "postfix/postscreen[12]: NOQUEUE: reject: RCPT from [198.51.100.9]:40123: 550 5.7.1 Service "
+              "unavailable; client [198.51.100.9] blocked using zen.example; from=<s@x.example>, "
+              "to=<r@y.example>, proto=ESMTP, helo=<h.example>");
+    ASSERT_EQ(ev.kind, EventKind::smtpd_action);
+    EXPECT_EQ(ev.client, "[198.51.100.9]:40123");
+    EXPECT_EQ(ev.reason, "550 5.7.1 Service unavailable; client [198.51.100.9] blocked using zen.example");
+    EXPECT_EQ(ev.sender, "s@x.example");
+    EXPECT_EQ(ev.recipient, "r@y.example");
+    std::vector<std::pair<std::string, std::string>> tail = {{"proto", "ESMTP"}, {"helo", "h.example"}};
+    EXPECT_EQ(ev.fields, tail);
+    EXPECT_EQ(ev.dsn, "5.7.1");
+}
+
 TEST(LogParserFormats, MilterActionsInSmtpdAndCleanupHeaderChecks) {
     Event hold =
         parse(kHead +
@@ -354,6 +370,8 @@ TEST(LogParserFormats, HeaderVariants) {
     EXPECT_EQ(rfc5424.program, "postfix/qmgr");
     EXPECT_EQ(rfc5424.pid, 5);
     EXPECT_EQ(format_rfc3339(rfc5424.time), "2026-11-29T20:38:50.500000Z");
+    // Two spaces between host and tag.
+    EXPECT_EQ(parse("Nov 29 20:38:50 mx  " + msg).kind, EventKind::queue_removed);
     // Tag without a pid.
     Event nopid = parse("Nov 29 20:38:50 mx postfix/postsuper: 3F1A22C0E1: removed");
     EXPECT_EQ(nopid.kind, EventKind::queue_removed);

@@ -1,0 +1,657 @@
+// engine.cpp -- episodes, the escalation ladder, repeat-offender flags, spread
+// detection and retry-spacing reports, all on event time (see engine.hpp).
+// Nothing here reads the clock, touches storage or logs: callers persist the
+// state and write the verdicts.
+#include "retryguard/engine.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <nlohmann/json.hpp>
+
+namespace retryguard {
+
+using namespace std::chrono_literals;
+
+std::string_view to_string(Ladder l) noexcept {
+    switch (l) {
+        case Ladder::none: return "none";
+        case Ladder::noted: return "noted";
+        case Ladder::watch: return "watch";
+        case Ladder::escalate: return "escalate";
+        case Ladder::recovered: return "recovered";
+    }
+    return "none";
+}
+
+std::array<CategoryThresholds, kCategoryCount> RuleSettings::default_categories() {
+    std::array<CategoryThresholds, kCategoryCount> a{};
+    auto set = [&](Category c, int watch, std::optional<Duration> esc) {
+        a[static_cast<size_t>(c)] = CategoryThresholds{watch, esc};
+    };
+    // GUIDANCE section 2: receiver-config is usually fixed within a business day,
+    // contact the recipient past 24-48 h; receiver-system only past the retry
+    // window of 3-5 days. Categories that are not the destination's outage
+    // (greylisting, mailbox, local, ...) never escalate a destination.
+    set(Category::receiver_config, 3, std::chrono::hours(24));
+    set(Category::receiver_config_permanent, 1, std::nullopt);
+    set(Category::receiver_system, 3, std::chrono::hours(72));
+    set(Category::greylisting, 5, std::nullopt);
+    set(Category::rate_limited, 5, std::chrono::hours(24));
+    set(Category::policy, 3, std::chrono::hours(24));
+    set(Category::mailbox, 3, std::nullopt);
+    set(Category::address, 1, std::nullopt);
+    set(Category::network, 3, std::chrono::hours(48));
+    set(Category::routing, 3, std::chrono::hours(24));
+    set(Category::content, 3, std::nullopt);
+    set(Category::expired, 1, std::nullopt);
+    set(Category::local, 3, std::nullopt);
+    set(Category::unknown, 3, std::chrono::hours(48));
+    return a;
+}
+
+Category EpisodeState::dominant() const {
+    size_t best = static_cast<size_t>(Category::unknown);
+    std::int64_t best_count = 0;
+    for (size_t i = 0; i < kCategoryCount; ++i)
+        if (by_category[i] > best_count) best = i, best_count = by_category[i];
+    return static_cast<Category>(best);
+}
+
+std::string recipient_domain(std::string_view recipient) {
+    auto at = recipient.rfind('@');
+    std::string d(at == std::string_view::npos ? std::string_view{} : recipient.substr(at + 1));
+    while (!d.empty() && (d.back() == '>' || d.back() == '.')) d.pop_back();
+    for (auto& ch : d) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return d;
+}
+
+std::string answering_host(const Event& e) {
+    std::string h = e.relay_host;
+    if ((h.empty() || h == "none") && e.reply && !e.reply->remote_host.empty()) h = e.reply->remote_host;
+    if (h == "none" || h == "local" || h == "virtual" || h == "private") return {};
+    for (auto& ch : h) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return h;
+}
+
+namespace {
+
+std::string recipient_key(std::string_view qid, std::string_view rcpt) {
+    std::string k(qid);
+    k += '\x1f';
+    k += rcpt;
+    return k;
+}
+
+std::string seconds_str(Duration d) {
+    return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(d).count());
+}
+
+// Deferral categories that say something about a destination's own system.
+bool opens_episode(Category c) {
+    return c != Category::mailbox && c != Category::local && c != Category::address &&
+           c != Category::content && c != Category::expired;
+}
+
+// Categories whose simultaneous spread over unrelated destinations points at
+// the sender's own outbound path rather than at each destination.
+bool counts_for_spread(Category c) {
+    switch (c) {
+        case Category::receiver_config:
+        case Category::receiver_system:
+        case Category::network:
+        case Category::routing:
+        case Category::policy:
+        case Category::rate_limited:
+        case Category::unknown: return true;
+        default: return false;
+    }
+}
+
+}  // namespace
+
+Engine::Engine(EngineSettings settings) : settings_(std::move(settings)) {
+    if (settings_.defaults.rule.empty()) settings_.defaults.rule = "global";
+}
+
+const RuleSettings& Engine::settings_for(std::string_view domain, std::string_view mx) const {
+    if (settings_.resolve)
+        if (const RuleSettings* rs = settings_.resolve(domain, mx)) return *rs;
+    return settings_.defaults;
+}
+
+DestinationState& Engine::dest(std::string_view name, bool is_mx) {
+    auto it = dests_.find(name);
+    if (it == dests_.end()) {
+        it = dests_.emplace(std::string(name), DestinationState{}).first;
+        it->second.name = std::string(name);
+        it->second.is_mx = is_mx;
+    }
+    return it->second;
+}
+
+const DestinationState* Engine::destination(std::string_view name) const {
+    auto it = dests_.find(name);
+    return it == dests_.end() ? nullptr : &it->second;
+}
+
+Verdict Engine::destination_verdict(const DestinationState& d, std::string name, TimePoint t,
+                                    std::string_view qid) const {
+    Verdict v;
+    v.time = t;
+    v.key = d.name;
+    v.name = std::move(name);
+    v.add("destination", d.is_mx ? d.name.substr(3) : d.name).add("type", d.is_mx ? "mx" : "domain");
+    if (d.open) {
+        const EpisodeState& ep = *d.open;
+        v.add("category", std::string(to_string(ep.dominant())))
+            .add("attempts", std::to_string(ep.attempts))
+            .add("messages", std::to_string(ep.messages.size()))
+            .add("first_seen", format_rfc3339(ep.first_deferral))
+            .add("last_seen", format_rfc3339(ep.last_deferral));
+        if (!ep.last_relay.empty()) v.add("relay", ep.last_relay);
+        v.add("reply", ep.last_reply);
+    }
+    if (!qid.empty()) v.add("queue_id", std::string(qid));
+    return v;
+}
+
+std::vector<Verdict> Engine::on_event(const Event& e, Category c) {
+    std::vector<Verdict> out;
+    if (e.time > now_) now_ = e.time;
+    if (now_ - last_evaluated_ >= settings_.evaluate_every) {
+        auto timed = advance(now_);
+        out.insert(out.end(), std::make_move_iterator(timed.begin()), std::make_move_iterator(timed.end()));
+    }
+    const std::string& qid = e.queue_id;
+    auto for_message = [&](auto&& fn) {
+        if (qid.empty()) return;
+        std::string prefix = qid + '\x1f';
+        for (auto it = recipients_.lower_bound(prefix);
+             it != recipients_.end() && it->first.starts_with(prefix);)
+            it = fn(it);
+    };
+    switch (e.kind) {
+        case EventKind::delivery: on_delivery(e, c, out); break;
+        case EventKind::queue_removed: for_message([&](auto it) { return recipients_.erase(it); }); break;
+        case EventKind::expired:
+            for_message([&](auto it) {
+                const RecipientState& r = it->second;
+                const DestinationState* d = destination(r.domain);
+                Verdict v;
+                v.time = e.time;
+                v.key = qid;
+                v.name = "expired";
+                v.add("recipient", it->first.substr(qid.size() + 1)).add("destination", r.domain);
+                v.add("category", std::string(to_string(r.last_category)));
+                v.add("escalated", d && d->open && d->open->ladder == Ladder::escalate ? "yes" : "no");
+                out.push_back(std::move(v));
+                return recipients_.erase(it);
+            });
+            break;
+        case EventKind::pickup:
+            if (!e.orig_queue_id.empty() && e.orig_queue_id != qid) {
+                // postsuper -r: the same message under a new queue id.
+                std::string prefix = e.orig_queue_id + '\x1f';
+                std::vector<std::pair<std::string, RecipientState>> moved;
+                for (auto it = recipients_.lower_bound(prefix);
+                     it != recipients_.end() && it->first.starts_with(prefix);) {
+                    moved.emplace_back(recipient_key(qid, it->first.substr(prefix.size())), it->second);
+                    it = recipients_.erase(it);
+                }
+                for (auto& [k, r] : moved) recipients_.insert_or_assign(k, std::move(r));
+            }
+            break;
+        case EventKind::queue_operation:
+        case EventKind::milter_action: {
+            bool hold =
+                e.action.find("hold") != std::string::npos && e.action.find("released") == std::string::npos;
+            bool release = e.action.find("released") != std::string::npos;
+            if (!hold && !release) break;
+            bool reported = false;
+            for_message([&](auto it) {
+                it->second.held = hold;
+                if (hold && !reported) {
+                    Verdict v;
+                    v.time = e.time;
+                    v.key = qid;
+                    v.name = "held";
+                    v.add("recipient", it->first.substr(qid.size() + 1))
+                        .add("destination", it->second.domain);
+                    out.push_back(std::move(v));
+                    reported = true;
+                }
+                return std::next(it);
+            });
+            break;
+        }
+        default: break;
+    }
+    return out;
+}
+
+void Engine::on_delivery(const Event& e, Category c, std::vector<Verdict>& out) {
+    const std::string domain = recipient_domain(e.recipient);
+    const std::string mx = answering_host(e);
+    const std::string rkey = recipient_key(e.queue_id, e.recipient);
+    const RuleSettings& rs = settings_for(domain, mx);
+
+    if (e.status == DeliveryStatus::deferred) {
+        auto [it, inserted] = recipients_.try_emplace(rkey);
+        RecipientState& r = it->second;
+        if (!inserted && !r.reported_too_soon && !e.queue_id.empty()) {
+            Duration gap = e.time - r.last_attempt;
+            Duration minimum =
+                r.last_category == Category::greylisting ? rs.greylist_min_retry : rs.min_retry_interval;
+            if (gap < minimum) {
+                Verdict v;
+                v.time = e.time;
+                v.key = e.queue_id;
+                v.name = "retry_too_soon";
+                v.add("recipient", e.recipient).add("destination", domain);
+                v.add("category", std::string(to_string(r.last_category)));
+                v.add("interval_s", seconds_str(gap)).add("minimum_s", seconds_str(minimum));
+                out.push_back(std::move(v));
+                r.reported_too_soon = true;
+            }
+        }
+        r.last_attempt = e.time;
+        r.last_category = c;
+        r.domain = domain;
+        r.mx = mx;
+        r.pending = true;
+        r.reported_stalled = false;
+
+        if (!opens_episode(c)) return;
+        if (counts_for_spread(c)) check_spread(e, c, mx.empty() ? domain : "mx:" + mx, out);
+        if (!domain.empty()) on_deferral(e, c, domain, false, domain, mx, out);
+        if (!mx.empty()) on_deferral(e, c, "mx:" + mx, true, domain, mx, out);
+        return;
+    }
+    if (e.status == DeliveryStatus::sent) {
+        recipients_.erase(rkey);
+        if (incident_) {
+            std::string key = mx.empty() ? domain : "mx:" + mx;
+            if (incident_->destinations.count(key)) incident_->recovered.insert(key);
+            if (static_cast<int>(incident_->recovered.size()) * 2 >= settings_.spread_min_destinations)
+                end_incident(e.time, "deliveries resumed", out);
+        }
+        if (!domain.empty()) on_success(e, domain, false, out);
+        if (!mx.empty()) on_success(e, "mx:" + mx, true, out);
+        return;
+    }
+    if (e.status == DeliveryStatus::bounced || e.status == DeliveryStatus::expired ||
+        e.status == DeliveryStatus::undeliverable)
+        recipients_.erase(rkey);
+}
+
+void Engine::on_deferral(const Event& e, Category c, std::string_view name, bool is_mx,
+                         std::string_view domain, std::string_view mx, std::vector<Verdict>& out) {
+    DestinationState& d = dest(name, is_mx);
+    const RuleSettings& rs = is_mx ? settings_for({}, mx) : settings_for(domain, mx);
+    bool opened = false;
+    if (!d.open) {
+        d.open.emplace();
+        d.open->first_deferral = e.time;
+        opened = true;
+    }
+    EpisodeState& ep = *d.open;
+    ep.attempts++;
+    ep.by_category[static_cast<size_t>(c)]++;
+    ep.last_deferral = e.time;
+    if (ep.messages.size() < settings_.max_messages_per_episode && !e.queue_id.empty())
+        ep.messages.insert(e.queue_id);
+    ep.last_reply = e.reason;
+    ep.last_relay = e.relay;
+    if (incident_ && incident_->category == c) ep.local_suspect = true;
+
+    const Category dom = ep.dominant();
+    const CategoryThresholds& th = rs.thresholds(dom);
+    if (ep.ladder == Ladder::none) {
+        ep.ladder = Ladder::noted;
+        auto v = destination_verdict(d, "noted", e.time, e.queue_id);
+        v.add("rule", rs.rule);
+        out.push_back(std::move(v));
+    }
+    if (ep.ladder == Ladder::noted && ep.attempts >= th.watch_after_deferrals) {
+        ep.ladder = Ladder::watch;
+        out.push_back(destination_verdict(d, "watch", e.time, e.queue_id));
+    }
+    if (ep.ladder != Ladder::escalate && !ep.local_suspect && th.escalate_after &&
+        e.time - ep.first_deferral >= *th.escalate_after) {
+        ep.ladder = Ladder::escalate;
+        ep.escalated_at = e.time;
+        auto v = destination_verdict(d, "escalate", e.time, e.queue_id);
+        if (!rs.contact.empty()) v.add("contact", rs.contact);
+        out.push_back(std::move(v));
+    }
+    if (c == Category::receiver_config && !ep.local_suspect) {
+        d.config_deferrals.push_back(e.time);
+        auto horizon = e.time - rs.repeat_deferral_window;
+        auto keep = std::find_if(d.config_deferrals.begin(), d.config_deferrals.end(),
+                                 [&](TimePoint t) { return t >= horizon; });
+        d.config_deferrals.erase(d.config_deferrals.begin(), keep);
+    }
+    if (opened || c == Category::receiver_config) check_flag(d, rs, e.time, e.queue_id, out);
+}
+
+void Engine::on_success(const Event& e, std::string_view name, bool is_mx, std::vector<Verdict>& out) {
+    auto it = dests_.find(name);
+    if (it == dests_.end()) {
+        // Remember successes only for destinations we already track: a busy
+        // server delivers to many more destinations than ever defer.
+        return;
+    }
+    DestinationState& d = it->second;
+    (void)is_mx;
+    d.last_success = e.time;
+    if (!d.open) return;
+    auto v = destination_verdict(d, "recovered", e.time, e.queue_id);
+    v.add("previous", std::string(to_string(d.open->ladder)));
+    v.add("duration_s", seconds_str(e.time - d.open->first_deferral));
+    out.push_back(std::move(v));
+    d.open->ended = e.time;
+    d.open->ladder = Ladder::recovered;
+    d.history.push_back(std::move(*d.open));
+    d.open.reset();
+    if (d.history.size() > settings_.max_episode_history)
+        d.history.erase(d.history.begin(),
+                        d.history.end() - static_cast<long>(settings_.max_episode_history));
+}
+
+void Engine::check_flag(DestinationState& d, const RuleSettings& rs, TimePoint now, std::string_view qid,
+                        std::vector<Verdict>& out) {
+    if (d.flagged_at) return;
+    int episodes = 0;
+    auto horizon = now - rs.repeat_period;
+    for (const EpisodeState& ep : d.history)
+        if (!ep.local_suspect && ep.first_deferral >= horizon && ep.dominant() == Category::receiver_config)
+            ++episodes;
+    if (d.open && !d.open->local_suspect && d.open->dominant() == Category::receiver_config) ++episodes;
+    std::string reason;
+    if (rs.repeat_episodes > 0 && episodes >= rs.repeat_episodes)
+        reason =
+            fmt::format("{} receiver-config episodes within {} s", episodes, seconds_str(rs.repeat_period));
+    else if (rs.repeat_deferrals > 0 && static_cast<int>(d.config_deferrals.size()) >= rs.repeat_deferrals)
+        reason = fmt::format("{} receiver-config deferrals within {} s", d.config_deferrals.size(),
+                             seconds_str(rs.repeat_deferral_window));
+    if (reason.empty()) return;
+    d.flagged_at = now;
+    d.flag_expires = now + rs.flag_ttl;
+    d.flag_reason = reason;
+    auto v = destination_verdict(d, "flagged", now, qid);
+    v.add("reason", reason).add("expires", format_rfc3339(d.flag_expires)).add("rule", rs.rule);
+    out.push_back(std::move(v));
+}
+
+void Engine::check_spread(const Event& e, Category c, std::string_view spread_key,
+                          std::vector<Verdict>& out) {
+    spread_.push_back(SpreadHit{e.time, c, std::string(spread_key)});
+    auto horizon = e.time - settings_.spread_window;
+    auto keep =
+        std::find_if(spread_.begin(), spread_.end(), [&](const SpreadHit& h) { return h.time >= horizon; });
+    spread_.erase(spread_.begin(), keep);
+    if (incident_) {
+        if (incident_->category == c) {
+            incident_->destinations.insert(std::string(spread_key));
+            incident_->recovered.erase(std::string(spread_key));
+            incident_->last_hit = e.time;
+        }
+        return;
+    }
+    std::set<std::string> keys;
+    for (const auto& h : spread_)
+        if (h.category == c) keys.insert(h.key);
+    if (static_cast<int>(keys.size()) < settings_.spread_min_destinations) return;
+    incident_ = Incident{c, e.time, keys, e.time, {}};
+    // Destinations hit within the window are victims of the same local
+    // condition: they must not escalate or be flagged for it.
+    for (auto& [name, d] : dests_)
+        if (d.open && d.open->first_deferral >= horizon && d.open->dominant() == c)
+            d.open->local_suspect = true;
+    Verdict v;
+    v.time = e.time;
+    v.key = "-";
+    v.name = "local_outbound_suspected";
+    v.add("category", std::string(to_string(c)))
+        .add("destinations", std::to_string(keys.size()))
+        .add("window_s", seconds_str(settings_.spread_window))
+        .add("reply", e.reason);
+    out.push_back(std::move(v));
+}
+
+std::vector<Verdict> Engine::advance(TimePoint now) {
+    std::vector<Verdict> out;
+    if (now > now_) now_ = now;
+    now = now_;
+    last_evaluated_ = now;
+    for (auto& [name, d] : dests_) {
+        if (d.open && d.open->ladder != Ladder::escalate && !d.open->local_suspect) {
+            const RuleSettings& rs = d.is_mx ? settings_for({}, name.substr(3)) : settings_for(name, {});
+            const auto& th = rs.thresholds(d.open->dominant());
+            if (th.escalate_after && now - d.open->first_deferral >= *th.escalate_after) {
+                d.open->ladder = Ladder::escalate;
+                d.open->escalated_at = now;
+                auto v = destination_verdict(d, "escalate", now, {});
+                if (!rs.contact.empty()) v.add("contact", rs.contact);
+                out.push_back(std::move(v));
+            }
+        }
+        if (d.flagged_at && now >= d.flag_expires) {
+            Verdict v;
+            v.time = now;
+            v.key = d.name;
+            v.name = "flag_expired";
+            v.add("destination", d.is_mx ? d.name.substr(3) : d.name)
+                .add("flagged_at", format_rfc3339(*d.flagged_at));
+            out.push_back(std::move(v));
+            d.flagged_at.reset();
+            d.flag_reason.clear();
+        }
+    }
+    for (auto& [key, r] : recipients_) {
+        if (!r.pending || r.held || r.reported_stalled) continue;
+        const RuleSettings& rs = settings_for(r.domain, r.mx);
+        if (now - r.last_attempt > rs.stalled_after) {
+            auto sep = key.find('\x1f');
+            Verdict v;
+            v.time = now;
+            v.key = key.substr(0, sep);
+            v.name = "stalled";
+            v.add("recipient", key.substr(sep + 1)).add("destination", r.domain);
+            v.add("last_attempt", format_rfc3339(r.last_attempt))
+                .add("category", std::string(to_string(r.last_category)));
+            out.push_back(std::move(v));
+            r.reported_stalled = true;
+        }
+    }
+    auto horizon = now - settings_.spread_window;
+    auto keep =
+        std::find_if(spread_.begin(), spread_.end(), [&](const SpreadHit& h) { return h.time >= horizon; });
+    spread_.erase(spread_.begin(), keep);
+    if (incident_ && now - incident_->last_hit >= settings_.incident_quiet_after)
+        end_incident(now, "no more deferrals of its class", out);
+    return out;
+}
+
+void Engine::end_incident(TimePoint now, std::string_view why, std::vector<Verdict>& out) {
+    Verdict v;
+    v.time = now;
+    v.key = "-";
+    v.name = "local_outbound_cleared";
+    v.add("category", std::string(to_string(incident_->category)))
+        .add("started", format_rfc3339(incident_->started))
+        .add("destinations", std::to_string(incident_->destinations.size()))
+        .add("why", std::string(why));
+    out.push_back(std::move(v));
+    incident_.reset();
+}
+
+std::optional<Verdict> Engine::clear_flag(std::string_view destination, TimePoint now) {
+    auto it = dests_.find(destination);
+    if (it == dests_.end() || !it->second.flagged_at) return std::nullopt;
+    DestinationState& d = it->second;
+    Verdict v;
+    v.time = now;
+    v.key = d.name;
+    v.name = "flag_cleared";
+    v.add("destination", d.is_mx ? d.name.substr(3) : d.name)
+        .add("flagged_at", format_rfc3339(*d.flagged_at));
+    d.flagged_at.reset();
+    d.flag_reason.clear();
+    // Start counting afresh: the history that caused the flag is forgiven.
+    for (auto& ep : d.history) ep.local_suspect = true;
+    d.config_deferrals.clear();
+    return v;
+}
+
+// ---------------------------------------------------------------- state (JSON)
+
+namespace {
+using nlohmann::json;
+
+json episode_to_json(const EpisodeState& ep) {
+    json by = json::object();
+    for (size_t i = 0; i < kCategoryCount; ++i)
+        if (ep.by_category[i]) by[std::string(to_string(static_cast<Category>(i)))] = ep.by_category[i];
+    return json{{"first", to_micros(ep.first_deferral)},
+                {"last", to_micros(ep.last_deferral)},
+                {"ended", to_micros(ep.ended)},
+                {"attempts", ep.attempts},
+                {"by_category", by},
+                {"messages", ep.messages},
+                {"reply", ep.last_reply},
+                {"relay", ep.last_relay},
+                {"ladder", std::string(to_string(ep.ladder))},
+                {"escalated_at", to_micros(ep.escalated_at)},
+                {"local_suspect", ep.local_suspect}};
+}
+
+Ladder ladder_from(const std::string& s) {
+    for (Ladder l : {Ladder::none, Ladder::noted, Ladder::watch, Ladder::escalate, Ladder::recovered})
+        if (to_string(l) == s) return l;
+    return Ladder::none;
+}
+
+Category category_from(const std::string& s) {
+    return category_from_string(s).value_or(Category::unknown);
+}
+
+EpisodeState episode_from_json(const json& j) {
+    EpisodeState ep;
+    ep.first_deferral = from_micros(j.at("first").get<std::int64_t>());
+    ep.last_deferral = from_micros(j.at("last").get<std::int64_t>());
+    ep.ended = from_micros(j.at("ended").get<std::int64_t>());
+    ep.attempts = j.at("attempts").get<std::int64_t>();
+    for (const auto& [k, v] : j.at("by_category").items())
+        ep.by_category[static_cast<size_t>(category_from(k))] = v.get<std::int64_t>();
+    ep.messages = j.at("messages").get<std::set<std::string>>();
+    ep.last_reply = j.at("reply").get<std::string>();
+    ep.last_relay = j.at("relay").get<std::string>();
+    ep.ladder = ladder_from(j.at("ladder").get<std::string>());
+    ep.escalated_at = from_micros(j.at("escalated_at").get<std::int64_t>());
+    ep.local_suspect = j.at("local_suspect").get<bool>();
+    return ep;
+}
+}  // namespace
+
+std::string Engine::save_state() const {
+    json dests = json::array();
+    for (const auto& [name, d] : dests_) {
+        json hist = json::array();
+        for (const auto& ep : d.history) hist.push_back(episode_to_json(ep));
+        std::vector<std::int64_t> cfg;
+        for (auto t : d.config_deferrals) cfg.push_back(to_micros(t));
+        json jd{{"name", d.name},
+                {"is_mx", d.is_mx},
+                {"history", hist},
+                {"config_deferrals", cfg},
+                {"last_success", to_micros(d.last_success)},
+                {"flag_reason", d.flag_reason},
+                {"flag_expires", to_micros(d.flag_expires)}};
+        jd["open"] = d.open ? episode_to_json(*d.open) : json(nullptr);
+        jd["flagged_at"] = d.flagged_at ? json(to_micros(*d.flagged_at)) : json(nullptr);
+        dests.push_back(std::move(jd));
+    }
+    json rcpts = json::array();
+    for (const auto& [k, r] : recipients_)
+        rcpts.push_back(json{{"key", k},
+                             {"last", to_micros(r.last_attempt)},
+                             {"category", std::string(to_string(r.last_category))},
+                             {"domain", r.domain},
+                             {"mx", r.mx},
+                             {"pending", r.pending},
+                             {"held", r.held},
+                             {"too_soon", r.reported_too_soon},
+                             {"stalled", r.reported_stalled}});
+    json spread = json::array();
+    for (const auto& h : spread_)
+        spread.push_back(
+            json{{"t", to_micros(h.time)}, {"c", std::string(to_string(h.category))}, {"k", h.key}});
+    json j{{"version", 1},   {"now", to_micros(now_)}, {"last_evaluated", to_micros(last_evaluated_)},
+           {"dests", dests}, {"recipients", rcpts},    {"spread", spread}};
+    j["incident"] = incident_ ? json{{"category", std::string(to_string(incident_->category))},
+                                     {"started", to_micros(incident_->started)},
+                                     {"destinations", incident_->destinations},
+                                     {"last_hit", to_micros(incident_->last_hit)},
+                                     {"recovered", incident_->recovered}}
+                              : json(nullptr);
+    return j.dump();
+}
+
+Status Engine::load_state(std::string_view text) {
+    try {
+        json j = json::parse(text);
+        if (j.at("version").get<int>() != 1)
+            return make_error(ErrorKind::invalid_input, "unknown engine state version");
+        Engine fresh(settings_);
+        fresh.now_ = from_micros(j.at("now").get<std::int64_t>());
+        fresh.last_evaluated_ = from_micros(j.at("last_evaluated").get<std::int64_t>());
+        for (const auto& jd : j.at("dests")) {
+            DestinationState d;
+            d.name = jd.at("name").get<std::string>();
+            d.is_mx = jd.at("is_mx").get<bool>();
+            for (const auto& je : jd.at("history")) d.history.push_back(episode_from_json(je));
+            for (auto t : jd.at("config_deferrals").get<std::vector<std::int64_t>>())
+                d.config_deferrals.push_back(from_micros(t));
+            d.last_success = from_micros(jd.at("last_success").get<std::int64_t>());
+            d.flag_reason = jd.at("flag_reason").get<std::string>();
+            d.flag_expires = from_micros(jd.at("flag_expires").get<std::int64_t>());
+            if (!jd.at("open").is_null()) d.open = episode_from_json(jd.at("open"));
+            if (!jd.at("flagged_at").is_null())
+                d.flagged_at = from_micros(jd.at("flagged_at").get<std::int64_t>());
+            fresh.dests_.emplace(d.name, std::move(d));
+        }
+        for (const auto& jr : j.at("recipients")) {
+            RecipientState r;
+            r.last_attempt = from_micros(jr.at("last").get<std::int64_t>());
+            r.last_category = category_from(jr.at("category").get<std::string>());
+            r.domain = jr.at("domain").get<std::string>();
+            r.mx = jr.at("mx").get<std::string>();
+            r.pending = jr.at("pending").get<bool>();
+            r.held = jr.at("held").get<bool>();
+            r.reported_too_soon = jr.at("too_soon").get<bool>();
+            r.reported_stalled = jr.at("stalled").get<bool>();
+            fresh.recipients_.emplace(jr.at("key").get<std::string>(), std::move(r));
+        }
+        for (const auto& jh : j.at("spread"))
+            fresh.spread_.push_back(SpreadHit{from_micros(jh.at("t").get<std::int64_t>()),
+                                              category_from(jh.at("c").get<std::string>()),
+                                              jh.at("k").get<std::string>()});
+        if (!j.at("incident").is_null()) {
+            const auto& ji = j.at("incident");
+            fresh.incident_ = Incident{category_from(ji.at("category").get<std::string>()),
+                                       from_micros(ji.at("started").get<std::int64_t>()),
+                                       ji.at("destinations").get<std::set<std::string>>(),
+                                       from_micros(ji.at("last_hit").get<std::int64_t>()),
+                                       ji.at("recovered").get<std::set<std::string>>()};
+        }
+        *this = std::move(fresh);
+        return {};
+    } catch (const std::exception& ex) {
+        return make_error(ErrorKind::invalid_input, std::string("bad engine state: ") + ex.what());
+    }
+}
+
+}  // namespace retryguard

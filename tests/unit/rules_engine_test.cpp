@@ -1,0 +1,375 @@
+// Scenario tests of the rules engine on synthetic multi-day event streams.
+#include "retryguard/engine.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace retryguard {
+namespace {
+
+using namespace std::chrono_literals;
+
+const TimePoint T0 = from_micros(1'795'985'302'000'000);  // 2026-11-29T20:48:22Z
+
+Event delivery(TimePoint t, std::string qid, std::string rcpt, DeliveryStatus st,
+               std::string relay_host = "mx.example.com",
+               std::string reason =
+                   "host mx.example.com[192.0.2.1] said: 451 4.3.5 System config error (in reply to end of "
+                   "DATA command)") {
+    Event e;
+    e.kind = EventKind::delivery;
+    e.time = t;
+    e.queue_id = std::move(qid);
+    e.recipient = std::move(rcpt);
+    e.status = st;
+    e.relay_host = relay_host;
+    e.relay = relay_host + "[192.0.2.1]:25";
+    e.reason = std::move(reason);
+    return e;
+}
+
+Event deferred(TimePoint t, std::string qid, std::string rcpt, std::string relay_host = "mx.example.com") {
+    return delivery(t, std::move(qid), std::move(rcpt), DeliveryStatus::deferred, std::move(relay_host));
+}
+
+std::vector<std::string> names(const std::vector<Verdict>& vs) {
+    std::vector<std::string> out;
+    for (const auto& v : vs) out.push_back(v.name + "@" + v.key);
+    return out;
+}
+
+struct Feed {
+    Engine engine;
+    std::vector<Verdict> all;
+    explicit Feed(EngineSettings s = {}) : engine(std::move(s)) {}
+    std::vector<Verdict> operator()(const Event& e, Category c) {
+        auto vs = engine.on_event(e, c);
+        all.insert(all.end(), vs.begin(), vs.end());
+        return vs;
+    }
+    std::vector<Verdict> advance(TimePoint t) {
+        auto vs = engine.advance(t);
+        all.insert(all.end(), vs.begin(), vs.end());
+        return vs;
+    }
+    int count(std::string_view name, std::string_view key = {}) const {
+        int n = 0;
+        for (const auto& v : all) n += v.name == name && (key.empty() || v.key == key);
+        return n;
+    }
+    const Verdict* find(std::string_view name, std::string_view key) const {
+        for (const auto& v : all)
+            if (v.name == name && v.key == key) return &v;
+        return nullptr;
+    }
+};
+
+TEST(RulesEngine, ReceiverConfigClimbsTheLadderAndRecovers) {
+    Feed feed;
+    auto v1 = feed(deferred(T0, "A1", "bob@example.com"), Category::receiver_config);
+    EXPECT_EQ(names(v1), (std::vector<std::string>{"noted@example.com", "noted@mx:mx.example.com"}));
+    feed(deferred(T0 + 40min, "A1", "bob@example.com"), Category::receiver_config);
+    auto v3 = feed(deferred(T0 + 2h, "A1", "bob@example.com"), Category::receiver_config);
+    EXPECT_EQ(feed.count("watch", "example.com"), 1);
+    EXPECT_EQ(feed.count("escalate"), 0) << "receiver-config escalates only after 24 h";
+    feed(deferred(T0 + 23h, "A1", "bob@example.com"), Category::receiver_config);
+    EXPECT_EQ(feed.count("escalate"), 0);
+    feed(deferred(T0 + 24h + 1min, "A1", "bob@example.com"), Category::receiver_config);
+    const Verdict* esc = feed.find("escalate", "example.com");
+    ASSERT_NE(esc, nullptr);
+    EXPECT_EQ(esc->field("reply"),
+              "host mx.example.com[192.0.2.1] said: 451 4.3.5 System config error (in reply to end of DATA "
+              "command)");
+    // Time-based checks run as event time passes, before the event that moves
+    // the clock: the escalation is due at 24 h, when four attempts were made.
+    EXPECT_EQ(esc->field("attempts"), "4");
+    EXPECT_EQ(esc->field("first_seen"), format_rfc3339(T0));
+    EXPECT_EQ(esc->field("category"), "receiver-config");
+    EXPECT_EQ(esc->field("relay"), "mx.example.com[192.0.2.1]:25");
+
+    feed(delivery(T0 + 26h, "A1", "bob@example.com", DeliveryStatus::sent), Category::unknown);
+    const Verdict* rec = feed.find("recovered", "example.com");
+    ASSERT_NE(rec, nullptr);
+    EXPECT_EQ(rec->field("previous"), "escalate");
+    EXPECT_EQ(rec->field("duration_s"), std::to_string(26 * 3600));
+    const auto* d = feed.engine.destination("example.com");
+    ASSERT_NE(d, nullptr);
+    EXPECT_FALSE(d->open.has_value());
+    ASSERT_EQ(d->history.size(), 1u);
+    EXPECT_EQ(d->history[0].ladder, Ladder::recovered);
+}
+
+TEST(RulesEngine, ReceiverSystemWaitsForTheRetryWindowBeforeEscalating) {
+    Feed feed;
+    for (auto t : {0h, 12h, 24h, 48h, 71h})
+        feed(deferred(T0 + t, "B1", "ann@slow.example"), Category::receiver_system);
+    EXPECT_EQ(feed.count("escalate", "slow.example"), 0);
+    feed(deferred(T0 + 72h, "B1", "ann@slow.example"), Category::receiver_system);
+    EXPECT_EQ(feed.count("escalate", "slow.example"), 1);
+}
+
+TEST(RulesEngine, EscalatesByEventTimeWithoutANewDeferral) {
+    Feed feed;
+    feed(deferred(T0, "C1", "x@quiet.example"), Category::receiver_config);
+    EXPECT_EQ(feed.count("escalate"), 0);
+    feed.advance(T0 + 25h);
+    EXPECT_EQ(feed.count("escalate", "quiet.example"), 1);
+    feed.advance(T0 + 26h);
+    EXPECT_EQ(feed.count("escalate", "quiet.example"), 1) << "escalation is reported once per episode";
+}
+
+TEST(RulesEngine, GreylistingAndMailboxNeverEscalateADestination) {
+    Feed feed;
+    for (int i = 0; i < 10; ++i) feed(deferred(T0 + i * 6h, "D1", "a@grey.example"), Category::greylisting);
+    for (int i = 0; i < 10; ++i) feed(deferred(T0 + i * 6h, "D2", "full@box.example"), Category::mailbox);
+    EXPECT_EQ(feed.count("escalate"), 0);
+    EXPECT_EQ(feed.engine.destination("box.example"), nullptr) << "mailbox trouble is per recipient";
+}
+
+TEST(RulesEngine, RepeatedReceiverConfigEpisodesFlagTheDestination) {
+    Feed feed;
+    for (int ep = 0; ep < 3; ++ep) {
+        TimePoint start = T0 + ep * 5 * 24h;
+        feed(deferred(start, "E" + std::to_string(ep), "u@flaky.example"), Category::receiver_config);
+        if (ep < 2) {
+            EXPECT_EQ(feed.count("flagged", "flaky.example"), 0);
+            feed(delivery(start + 2h, "E" + std::to_string(ep), "u@flaky.example", DeliveryStatus::sent),
+                 Category::unknown);
+        }
+    }
+    const Verdict* f = feed.find("flagged", "flaky.example");
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->field("reason"), "3 receiver-config episodes within 2592000 s");
+    EXPECT_TRUE(feed.engine.destination("flaky.example")->flagged_at.has_value());
+
+    feed.advance(T0 + 10 * 24h + 30 * 24h + 1h);
+    EXPECT_EQ(feed.count("flag_expired", "flaky.example"), 1);
+    EXPECT_FALSE(feed.engine.destination("flaky.example")->flagged_at.has_value());
+}
+
+TEST(RulesEngine, FlagsCanBeClearedByCommand) {
+    EngineSettings s;
+    s.defaults.repeat_deferrals = 4;
+    Feed feed(s);
+    for (int i = 0; i < 4; ++i)
+        feed(deferred(T0 + i * 30min, "F1", "u@many.example"), Category::receiver_config);
+    ASSERT_EQ(feed.count("flagged", "many.example"), 1);
+    auto cleared = feed.engine.clear_flag("many.example", T0 + 3h);
+    ASSERT_TRUE(cleared.has_value());
+    EXPECT_EQ(cleared->name, "flag_cleared");
+    EXPECT_FALSE(feed.engine.clear_flag("many.example", T0 + 3h).has_value());
+    EXPECT_FALSE(feed.engine.clear_flag("never-seen.example", T0 + 3h).has_value());
+}
+
+TEST(RulesEngine, SpreadAcrossUnrelatedDestinationsIsALocalProblem) {
+    Feed feed;
+    for (int i = 0; i < 8; ++i) {
+        std::string d = "d" + std::to_string(i) + ".example";
+        feed(deferred(T0 + i * 30s, "G" + std::to_string(i), "u@" + d, "mx." + d), Category::network);
+    }
+    ASSERT_EQ(feed.count("local_outbound_suspected"), 1);
+    EXPECT_TRUE(feed.engine.local_incident_open());
+    // Retries keep failing for two days: nobody is escalated for our own outage.
+    for (auto t = T0 + 30min; t <= T0 + 49h; t += 30min)
+        for (int i = 0; i < 8; ++i) {
+            std::string d = "d" + std::to_string(i) + ".example";
+            feed(deferred(t + i * 1s, "G" + std::to_string(i), "u@" + d, "mx." + d), Category::network);
+        }
+    EXPECT_EQ(feed.count("escalate"), 0);
+    EXPECT_EQ(feed.count("local_outbound_suspected"), 1) << "one incident, one verdict";
+    feed.advance(T0 + 50h);
+    EXPECT_EQ(feed.count("local_outbound_cleared"), 0) << "an hour of quiet is a retry gap, not the end";
+    feed.advance(T0 + 52h);
+    EXPECT_EQ(feed.count("local_outbound_cleared"), 1);
+    EXPECT_FALSE(feed.engine.local_incident_open());
+}
+
+TEST(RulesEngine, LocalIncidentEndsWhenDeliveriesResume) {
+    Feed feed;
+    for (int i = 0; i < 8; ++i) {
+        std::string d = "d" + std::to_string(i) + ".example";
+        feed(deferred(T0 + i * 30s, "P" + std::to_string(i), "u@" + d, "mx." + d), Category::network);
+    }
+    ASSERT_TRUE(feed.engine.local_incident_open());
+    for (int i = 0; i < 4; ++i) {
+        std::string d = "d" + std::to_string(i) + ".example";
+        feed(
+            delivery(T0 + 20min + i * 1s, "P" + std::to_string(i), "u@" + d, DeliveryStatus::sent, "mx." + d),
+            Category::unknown);
+        EXPECT_EQ(feed.engine.local_incident_open(), i < 3);
+    }
+    EXPECT_EQ(feed.find("local_outbound_cleared", "-")->field("why"), "deliveries resumed");
+}
+
+TEST(RulesEngine, ManyDeferralsToOneDestinationAreItsOwnOutage) {
+    Feed feed;
+    for (int i = 0; i < 20; ++i)
+        feed(deferred(T0 + i * 10s, "H" + std::to_string(i), "u" + std::to_string(i) + "@one.example"),
+             Category::network);
+    EXPECT_EQ(feed.count("local_outbound_suspected"), 0);
+    feed(deferred(T0 + 49h, "H0", "u0@one.example"), Category::network);
+    EXPECT_EQ(feed.count("escalate", "one.example"), 1);
+}
+
+TEST(RulesEngine, ReportsRetriesSoonerThanTheMinimum) {
+    Feed feed;
+    feed(deferred(T0, "I1", "a@example.com"), Category::receiver_config);
+    feed(deferred(T0 + 5min, "I1", "a@example.com"), Category::receiver_config);
+    const Verdict* v = feed.find("retry_too_soon", "I1");
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(v->field("interval_s"), "300");
+    EXPECT_EQ(v->field("minimum_s"), "1800");
+    feed(deferred(T0 + 6min, "I1", "a@example.com"), Category::receiver_config);
+    EXPECT_EQ(feed.count("retry_too_soon", "I1"), 1) << "reported once per recipient";
+
+    feed(deferred(T0, "I2", "b@grey.example"), Category::greylisting);
+    feed(deferred(T0 + 20min, "I2", "b@grey.example"), Category::greylisting);
+    EXPECT_EQ(feed.count("retry_too_soon", "I2"), 0) << "greylisting asks for 15 minutes, not 30";
+    feed(deferred(T0, "I3", "c@grey.example"), Category::greylisting);
+    feed(deferred(T0 + 10min, "I3", "c@grey.example"), Category::greylisting);
+    EXPECT_EQ(feed.count("retry_too_soon", "I3"), 1);
+}
+
+TEST(RulesEngine, ReportsStalledAndHeldRecipients) {
+    Feed feed;
+    feed(deferred(T0, "J1", "a@example.com"), Category::receiver_config);
+    feed(deferred(T0, "J2", "b@example.com"), Category::receiver_config);
+    Event hold;
+    hold.kind = EventKind::queue_operation;
+    hold.time = T0 + 1min;
+    hold.queue_id = "J2";
+    hold.action = "placed on hold";
+    feed(hold, Category::unknown);
+    EXPECT_EQ(feed.count("held", "J2"), 1);
+    feed.advance(T0 + 7h);
+    EXPECT_EQ(feed.count("stalled", "J1"), 1);
+    EXPECT_EQ(feed.count("stalled", "J2"), 0) << "held mail is reported as held, not as stalled";
+}
+
+TEST(RulesEngine, ExpiredMessagesSayWhetherTheyWereEscalated) {
+    Feed feed;
+    feed(deferred(T0, "K1", "a@example.com"), Category::receiver_config);
+    Event exp;
+    exp.kind = EventKind::expired;
+    exp.time = T0 + 2h;
+    exp.queue_id = "K1";
+    feed(exp, Category::expired);
+    const Verdict* v = feed.find("expired", "K1");
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(v->field("escalated"), "no");
+    EXPECT_EQ(v->field("recipient"), "a@example.com");
+}
+
+TEST(RulesEngine, RequeueKeepsFollowingTheSameMessage) {
+    Feed feed;
+    feed(deferred(T0, "L1", "a@example.com"), Category::receiver_config);
+    Event pickup;
+    pickup.kind = EventKind::pickup;
+    pickup.time = T0 + 1h;
+    pickup.queue_id = "L2";
+    pickup.orig_queue_id = "L1";
+    feed(pickup, Category::unknown);
+    Event exp;
+    exp.kind = EventKind::expired;
+    exp.time = T0 + 2h;
+    exp.queue_id = "L2";
+    feed(exp, Category::expired);
+    EXPECT_EQ(feed.count("expired", "L2"), 1);
+}
+
+TEST(RulesEngine, PerDestinationRulesOverrideThresholds) {
+    RuleSettings fast;
+    fast.thresholds(Category::receiver_config).escalate_after = 1h;
+    fast.contact = "postmaster via +1 555 0100";
+    fast.rule = "destinations[0] (example.com)";
+    EngineSettings s;
+    s.resolve = [&](std::string_view domain, std::string_view) -> const RuleSettings* {
+        return domain == "example.com" ? &fast : nullptr;
+    };
+    Feed feed(s);
+    feed(deferred(T0, "M1", "a@example.com"), Category::receiver_config);
+    feed(deferred(T0, "M2", "a@other.example", "mx.other.example"), Category::receiver_config);
+    feed(deferred(T0 + 61min, "M1", "a@example.com"), Category::receiver_config);
+    feed(deferred(T0 + 61min, "M2", "a@other.example", "mx.other.example"), Category::receiver_config);
+    const Verdict* v = feed.find("escalate", "example.com");
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(v->field("contact"), "postmaster via +1 555 0100");
+    EXPECT_EQ(feed.count("escalate", "other.example"), 0);
+    EXPECT_EQ(feed.find("noted", "example.com")->field("rule"), "destinations[0] (example.com)");
+}
+
+TEST(RulesEngine, SavedStateResumesWithIdenticalVerdicts) {
+    std::vector<std::pair<Event, Category>> stream;
+    for (int i = 0; i < 6; ++i)
+        stream.emplace_back(deferred(T0 + i * 6h, "N1", "a@example.com"), Category::receiver_config);
+    for (int i = 0; i < 4; ++i)
+        stream.emplace_back(deferred(T0 + i * 13h, "N2", "b@sys.example", "mx.sys.example"),
+                            Category::receiver_system);
+    stream.emplace_back(delivery(T0 + 40h, "N1", "a@example.com", DeliveryStatus::sent), Category::unknown);
+    std::sort(stream.begin(), stream.end(),
+              [](const auto& a, const auto& b) { return a.first.time < b.first.time; });
+
+    Feed straight;
+    for (auto& [e, c] : stream) straight(e, c);
+    straight.advance(T0 + 80h);
+
+    Feed first, second;
+    size_t half = stream.size() / 2;
+    for (size_t i = 0; i < half; ++i) first(stream[i].first, stream[i].second);
+    std::string state = first.engine.save_state();
+    ASSERT_TRUE(second.engine.load_state(state).ok());
+    EXPECT_EQ(second.engine.save_state(), state);
+    for (size_t i = half; i < stream.size(); ++i) second(stream[i].first, stream[i].second);
+    second.advance(T0 + 80h);
+
+    std::vector<std::string> a, b;
+    for (const auto& v : straight.all) a.push_back(format_verdict(v));
+    for (const auto& v : first.all) b.push_back(format_verdict(v));
+    for (const auto& v : second.all) b.push_back(format_verdict(v));
+    EXPECT_EQ(a, b);
+    EXPECT_GE(straight.count("escalate"), 2);
+}
+
+TEST(RulesEngine, BadStateIsAnErrorAndLeavesTheEngineAsItWas) {
+    Feed feed;
+    feed(deferred(T0, "O1", "a@example.com"), Category::receiver_config);
+    std::string before = feed.engine.save_state();
+    for (std::string_view bad : {"", "{", "[]", "{\"version\":2}", "{\"version\":1,\"now\":\"x\"}"}) {
+        auto st = feed.engine.load_state(bad);
+        EXPECT_FALSE(st.ok()) << bad;
+        EXPECT_EQ(feed.engine.save_state(), before);
+    }
+}
+
+TEST(Verdict, FormatsQuotesAndReadsBack) {
+    Verdict v;
+    v.key = "1E661116375";
+    v.name = "escalate";
+    v.add("destination", "cfgerr.lab.test")
+        .add("reply", "451 4.3.5 \"System\" config\\error")
+        .add("empty", "");
+    v.add("ctl", std::string("a\tb\x01", 4)).add("eq", "a=b");
+    std::string line = format_verdict(v);
+    EXPECT_EQ(line,
+              "1E661116375: verdict=escalate destination=cfgerr.lab.test reply=\"451 4.3.5 \\\"System\\\" "
+              "config\\\\error\" empty=\"\" ctl=\"a\\x09b\\x01\" eq=\"a=b\"");
+    auto colon = line.find(": ");
+    std::vector<std::pair<std::string, std::string>> fields;
+    ASSERT_TRUE(parse_verdict_fields(line.substr(colon + 2), fields));
+    ASSERT_EQ(fields.size(), 6u);
+    EXPECT_EQ(fields[0], (std::pair<std::string, std::string>{"verdict", "escalate"}));
+    for (size_t i = 0; i < v.fields.size(); ++i) EXPECT_EQ(fields[i + 1], v.fields[i]);
+}
+
+TEST(Verdict, MalformedFieldTextIsRejected) {
+    std::vector<std::pair<std::string, std::string>> f;
+    for (std::string_view bad : {"novalue", "=x", "k=\"open", "k=\"a\"b", "k=\"\\x4\"", "k=\"\\"}) {
+        f.clear();
+        EXPECT_FALSE(parse_verdict_fields(bad, f)) << bad;
+    }
+}
+
+}  // namespace
+}  // namespace retryguard
