@@ -59,7 +59,9 @@ void log_line(Severity s, const std::string& text) {
     if (globals().log) globals().log->write(s, text);
 }
 
-// Fail open for this message: log why, count it, accept.
+// Fail open for this message: log why, count it, accept. The line is a verdict
+// line ("QID: verdict=accept ... failopen=..."), so it carries no "warning:"
+// prefix that would hide the queue id from log parsers.
 sfsistat fail_open(SMFICTX* ctx, std::atomic<std::uint64_t>& counter, std::string_view reason,
                    std::string_view detail) noexcept {
     try {
@@ -67,7 +69,7 @@ sfsistat fail_open(SMFICTX* ctx, std::atomic<std::uint64_t>& counter, std::strin
         ++globals().counters.accepted;
         auto* c = conn(ctx);
         SubmissionPath path = c ? c->path : SubmissionPath::smtp;
-        log_line(Severity::warning, failopen_line(queue_id(ctx), path, reason, detail));
+        log_line(Severity::info, failopen_line(queue_id(ctx), path, reason, detail));
         if (c) c->msg.reset();
     } catch (...) {
     }

@@ -52,4 +52,23 @@ check 'BBB0000006: verdict=drop_duplicates '
 check 'BBB0000007: verdict=log_only '
 check 'BBB0000008: verdict=accept '
 check 'stopping: counters: messages=15 accepted=11 refused=2 held=1 discarded=1 tagged=1 recorded=11 failopen_ledger=0 failopen_internal=0 failopen_input=0 record_errors=0'
+
+# Second milter: its ledger (Redis) does not answer. Every message is accepted
+# and each fail-open is logged and counted.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$RETRYGUARD_MILTER" -s "unix:$dir/failopen.sock" --socket-mode 0600 --user "$user" \
+    --ledger "redis://127.0.0.1:$port/0" --log stderr 2>"$dir/failopen.stderr" &
+pid=$!
+for _ in $(seq 100); do [ -S "$dir/failopen.sock" ] && break; sleep 0.05; done
+rc=0
+out=$(RG_SOCKET=$dir/failopen.sock timeout -k 5 60 miltertest -s "$(dirname "$0")/failopen.lua" 2>&1) || rc=$?
+kill "$pid"
+wait "$pid" || true
+pid=
+log=$(cat "$dir/failopen.stderr")
+printf '%s\n%s\n' "$out" "$log"
+[ "$rc" = 0 ] || { echo "FAIL: miltertest (fail open) exited $rc" >&2; exit 1; }
+grep -q "failopen: all checks passed" <<<"$out"
+check 'retryguard/milter\[[0-9]+\]: FO0000001: verdict=accept path=smtp failopen=ledger-error detail='
+check 'stopping: counters: messages=3 accepted=3 refused=0 .* failopen_ledger=3 '
 echo "miltertest: PASS"
