@@ -26,6 +26,7 @@ TEST_PKGS=(
   redis-server                        # the Redis half of the ledger contract tests
   postfix swaks miltertest            # end-to-end tests with the real thing
   sqlite3 python3 iproute2 procps
+  systemd-journal-remote              # writes journal files the journald follower tests read
 )
 BENCH_PKGS=(pflogsumm postfwd postgrey)
 

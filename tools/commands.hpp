@@ -18,5 +18,7 @@ int& exit_code();
 // Subcommand registration: one function per tools/cmd_<name>.cpp.
 void add_classify_command(CLI::App& app);
 void add_events_command(CLI::App& app);
+void add_follow_command(CLI::App& app);
+void add_check_config_command(CLI::App& app);
 
 }  // namespace retryguard::cli

@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     add_classify_command(app);
     add_events_command(app);
+    add_follow_command(app);
+    add_check_config_command(app);
 
     try {
         app.parse(argc, argv);

@@ -1,0 +1,296 @@
+// main.cpp -- retryguard-policyd: command line, process life cycle (daemon or
+// foreground, systemd notify, SIGHUP reload, SIGTERM drain) and wiring.
+//
+// Owns choosing the decider and starting threads. Must never decide policy or
+// touch the protocol: see server.cpp for I/O and the core for everything else.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "server.hpp"
+
+using namespace retryguard;
+using namespace retryguard::policyd;
+using boost::system::error_code;
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitUsage = 2;
+constexpr int kExitFailure = 1;
+
+// Wraps a decider and makes every decision slow and off-loop, to exercise the
+// deadline and fail-open path in tests and drills (--simulate-slow-decider).
+class SlowDecider final : public PolicyDecider {
+  public:
+    SlowDecider(std::shared_ptr<PolicyDecider> inner, std::chrono::milliseconds delay)
+        : inner_(std::move(inner)), delay_(delay) {}
+    Decision decide(const PolicyRequest& request, PolicyDeadline deadline) override {
+        std::this_thread::sleep_for(delay_);
+        return inner_->decide(request, deadline);
+    }
+    bool may_block() const noexcept override { return true; }
+    Status reload() override { return inner_->reload(); }
+    std::string describe() const override {
+        return inner_->describe() + fmt::format(" (slowed by {} ms)", delay_.count());
+    }
+
+  private:
+    std::shared_ptr<PolicyDecider> inner_;
+    std::chrono::milliseconds delay_;
+};
+
+// Answers DUNNO to everything: the decider when no table is given, so the
+// daemon can be deployed and measured before any destination is flagged.
+class DunnoDecider final : public PolicyDecider {
+  public:
+    Decision decide(const PolicyRequest&, PolicyDeadline) override { return {}; }
+    bool may_block() const noexcept override { return false; }
+    Status reload() override { return {}; }
+    std::string describe() const override { return "no destination table (every answer is DUNNO)"; }
+};
+
+// Forks into the background before any thread or event loop exists (threads
+// do not survive fork). The parent waits on a pipe until the child reports
+// whether it could listen, so the exit status of the start command is true.
+// Returns the child's end of that pipe, or -1 on failure.
+int daemonize_begin() {
+    int fds[2];
+    if (::pipe(fds) != 0) return -1;
+    const pid_t pid = ::fork();
+    if (pid < 0) return -1;
+    if (pid > 0) {
+        ::close(fds[1]);
+        char status = 1;
+        const ssize_t n = ::read(fds[0], &status, 1);
+        ::_exit(n == 1 ? status : 1);
+    }
+    ::close(fds[0]);
+    if (::setsid() < 0 || ::chdir("/") != 0) return -1;
+    return fds[1];
+}
+
+void daemonize_end(int fd, int status) {
+    if (fd < 0) return;
+    const char c = static_cast<char>(status);
+    [[maybe_unused]] const ssize_t n = ::write(fd, &c, 1);
+    ::close(fd);
+    const int null = ::open("/dev/null", O_RDWR);
+    if (null >= 0) {
+        ::dup2(null, 0);
+        ::dup2(null, 1);
+        ::dup2(null, 2);
+        if (null > 2) ::close(null);
+    }
+}
+
+void notify(const char* state) {
+    sd_notify(0, state);
+}
+
+void notify_reloading() {
+    // systemd >= 253 (Type=notify-reload) wants the monotonic time with RELOADING=1.
+    struct timespec ts {};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const auto usec = static_cast<unsigned long long>(ts.tv_sec) * 1000000ull +
+                      static_cast<unsigned long long>(ts.tv_nsec) / 1000ull;
+    sd_notify(0, fmt::format("RELOADING=1\nMONOTONIC_USEC={}", usec).c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"retryguard-policyd: Postfix policy service of retryguard", "retryguard-policyd"};
+    app.set_version_flag("--version", RETRYGUARD_VERSION);
+    ServerOptions opt;
+    std::string flagged, stages_text = "RCPT", unix_mode_text = "0660", ready_file, verdict_log_spec;
+    bool foreground = false;
+    std::size_t worker_threads = 2;
+    long idle_s = 330, request_s = 10, decision_ms = 100, slow_ms = 0;
+    app.add_option("-l,--listen", opt.listen,
+                   "unix:/path or tcp:127.0.0.1:PORT (repeatable; port 0 = any free)")
+        ->required();
+    app.add_option("--unix-mode", unix_mode_text, "octal mode of UNIX sockets")->capture_default_str();
+    app.add_option("--metrics", opt.metrics, "HOST:PORT on loopback for /metrics and /health");
+    app.add_option("--flagged", flagged, "destination table: lines 'domain ACTION [text]'");
+    app.add_option("--stages", stages_text, "SMTP stages answered from the decider; others get DUNNO")
+        ->capture_default_str();
+    app.add_option("--idle-timeout", idle_s, "seconds a connection may sit idle between requests")
+        ->capture_default_str();
+    app.add_option("--request-timeout", request_s, "seconds from a request's first byte to its end")
+        ->capture_default_str();
+    app.add_option("--decision-timeout-ms", decision_ms, "deadline of an off-loop decision before DUNNO")
+        ->capture_default_str();
+    app.add_option("--max-line", opt.limits.max_line_bytes, "bytes per request line")->capture_default_str();
+    app.add_option("--max-attributes", opt.limits.max_attributes, "attributes per request")
+        ->capture_default_str();
+    app.add_option("--max-request", opt.limits.max_request_bytes, "bytes per request")->capture_default_str();
+    app.add_option("--max-connections", opt.max_connections, "open policy connections")
+        ->capture_default_str();
+    app.add_option("--worker-threads", worker_threads, "threads for deciders that may block")
+        ->capture_default_str();
+    app.add_option("--simulate-slow-decider", slow_ms, "testing aid: every decision sleeps this many ms");
+    app.add_option("--verdict-log", verdict_log_spec,
+                   "where verdict lines go: syslog[:FACILITY], postlog:/path, file:/path, stderr, none "
+                   "(default: stderr with --foreground, else syslog)");
+    app.add_option("--ready-file", ready_file, "write the bound endpoints and the pid here once listening");
+    app.add_flag("--foreground", foreground, "stay in the foreground and log to stderr");
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e) == 0 ? kExitOk : kExitUsage;
+    }
+
+    Logger log(foreground);
+    // A daemon runs in "/": relative paths must not change meaning (SIGHUP
+    // re-reads the table by name).
+    std::error_code path_error;
+    if (!flagged.empty()) flagged = std::filesystem::absolute(flagged, path_error).string();
+    if (!ready_file.empty()) ready_file = std::filesystem::absolute(ready_file, path_error).string();
+    try {
+        opt.unix_mode = static_cast<unsigned>(std::stoul(unix_mode_text, nullptr, 8)) & 07777u;
+    } catch (const std::exception&) {
+        log.error("--unix-mode: expected an octal mode such as 0660");
+        return kExitUsage;
+    }
+    if (idle_s <= 0 || request_s <= 0 || decision_ms <= 0 || slow_ms < 0 || worker_threads == 0) {
+        log.error("timeouts and --worker-threads must be positive");
+        return kExitUsage;
+    }
+    opt.idle_timeout = std::chrono::seconds(idle_s);
+    opt.request_timeout = std::chrono::seconds(request_s);
+    opt.decision_timeout = std::chrono::milliseconds(decision_ms);
+    auto stages = PolicyStageSet::parse(stages_text);
+    if (!stages) {
+        log.error("--stages: " + stages.error().message);
+        return kExitUsage;
+    }
+
+    // The decider. Today: a static destination table. The ledger-backed
+    // decider (ledger + rules engine: flagged, escalated or local-outbound
+    // incident -> configured action) replaces it here once it exists.
+    std::shared_ptr<PolicyDecider> decider;
+    std::size_t destinations = 0;
+    if (!flagged.empty()) {
+        auto table = StaticDestinationDecider::load(flagged);
+        if (!table) {
+            log.error(table.error().message);
+            return kExitUsage;
+        }
+        destinations = (*table)->size();
+        decider = std::shared_ptr<StaticDestinationDecider>(std::move(*table));
+    } else {
+        decider = std::make_shared<DunnoDecider>();
+    }
+    const auto* table_decider = dynamic_cast<const StaticDestinationDecider*>(decider.get());
+    if (slow_ms > 0) decider = std::make_shared<SlowDecider>(decider, std::chrono::milliseconds(slow_ms));
+
+    auto verdict_target = parse_verdict_log_target(
+        verdict_log_spec.empty() ? (foreground ? "stderr" : "syslog") : verdict_log_spec);
+    if (!verdict_target) {
+        log.error("--verdict-log: " + verdict_target.error().message);
+        return kExitUsage;
+    }
+    verdict_target->ident = "retryguard/policyd";
+
+    int daemon_fd = -1;
+    if (!foreground && (daemon_fd = daemonize_begin()) < 0) {
+        log.error("cannot become a daemon");
+        return kExitFailure;
+    }
+
+    VerdictLog verdicts;
+    if (auto st = verdicts.open(*verdict_target); !st) {
+        log.error("verdict log: " + st.error().message);
+        daemonize_end(daemon_fd, kExitUsage);
+        return kExitUsage;
+    }
+    PolicyMetrics metrics;
+    metrics.set_destinations(destinations);
+    PolicyService service(*stages, metrics);
+    asio::io_context io(1);
+    asio::thread_pool workers(worker_threads);
+    Server server(io, opt, service, decider, workers, log, verdicts);
+    auto bound = server.bind();
+    if (!bound) {
+        log.error(bound.error().message);
+        const int rc = bound.error().kind == ErrorKind::config ? kExitUsage : kExitFailure;
+        daemonize_end(daemon_fd, rc);
+        return rc;
+    }
+    ::signal(SIGPIPE, SIG_IGN);
+
+    // The log follower (issue: feeds the ledger and the rules engine) will run
+    // here on its own thread, started after the listeners and stopped after
+    // the drain, sharing only the ledger with the policy path.
+
+    asio::signal_set signals(io, SIGHUP, SIGTERM, SIGINT);
+    std::function<void()> wait_signal;
+    wait_signal = [&] {
+        signals.async_wait([&](const error_code& ec, int sig) {
+            if (ec) return;
+            if (sig == SIGHUP) {
+                notify_reloading();
+                log.info("SIGHUP: reloading " + decider->describe());
+                // Reading the table may take a while: off the event loop. The
+                // decider swaps its table whole, so requests keep flowing.
+                asio::post(workers, [&] {
+                    Status st = decider->reload();
+                    asio::post(io, [&, st = std::move(st)] {
+                        metrics.reload(st.ok());
+                        if (table_decider) metrics.set_destinations(table_decider->size());
+                        if (st.ok())
+                            log.info("reload done: " + decider->describe());
+                        else
+                            log.error("reload failed, keeping the previous table: " + st.error().message);
+                        notify("READY=1");
+                    });
+                });
+                wait_signal();
+                return;
+            }
+            log.info(sig == SIGTERM ? "SIGTERM: draining" : "SIGINT: draining");
+            notify("STOPPING=1");
+            server.drain();
+        });
+    };
+    wait_signal();
+
+    server.start();
+    for (const auto& line : *bound) log.info("listening: " + line);
+    log.info(fmt::format("ready: {}; stages {}", decider->describe(), stages->to_string()));
+    if (!ready_file.empty()) {
+        const std::string tmp = ready_file + ".tmp";
+        {
+            std::ofstream f(tmp, std::ios::trunc);
+            for (const auto& line : *bound) f << line << '\n';
+            f << "pid " << ::getpid() << '\n';
+        }
+        std::rename(tmp.c_str(), ready_file.c_str());
+    }
+    notify("READY=1");
+    daemonize_end(daemon_fd, kExitOk);
+
+    try {
+        io.run();
+    } catch (const std::exception& e) {
+        log.error(std::string("event loop: ") + e.what());
+        workers.stop();
+        workers.join();
+        return kExitFailure;
+    }
+    workers.stop();
+    workers.join();
+    log.info("stopped");
+    return kExitOk;
+}

@@ -1,0 +1,539 @@
+// server.cpp -- listeners, sessions, timeouts and the metrics endpoint of
+// retryguard-policyd.
+//
+// One coroutine per connection reads whatever bytes arrive, lets the core
+// parser cut them into requests (several per read when Postfix pipelines),
+// answers each in order and writes all answers of one read at once. A
+// per-connection watchdog enforces the idle and request timeouts without a
+// timer syscall per request. Must never block the event loop: deciders that
+// may block run on the worker pool under a deadline, and any failure answers
+// DUNNO (fail-open), counted and logged.
+#include "server.hpp"
+
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cstdio>
+#include <optional>
+
+#include <fmt/format.h>
+
+namespace retryguard::policyd {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::awaitable;
+using asio::use_awaitable;
+using boost::system::error_code;
+
+// ------------------------------------------------------------------ Logger
+
+Logger::Logger(bool to_stderr) : stderr_(to_stderr), pid_(static_cast<int>(::getpid())) {
+    if (!stderr_) openlog("retryguard/policyd", LOG_PID | LOG_NDELAY, LOG_MAIL);
+}
+void Logger::info(const std::string& msg) {
+    emit(LOG_INFO, nullptr, msg);
+}
+void Logger::warning(const std::string& msg) {
+    emit(LOG_WARNING, "warning: ", msg);
+}
+void Logger::error(const std::string& msg) {
+    emit(LOG_ERR, "error: ", msg);
+}
+void Logger::emit(int priority, const char* level, const std::string& msg) {
+    if (stderr_) {
+        std::fprintf(stderr, "retryguard-policyd[%d]: %s%s\n", static_cast<int>(::getpid()),
+                     level ? level : "", msg.c_str());
+        std::fflush(stderr);
+    } else {
+        syslog(priority, "%s%s", level ? level : "", msg.c_str());
+    }
+}
+
+// ---------------------------------------------------------------- sessions
+
+struct Server::Conn {
+    explicit Conn(const asio::any_io_executor& ex) : timer(ex) {}
+    asio::steady_timer timer;
+    PolicyClock::time_point deadline;
+    std::function<void()> close;  // closes the session's socket
+    bool open = true;
+    bool idle = true;  // between requests: may be closed at once when draining
+    bool timed_out = false;
+};
+
+Server::Server(asio::io_context& io, ServerOptions options, PolicyService& service,
+               std::shared_ptr<PolicyDecider> decider, asio::thread_pool& workers, Logger& log,
+               VerdictLog& verdicts)
+    : io_(io),
+      options_(std::move(options)),
+      service_(service),
+      decider_(std::move(decider)),
+      workers_(workers),
+      log_(log),
+      verdicts_(verdicts),
+      pending_decisions_(std::make_shared<std::atomic<std::size_t>>(0)) {}
+
+Server::~Server() {
+    for (const auto& path : unix_paths_) ::unlink(path.c_str());
+}
+
+namespace {
+
+std::string peer_of(const asio::ip::tcp::socket& s) {
+    error_code ec;
+    const auto ep = s.remote_endpoint(ec);
+    return ec ? std::string("unknown") : fmt::format("{}:{}", ep.address().to_string(), ep.port());
+}
+std::string peer_of(const asio::local::stream_protocol::socket&) {
+    return "local";
+}
+
+// At most one line per second per kind, so a flood of failures cannot flood
+// the log; the suppressed count goes into the next line.
+class LogLimiter {
+  public:
+    bool allow(std::uint64_t& suppressed) {
+        const auto now = PolicyClock::now();
+        if (now - last_ < std::chrono::seconds(1)) {
+            ++suppressed_;
+            return false;
+        }
+        last_ = now;
+        suppressed = suppressed_;
+        suppressed_ = 0;
+        return true;
+    }
+
+  private:
+    PolicyClock::time_point last_{};
+    std::uint64_t suppressed_ = 0;
+};
+
+LogLimiter g_fail_open_log;
+LogLimiter g_malformed_log;
+
+// One line per answer other than DUNNO, in the project's verdict format
+// (docs/verdicts.md), keyed by queue ID like Postfix's own lines; NOQUEUE, as
+// Postfix writes, at the first RCPT before the queue file exists.
+void log_verdict(VerdictLog& verdicts, const PolicyRequest& r, const Decision& d) {
+    if (d.kind == ActionKind::dunno) return;
+    const std::string_view qid = r.get(PolicyAttr::queue_id);
+    Verdict v;
+    v.key = qid.empty() ? "NOQUEUE" : std::string(qid);
+    v.name = "policy_" + std::string(to_string(d.kind));
+    v.add("action", d.action)
+        .add("recipient", std::string(r.get(PolicyAttr::recipient)))
+        .add("destination", std::string(r.recipient_domain()))
+        .add("stage", std::string(r.get(PolicyAttr::protocol_state)))
+        .add("client", std::string(r.get(PolicyAttr::client_address)))
+        .add("instance", std::string(r.get(PolicyAttr::instance)));
+    verdicts.write(v);
+}
+
+}  // namespace
+
+awaitable<void> Server::watchdog(std::shared_ptr<Conn> conn) {
+    error_code ec;
+    while (conn->open) {
+        conn->timer.expires_at(conn->deadline);
+        co_await conn->timer.async_wait(asio::redirect_error(use_awaitable, ec));
+        if (!conn->open) break;
+        if (PolicyClock::now() >= conn->deadline) {
+            conn->timed_out = true;
+            if (conn->close) conn->close();
+            break;
+        }
+    }
+}
+
+awaitable<void> Server::decide_offloaded(const PolicyRequest& request, std::string& out) {
+    if (pending_decisions_->load(std::memory_order_relaxed) >= options_.max_pending_decisions) {
+        service_.answer_fail_open(out, FailOpenReason::overload);
+        std::uint64_t suppressed = 0;
+        if (g_fail_open_log.allow(suppressed))
+            log_.warning(
+                fmt::format("fail-open (overload: {} decisions pending) for recipient=<{}>; "
+                            "{} similar lines suppressed",
+                            options_.max_pending_decisions, request.get(PolicyAttr::recipient), suppressed));
+        co_return;
+    }
+    struct State {
+        explicit State(const asio::any_io_executor& ex) : timer(ex) {}
+        asio::steady_timer timer;
+        std::optional<Decision> result;
+        bool failed = false;
+    };
+    auto state = std::make_shared<State>(co_await asio::this_coro::executor);
+    const auto deadline = PolicyClock::now() + options_.decision_timeout;
+    state->timer.expires_at(deadline);
+    // The worker gets its own copy: on a timeout this coroutine moves on and
+    // the parser reuses `request` while the worker may still read it.
+    auto copy = std::make_shared<const PolicyRequest>(request);
+    pending_decisions_->fetch_add(1, std::memory_order_relaxed);
+    asio::post(workers_, [state, copy, deadline, decider = decider_, service = &service_,
+                          pending = pending_decisions_, loop = io_.get_executor()] {
+        bool failed = false;
+        Decision d = service->decide_contained(*decider, *copy, deadline, failed);
+        pending->fetch_sub(1, std::memory_order_relaxed);
+        asio::post(loop, [state, d = std::move(d), failed]() mutable {
+            if (failed)
+                state->failed = true;
+            else
+                state->result = std::move(d);
+            state->timer.cancel();
+        });
+    });
+    // Only this thread runs the completion above, and it cannot run before
+    // this wait starts, so a cancel is never lost.
+    error_code ec;
+    co_await state->timer.async_wait(asio::redirect_error(use_awaitable, ec));
+    if (state->result) {
+        service_.answer(out, *state->result);
+        log_verdict(verdicts_, request, *state->result);
+        co_return;
+    }
+    const FailOpenReason why = state->failed ? FailOpenReason::decider_error : FailOpenReason::timeout;
+    service_.answer_fail_open(out, why);
+    std::uint64_t suppressed = 0;
+    if (g_fail_open_log.allow(suppressed))
+        log_.warning(
+            fmt::format("fail-open ({}) for recipient=<{}>: answered DUNNO; {} similar lines suppressed",
+                        to_string(why), request.get(PolicyAttr::recipient), suppressed));
+}
+
+template <typename Socket>
+awaitable<void> Server::session(Socket socket) {
+    auto conn = std::make_shared<Conn>(socket.get_executor());
+    conn->close = [&socket] {
+        error_code ignored;
+        socket.close(ignored);
+    };
+    conn->deadline = PolicyClock::now() + options_.idle_timeout;
+    conns_.insert(conn.get());
+    service_.metrics().connection_opened();
+    // Runs however the session ends, an exception included, so the drain
+    // never waits for a connection that is gone.
+    struct Cleanup {
+        Server& server;
+        Conn& conn;
+        ~Cleanup() {
+            conn.open = false;
+            if (conn.close) conn.close();
+            conn.close = nullptr;
+            conn.timer.cancel();
+            server.conns_.erase(&conn);
+            server.service_.metrics().connection_closed();
+            if (server.draining_ && server.conns_.empty()) server.io_.stop();
+        }
+    } cleanup{*this, *conn};
+    asio::co_spawn(io_, watchdog(conn), asio::detached);
+
+    PolicyParser parser(options_.limits);
+    std::string out;
+    out.reserve(256);
+    char buf[16384];
+    bool request_deadline_set = false;
+    std::uint64_t completed = 0;         // requests answered on this connection
+    std::uint64_t deadline_request = 0;  // `completed` when the request deadline was set
+    for (;;) {
+        if (draining_ && !parser.in_request()) break;
+        error_code ec;
+        const std::size_t n =
+            co_await socket.async_read_some(asio::buffer(buf), asio::redirect_error(use_awaitable, ec));
+        if (ec) {
+            if (conn->timed_out) {
+                service_.metrics().idle_timeout();
+                log_.info(fmt::format("closing connection from {}: {} timeout", peer_of(socket),
+                                      parser.in_request() ? "request" : "idle"));
+            }
+            break;
+        }
+        conn->idle = false;  // until every request of this read is answered
+        std::string_view in(buf, n);
+        out.clear();
+        bool malformed = false;
+        for (;;) {
+            const PolicyParser::State st = parser.feed(in);
+            if (st == PolicyParser::State::need_more) break;
+            if (st == PolicyParser::State::error) {
+                malformed = true;
+                service_.metrics().malformed(parser.error());
+                std::uint64_t suppressed = 0;
+                if (g_malformed_log.allow(suppressed))
+                    log_.warning(
+                        fmt::format("malformed policy request from {}: {}; closing the connection; "
+                                    "{} similar lines suppressed",
+                                    peer_of(socket), to_string(parser.error()), suppressed));
+                break;
+            }
+            ++completed;
+            const auto started = PolicyClock::now();
+            const PolicyRequest& request = parser.request();
+            if (!service_.wants_decision(request)) {
+                service_.answer_dunno(out);
+            } else if (!decider_->may_block()) {
+                bool failed = false;
+                const Decision d = service_.decide_contained(*decider_, request,
+                                                             started + options_.decision_timeout, failed);
+                if (failed) {
+                    service_.answer_fail_open(out, FailOpenReason::decider_error);
+                    log_.warning(fmt::format("fail-open (decider_error) for recipient=<{}>: answered DUNNO",
+                                             request.get(PolicyAttr::recipient)));
+                } else {
+                    service_.answer(out, d);
+                    log_verdict(verdicts_, request, d);
+                }
+            } else {
+                co_await decide_offloaded(request, out);
+            }
+            service_.metrics().latency(static_cast<std::uint64_t>(
+                std::chrono::duration_cast<std::chrono::microseconds>(PolicyClock::now() - started).count()));
+        }
+        // Answers to the requests before a malformed one still go out.
+        if (!out.empty()) {
+            co_await asio::async_write(socket, asio::buffer(out), asio::redirect_error(use_awaitable, ec));
+            if (ec) break;
+        }
+        if (malformed) break;
+        const auto now = PolicyClock::now();
+        if (parser.in_request()) {
+            // A new partial request (possibly after complete ones in the same
+            // read) gets its own deadline.
+            if (!request_deadline_set || deadline_request != completed) {
+                const bool from_idle = !request_deadline_set;
+                request_deadline_set = true;
+                deadline_request = completed;
+                conn->deadline = now + options_.request_timeout;
+                // From the idle deadline the deadline usually moves earlier:
+                // wake the watchdog to re-arm. Later moves it picks up lazily.
+                if (from_idle) conn->timer.cancel();
+            }
+        } else {
+            conn->idle = true;
+            request_deadline_set = false;
+            conn->deadline = now + options_.idle_timeout;  // the watchdog re-arms lazily
+        }
+    }
+}
+
+template <typename Acceptor>
+awaitable<void> Server::accept_loop(Acceptor& acceptor) {
+    for (;;) {
+        error_code ec;
+        auto socket = co_await acceptor.async_accept(asio::redirect_error(use_awaitable, ec));
+        if (draining_ || !acceptor.is_open()) co_return;
+        if (ec) {
+            // EMFILE and friends: back off instead of spinning.
+            log_.warning(fmt::format("accept: {}", ec.message()));
+            asio::steady_timer pause(io_, std::chrono::milliseconds(100));
+            co_await pause.async_wait(asio::redirect_error(use_awaitable, ec));
+            continue;
+        }
+        if (conns_.size() >= options_.max_connections) {
+            service_.metrics().connection_refused();
+            std::uint64_t suppressed = 0;
+            if (g_malformed_log.allow(suppressed))
+                log_.warning(fmt::format("connection limit {} reached: refusing a connection",
+                                         options_.max_connections));
+            continue;
+        }
+        if constexpr (std::is_same_v<decltype(socket), asio::ip::tcp::socket>)
+            socket.set_option(asio::ip::tcp::no_delay(true), ec);
+        asio::co_spawn(io_, session(std::move(socket)), [this](std::exception_ptr e) {
+            if (!e) return;
+            try {
+                std::rethrow_exception(e);
+            } catch (const std::exception& ex) {
+                log_.error(std::string("connection aborted: ") + ex.what());
+            } catch (...) {
+                log_.error("connection aborted by an unknown exception");
+            }
+        });
+    }
+}
+
+// ----------------------------------------------------------------- metrics
+
+awaitable<void> Server::http_session(asio::ip::tcp::socket socket) {
+    asio::steady_timer guard(io_, std::chrono::seconds(5));
+    guard.async_wait([&socket](const error_code& ec) {
+        if (!ec) {
+            error_code ignored;
+            socket.close(ignored);
+        }
+    });
+    beast::flat_buffer buffer(8192);
+    http::request_parser<http::empty_body> parser;
+    parser.header_limit(8192);
+    error_code ec;
+    co_await http::async_read(socket, buffer, parser, asio::redirect_error(use_awaitable, ec));
+    if (!ec) {
+        const auto& req = parser.get();
+        http::response<http::string_body> res;
+        res.version(req.version());
+        res.keep_alive(false);
+        const std::string_view target(req.target().data(), req.target().size());
+        if (req.method() != http::verb::get && req.method() != http::verb::head) {
+            res.result(http::status::method_not_allowed);
+            res.body() = "GET only\n";
+        } else if (target == "/metrics") {
+            res.result(http::status::ok);
+            res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+            res.body() = service_.metrics().render_prometheus();
+            res.body() += fmt::format(
+                "# HELP retryguard_verdict_log_failures_total Verdict lines that could not be written.\n"
+                "# TYPE retryguard_verdict_log_failures_total counter\n"
+                "retryguard_verdict_log_failures_total {}\n",
+                verdicts_.failures());
+        } else if (target == "/health") {
+            res.result(draining_ ? http::status::service_unavailable : http::status::ok);
+            res.set(http::field::content_type, "text/plain");
+            res.body() = draining_ ? "draining\n" : "ok\n";
+        } else {
+            res.result(http::status::not_found);
+            res.body() = "try /metrics or /health\n";
+        }
+        res.prepare_payload();
+        co_await http::async_write(socket, res, asio::redirect_error(use_awaitable, ec));
+        socket.shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+    }
+    guard.cancel();
+}
+
+awaitable<void> Server::metrics_loop() {
+    for (;;) {
+        error_code ec;
+        auto socket = co_await metrics_acceptor_->async_accept(asio::redirect_error(use_awaitable, ec));
+        if (!metrics_acceptor_->is_open()) co_return;
+        if (ec) continue;
+        asio::co_spawn(io_, http_session(std::move(socket)), asio::detached);
+    }
+}
+
+// ------------------------------------------------------------- listeners
+
+namespace {
+
+Result<asio::ip::tcp::endpoint> loopback_endpoint(std::string_view spec) {
+    const auto colon = spec.rfind(':');
+    if (colon == std::string_view::npos) return make_error(ErrorKind::config, "expected HOST:PORT");
+    std::string host(spec.substr(0, colon));
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    error_code ec;
+    const auto addr = asio::ip::make_address(host, ec);
+    if (ec) return make_error(ErrorKind::config, "bad address '" + host + "'");
+    // The policy protocol has no authentication: loopback only.
+    if (!addr.is_loopback())
+        return make_error(ErrorKind::config,
+                          "'" + host + "' is not a loopback address (use 127.0.0.1 or ::1)");
+    unsigned long port = 0;
+    const std::string port_text(spec.substr(colon + 1));
+    char* end = nullptr;
+    port = std::strtoul(port_text.c_str(), &end, 10);
+    if (port_text.empty() || *end != '\0' || port > 65535)
+        return make_error(ErrorKind::config, "bad port '" + port_text + "'");
+    return asio::ip::tcp::endpoint(addr, static_cast<unsigned short>(port));
+}
+
+std::string to_string(const asio::ip::tcp::endpoint& ep) {
+    return ep.address().is_v6() ? fmt::format("[{}]:{}", ep.address().to_string(), ep.port())
+                                : fmt::format("{}:{}", ep.address().to_string(), ep.port());
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> Server::bind() {
+    std::vector<std::string> bound;
+    try {
+        for (const std::string& spec : options_.listen) {
+            if (spec.rfind("tcp:", 0) == 0) {
+                auto ep = loopback_endpoint(std::string_view(spec).substr(4));
+                if (!ep) return make_error(ErrorKind::config, spec + ": " + ep.error().message);
+                auto acc = std::make_unique<asio::ip::tcp::acceptor>(io_);
+                acc->open(ep->protocol());
+                acc->set_option(asio::socket_base::reuse_address(true));
+                acc->bind(*ep);
+                acc->listen(asio::socket_base::max_listen_connections);
+                bound.push_back("policy tcp:" + to_string(acc->local_endpoint()));
+                tcp_acceptors_.push_back(std::move(acc));
+            } else if (spec.rfind("unix:", 0) == 0) {
+                const std::string path = spec.substr(5);
+                if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path))
+                    return make_error(ErrorKind::config, spec + ": bad socket path");
+                struct stat st {};
+                // A stale socket from an earlier run; never remove anything else.
+                if (::lstat(path.c_str(), &st) == 0) {
+                    if (!S_ISSOCK(st.st_mode))
+                        return make_error(ErrorKind::config, spec + ": exists and is not a socket");
+                    ::unlink(path.c_str());
+                }
+                auto acc = std::make_unique<asio::local::stream_protocol::acceptor>(io_);
+                acc->open();
+                acc->bind(asio::local::stream_protocol::endpoint(path));
+                unix_paths_.push_back(path);
+                if (::chmod(path.c_str(), options_.unix_mode) != 0)
+                    return make_error(ErrorKind::io, spec + ": chmod failed");
+                acc->listen(asio::socket_base::max_listen_connections);
+                bound.push_back("policy unix:" + path);
+                unix_acceptors_.push_back(std::move(acc));
+            } else {
+                return make_error(ErrorKind::config, spec + ": expected unix:/path or tcp:HOST:PORT");
+            }
+        }
+        if (!options_.metrics.empty()) {
+            auto ep = loopback_endpoint(options_.metrics);
+            if (!ep)
+                return make_error(ErrorKind::config,
+                                  "metrics " + options_.metrics + ": " + ep.error().message);
+            metrics_acceptor_ = std::make_unique<asio::ip::tcp::acceptor>(io_);
+            metrics_acceptor_->open(ep->protocol());
+            metrics_acceptor_->set_option(asio::socket_base::reuse_address(true));
+            metrics_acceptor_->bind(*ep);
+            metrics_acceptor_->listen();
+            bound.push_back("metrics " + to_string(metrics_acceptor_->local_endpoint()));
+        }
+    } catch (const boost::system::system_error& e) {
+        return make_error(ErrorKind::io, std::string("listen: ") + e.what());
+    }
+    if (tcp_acceptors_.empty() && unix_acceptors_.empty())
+        return make_error(ErrorKind::config, "nothing to listen on (use --listen)");
+    return bound;
+}
+
+void Server::start() {
+    for (auto& acc : tcp_acceptors_) asio::co_spawn(io_, accept_loop(*acc), asio::detached);
+    for (auto& acc : unix_acceptors_) asio::co_spawn(io_, accept_loop(*acc), asio::detached);
+    if (metrics_acceptor_) asio::co_spawn(io_, metrics_loop(), asio::detached);
+}
+
+void Server::drain() {
+    if (draining_) return;
+    draining_ = true;
+    error_code ignored;
+    for (auto& acc : tcp_acceptors_) acc->close(ignored);
+    for (auto& acc : unix_acceptors_) acc->close(ignored);
+    for (const auto& path : unix_paths_) ::unlink(path.c_str());
+    unix_paths_.clear();
+    if (metrics_acceptor_) metrics_acceptor_->close(ignored);
+    log_.info(fmt::format("draining {} connection(s)", conns_.size()));
+    // Idle connections close now; one in the middle of a request finishes it.
+    for (Conn* c : conns_) {
+        if (c->idle && c->close) c->close();
+    }
+    if (conns_.empty()) {
+        io_.stop();
+        return;
+    }
+    auto hard_stop = std::make_shared<asio::steady_timer>(io_, options_.drain_timeout);
+    hard_stop->async_wait([this, hard_stop](const error_code& ec) {
+        if (ec) return;
+        log_.warning(fmt::format("drain timeout: closing {} connection(s) mid-request", conns_.size()));
+        io_.stop();
+    });
+}
+
+}  // namespace retryguard::policyd

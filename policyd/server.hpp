@@ -1,0 +1,104 @@
+// server.hpp -- retryguard-policyd's sockets: policy listeners (UNIX and
+// loopback TCP), per-connection sessions, the metrics/health HTTP endpoint.
+//
+// Owns I/O, timeouts and threads only. Must never decide policy or parse the
+// protocol itself: every request goes to the core (PolicyParser,
+// PolicyService, PolicyDecider). Runs on one event-loop thread; a decider that
+// may block runs on the worker pool, never on that thread.
+#pragma once
+
+// Boost 1.74's awaitable.hpp uses std::exchange without including <utility>.
+#include <utility>
+
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "retryguard/policy.hpp"
+#include "retryguard/policy_service.hpp"
+#include "retryguard/verdict_log.hpp"
+
+namespace retryguard::policyd {
+
+namespace asio = boost::asio;
+
+struct ServerOptions {
+    std::vector<std::string> listen;  // "unix:/path" or "tcp:127.0.0.1:10040" (port 0: any free port)
+    unsigned unix_mode = 0660;
+    std::string metrics;  // "127.0.0.1:9465", empty for none
+    PolicyLimits limits;
+    std::chrono::milliseconds idle_timeout{330'000};    // between requests (Postfix's max_idle is 300 s)
+    std::chrono::milliseconds request_timeout{10'000};  // from a request's first byte to its last
+    std::chrono::milliseconds decision_timeout{100};    // deadline for a decider that may block
+    std::size_t max_connections = 4096;
+    std::size_t max_pending_decisions = 1024;  // queued for the worker pool before failing open
+    std::chrono::milliseconds drain_timeout{10'000};
+};
+
+class Logger;
+
+class Server {
+  public:
+    Server(asio::io_context& io, ServerOptions options, PolicyService& service,
+           std::shared_ptr<PolicyDecider> decider, asio::thread_pool& workers, Logger& log,
+           VerdictLog& verdicts);
+    ~Server();
+
+    // Binds every listener; the endpoints actually bound (port 0 resolved)
+    // come back as "policy <endpoint>" / "metrics <endpoint>" lines.
+    Result<std::vector<std::string>> bind();
+    void start();
+    // SIGTERM: stop accepting, close idle connections, let each open request
+    // finish; io.run() returns when the last connection is gone.
+    void drain();
+    bool draining() const noexcept { return draining_; }
+
+    struct Conn;
+
+  private:
+    template <typename Socket>
+    asio::awaitable<void> session(Socket socket);
+    template <typename Acceptor>
+    asio::awaitable<void> accept_loop(Acceptor& acceptor);
+    asio::awaitable<void> watchdog(std::shared_ptr<Conn> conn);
+    asio::awaitable<void> decide_offloaded(const PolicyRequest& request, std::string& out);
+    asio::awaitable<void> metrics_loop();
+    asio::awaitable<void> http_session(asio::ip::tcp::socket socket);
+
+    asio::io_context& io_;
+    ServerOptions options_;
+    PolicyService& service_;
+    std::shared_ptr<PolicyDecider> decider_;
+    asio::thread_pool& workers_;
+    Logger& log_;
+    VerdictLog& verdicts_;
+    std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> tcp_acceptors_;
+    std::vector<std::unique_ptr<asio::local::stream_protocol::acceptor>> unix_acceptors_;
+    std::vector<std::string> unix_paths_;
+    std::unique_ptr<asio::ip::tcp::acceptor> metrics_acceptor_;
+    std::unordered_set<Conn*> conns_;
+    std::shared_ptr<std::atomic<std::size_t>> pending_decisions_;
+    bool draining_ = false;
+};
+
+// One line per event, to stderr in the foreground and to syslog (facility
+// mail, next to Postfix's own lines) otherwise.
+class Logger {
+  public:
+    explicit Logger(bool to_stderr);
+    void info(const std::string& msg);
+    void warning(const std::string& msg);
+    void error(const std::string& msg);
+
+  private:
+    void emit(int priority, const char* level, const std::string& msg);
+    bool stderr_;
+    int pid_;  // stderr logging means --foreground: the pid never changes
+};
+
+}  // namespace retryguard::policyd

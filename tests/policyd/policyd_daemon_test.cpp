@@ -1,0 +1,687 @@
+// policyd_daemon_test.cpp -- runs the real retryguard-policyd binary on a free
+// loopback port and a temporary UNIX socket and talks the policy protocol to
+// it: verdicts, pipelining, malformed/oversized/slow clients, stages,
+// fail-open, SIGHUP reload, SIGTERM drain, metrics and systemd notify.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string read_file(const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::string request(const std::string& recipient, const std::string& stage = "RCPT",
+                    const std::string& extra = "") {
+    return "request=smtpd_access_policy\nprotocol_state=" + stage +
+           "\nprotocol_name=ESMTP\nclient_address=192.0.2.1\nclient_name=mx.example\nhelo_name=mx.example\n"
+           "queue_id=\nsender=s@example.org\nrecipient=" +
+           recipient + "\nrecipient_count=0\ninstance=a.b.c.0\nsize=0\n" + extra + "\n";
+}
+
+// A blocking client socket with deadlines.
+class Client {
+  public:
+    static Client tcp(int port) {
+        Client c(::socket(AF_INET, SOCK_STREAM, 0));
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<uint16_t>(port));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        c.ok_ = ::connect(c.fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+        int one = 1;
+        ::setsockopt(c.fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        return c;
+    }
+    static Client unix_socket(const std::string& path) {
+        Client c(::socket(AF_UNIX, SOCK_STREAM, 0));
+        sockaddr_un a{};
+        a.sun_family = AF_UNIX;
+        std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+        c.ok_ = ::connect(c.fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+        return c;
+    }
+    Client(Client&& o) noexcept : fd_(std::exchange(o.fd_, -1)), ok_(o.ok_), buf_(std::move(o.buf_)) {}
+    ~Client() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    bool connected() const { return ok_; }
+    const std::string& received() const { return buf_; }
+    bool send(const std::string& s) {
+        std::size_t off = 0;
+        while (off < s.size()) {
+            const ssize_t n = ::send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+            if (n <= 0) return false;
+            off += static_cast<std::size_t>(n);
+        }
+        return true;
+    }
+    // One answer ("...\n\n"), or "" on EOF/timeout.
+    std::string answer(std::chrono::milliseconds timeout = 5000ms) {
+        const auto until = Clock::now() + timeout;
+        for (;;) {
+            const auto end = buf_.find("\n\n");
+            if (end != std::string::npos) {
+                std::string a = buf_.substr(0, end + 2);
+                buf_.erase(0, end + 2);
+                return a;
+            }
+            if (!fill(until)) return "";
+        }
+    }
+    // True if the peer closes the connection within `timeout`.
+    bool closed_within(std::chrono::milliseconds timeout) {
+        const auto until = Clock::now() + timeout;
+        while (fill(until)) {
+        }
+        return eof_;
+    }
+
+  private:
+    explicit Client(int fd) : fd_(fd) {}
+    bool fill(Clock::time_point until) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+        if (left <= 0) return false;
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(left)) <= 0) return false;
+        char b[4096];
+        const ssize_t n = ::recv(fd_, b, sizeof b, 0);
+        if (n <= 0) {
+            eof_ = true;
+            return false;
+        }
+        buf_.append(b, static_cast<std::size_t>(n));
+        return true;
+    }
+    int fd_ = -1;
+    bool ok_ = false;
+    bool eof_ = false;
+    std::string buf_;
+};
+
+std::string http_body(int port, const std::string& path) {
+    // HTTP/1.1 with Connection: close: everything up to EOF.
+    Client c = Client::tcp(port);
+    if (!c.connected()) return "";
+    c.send("GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    c.closed_within(3000ms);
+    return c.received();
+}
+
+// Value of one metric line ("name{labels} value"), or -1.
+double metric(const std::string& text, const std::string& series) {
+    const auto pos = text.find("\n" + series + " ");
+    if (pos == std::string::npos) return -1;
+    return std::stod(text.substr(pos + series.size() + 2));
+}
+
+class Daemon {
+  public:
+    explicit Daemon(std::vector<std::string> extra = {}, std::map<std::string, std::string> env = {}) {
+        dir_ = fs::temp_directory_path() /
+               ("rg-policyd-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+        fs::remove_all(dir_);
+        fs::create_directories(dir_);
+        table_ = dir_ / "flagged";
+        write_table(
+            "# test table\n"
+            "flagged.test REJECT 5.7.1 destination flagged by retryguard\n"
+            "warned.test WARN retryguard: destination flagged\n"
+            "held.test HOLD retryguard\n");
+        unix_path_ = (dir_ / "policy.sock").string();
+        std::vector<std::string> args = {RETRYGUARD_POLICYD, "--foreground", "-l",
+                                         "tcp:127.0.0.1:0",  "-l",           "unix:" + unix_path_,
+                                         "--metrics",        "127.0.0.1:0",  "--flagged",
+                                         table_.string(),    "--ready-file", (dir_ / "ready").string()};
+        args.insert(args.end(), extra.begin(), extra.end());
+        start(args, env);
+    }
+    ~Daemon() {
+        if (pid_ > 0) {
+            ::kill(pid_, SIGKILL);
+            ::waitpid(pid_, nullptr, 0);
+        }
+        fs::remove_all(dir_);
+    }
+    void write_table(const std::string& text) {
+        const auto tmp = table_.string() + ".tmp";
+        std::ofstream(tmp) << text;
+        fs::rename(tmp, table_);
+    }
+    bool ready() const { return port_ > 0 && metrics_port_ > 0; }
+    int port() const { return port_; }
+    int metrics_port() const { return metrics_port_; }
+    const std::string& unix_path() const { return unix_path_; }
+    pid_t pid() const { return pid_; }
+    std::string log() const { return read_file(dir_ / "log"); }
+    std::string metrics() const { return http_body(metrics_port_, "/metrics"); }
+    void signal(int sig) const { ::kill(pid_, sig); }
+    // Waits for exit; returns the exit status, or -1 on timeout/signal.
+    int wait_exit(std::chrono::milliseconds timeout) {
+        const auto until = Clock::now() + timeout;
+        while (Clock::now() < until) {
+            int st = 0;
+            const pid_t r = ::waitpid(pid_, &st, WNOHANG);
+            if (r == pid_) {
+                pid_ = -1;
+                return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+            }
+            std::this_thread::sleep_for(20ms);
+        }
+        return -1;
+    }
+    const fs::path& dir() const { return dir_; }
+
+  private:
+    void start(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
+        const std::string log = (dir_ / "log").string();
+        pid_ = ::fork();
+        if (pid_ == 0) {
+            const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            ::dup2(fd, 2);
+            ::dup2(fd, 1);
+            for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+            std::vector<char*> argv;
+            for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+            argv.push_back(nullptr);
+            ::execv(argv[0], argv.data());
+            ::_exit(127);
+        }
+        const auto until = Clock::now() + 15s;
+        while (Clock::now() < until) {
+            const std::string r = read_file(dir_ / "ready");
+            if (!r.empty()) {
+                std::istringstream in(r);
+                std::string line;
+                while (std::getline(in, line)) {
+                    const auto colon = line.rfind(':');
+                    if (line.rfind("policy tcp:", 0) == 0) port_ = std::stoi(line.substr(colon + 1));
+                    if (line.rfind("metrics ", 0) == 0) metrics_port_ = std::stoi(line.substr(colon + 1));
+                }
+                return;
+            }
+            int st = 0;
+            if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+                pid_ = -1;
+                return;
+            }
+            std::this_thread::sleep_for(20ms);
+        }
+    }
+    static inline int counter_ = 0;
+    fs::path dir_, table_;
+    std::string unix_path_;
+    pid_t pid_ = -1;
+    int port_ = 0;
+    int metrics_port_ = 0;
+};
+
+const std::string kDunno = "action=DUNNO\n\n";
+const std::string kReject = "action=REJECT 5.7.1 destination flagged by retryguard\n\n";
+
+}  // namespace
+
+TEST(PolicydDaemon, UnknownDestinationGetsDunnoFlaggedGetsConfiguredActionOverTcpAndUnix) {
+    Daemon d;
+    ASSERT_TRUE(d.ready()) << d.log();
+    for (bool use_unix : {false, true}) {
+        Client c = use_unix ? Client::unix_socket(d.unix_path()) : Client::tcp(d.port());
+        ASSERT_TRUE(c.connected());
+        // One persistent connection, many requests, as Postfix's smtpd does.
+        for (int i = 0; i < 3; ++i) {
+            ASSERT_TRUE(c.send(request("user@unknown.test")));
+            EXPECT_EQ(c.answer(), kDunno);
+            ASSERT_TRUE(c.send(request("user@Flagged.Test")));
+            EXPECT_EQ(c.answer(), kReject);
+            ASSERT_TRUE(c.send(request("user@warned.test")));
+            EXPECT_EQ(c.answer(), "action=WARN retryguard: destination flagged\n\n");
+        }
+    }
+    EXPECT_NE(d.log().find("NOQUEUE: verdict=policy_reject action=\"REJECT 5.7.1 destination flagged by "
+                           "retryguard\" recipient=user@Flagged.Test destination=Flagged.Test stage=RCPT"),
+              std::string::npos)
+        << d.log();
+}
+
+TEST(PolicydDaemon, PipelinedAndSplitRequestsAreAnsweredInOrder) {
+    Daemon d;
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client c = Client::tcp(d.port());
+    const std::string batch = request("a@flagged.test") + request("b@x.test") + request("c@held.test");
+    ASSERT_TRUE(c.send(batch));
+    EXPECT_EQ(c.answer(), kReject);
+    EXPECT_EQ(c.answer(), kDunno);
+    EXPECT_EQ(c.answer(), "action=HOLD retryguard\n\n");
+    // The same bytes in small pieces with pauses.
+    for (std::size_t off = 0; off < batch.size(); off += 7) {
+        ASSERT_TRUE(c.send(batch.substr(off, 7)));
+        if (off % 140 == 0) std::this_thread::sleep_for(2ms);
+    }
+    EXPECT_EQ(c.answer(), kReject);
+    EXPECT_EQ(c.answer(), kDunno);
+    EXPECT_EQ(c.answer(), "action=HOLD retryguard\n\n");
+}
+
+TEST(PolicydDaemon, UnknownAttributesAreIgnoredAndCounted) {
+    Daemon d;
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client c = Client::tcp(d.port());
+    ASSERT_TRUE(c.send(request("a@flagged.test", "RCPT", "some_future_attribute=1\nanother=2\n")));
+    EXPECT_EQ(c.answer(), kReject);
+    EXPECT_EQ(metric(d.metrics(), "retryguard_policy_unknown_attributes_total"), 2);
+}
+
+TEST(PolicydDaemon, MalformedRequestClosesThatConnectionOnly) {
+    Daemon d;
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client good = Client::tcp(d.port());
+    ASSERT_TRUE(good.send(request("a@flagged.test")));
+    EXPECT_EQ(good.answer(), kReject);
+
+    Client bad = Client::tcp(d.port());
+    // A valid request, then garbage: the first is still answered, then close.
+    ASSERT_TRUE(bad.send(request("a@x.test") + "this line has no equals sign\n\n"));
+    EXPECT_EQ(bad.answer(), kDunno);
+    EXPECT_TRUE(bad.closed_within(3000ms));
+
+    Client binary = Client::unix_socket(d.unix_path());
+    ASSERT_TRUE(binary.send(std::string("\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03", 11)));
+    EXPECT_TRUE(binary.closed_within(3000ms));
+
+    ASSERT_TRUE(good.send(request("b@flagged.test")));
+    EXPECT_EQ(good.answer(), kReject);
+    const std::string m = d.metrics();
+    EXPECT_EQ(metric(m, "retryguard_policy_malformed_total{reason=\"malformed_line\"}"), 1) << m;
+    EXPECT_EQ(metric(m, "retryguard_policy_malformed_total{reason=\"binary_data\"}"), 1);
+    EXPECT_NE(d.log().find("warning: malformed policy request"), std::string::npos) << d.log();
+}
+
+TEST(PolicydDaemon, OversizedRequestAndLongLineAreRejected) {
+    Daemon d({"--max-request", "2048", "--max-line", "512"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client big = Client::tcp(d.port());
+    std::string extra;
+    for (int i = 0; i < 60; ++i) extra += "filler_" + std::to_string(i) + "=" + std::string(40, 'x') + "\n";
+    ASSERT_TRUE(big.send(request("a@flagged.test", "RCPT", extra)));
+    EXPECT_EQ(big.answer(1000ms), "");
+    EXPECT_TRUE(big.closed_within(3000ms));
+
+    Client longline = Client::tcp(d.port());
+    ASSERT_TRUE(longline.send("request=smtpd_access_policy\nsender=" + std::string(1000, 'a')));
+    EXPECT_TRUE(longline.closed_within(3000ms));
+
+    Client ok = Client::tcp(d.port());
+    ASSERT_TRUE(ok.send(request("a@flagged.test")));
+    EXPECT_EQ(ok.answer(), kReject);
+    const std::string m = d.metrics();
+    EXPECT_EQ(metric(m, "retryguard_policy_malformed_total{reason=\"request_too_large\"}"), 1) << m;
+    EXPECT_EQ(metric(m, "retryguard_policy_malformed_total{reason=\"line_too_long\"}"), 1);
+}
+
+TEST(PolicydDaemon, OneBytePerSecondClientHitsTimeoutWithoutStallingOthers) {
+    Daemon d({"--request-timeout", "2"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    std::atomic<bool> slow_closed{false};
+    std::atomic<int> bytes_sent{0};
+    const auto started = Clock::now();
+    std::thread slow([&] {
+        Client s = Client::tcp(d.port());
+        const std::string r = request("a@flagged.test");
+        for (char ch : r) {
+            if (!s.send(std::string(1, ch))) break;
+            ++bytes_sent;
+            if (s.closed_within(1000ms)) {
+                slow_closed = true;
+                return;
+            }
+        }
+    });
+    // Meanwhile another client is served promptly, again and again.
+    Client fast = Client::tcp(d.port());
+    int answered = 0;
+    std::chrono::milliseconds worst{0};
+    while (Clock::now() - started < 3500ms) {
+        const auto t0 = Clock::now();
+        ASSERT_TRUE(fast.send(request("b@flagged.test")));
+        ASSERT_EQ(fast.answer(), kReject);
+        worst = std::max(worst, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0));
+        ++answered;
+        std::this_thread::sleep_for(10ms);
+    }
+    slow.join();
+    EXPECT_TRUE(slow_closed);
+    EXPECT_LE(bytes_sent.load(), 5);  // closed after about 2 s at 1 byte/s
+    EXPECT_GT(answered, 50);
+    EXPECT_LT(worst, 500ms);
+    EXPECT_EQ(metric(d.metrics(), "retryguard_policy_idle_timeouts_total"), 1);
+    EXPECT_NE(d.log().find("request timeout"), std::string::npos) << d.log();
+}
+
+TEST(PolicydDaemon, EachPartialRequestGetsItsOwnRequestDeadline) {
+    Daemon d({"--request-timeout", "2"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client c = Client::tcp(d.port());
+    const std::string a = request("a@flagged.test");
+    const std::string b = request("b@x.test");
+    ASSERT_TRUE(c.send(a.substr(0, 40)));  // request A starts: deadline t0 + 2 s
+    std::this_thread::sleep_for(1500ms);
+    ASSERT_TRUE(c.send(a.substr(40) + b.substr(0, 40)));  // A ends, B starts: deadline t0 + 3.5 s
+    EXPECT_EQ(c.answer(), kReject);
+    std::this_thread::sleep_for(1000ms);  // t0 + 2.5 s: past A's deadline, within B's
+    ASSERT_TRUE(c.send(b.substr(40)));
+    EXPECT_EQ(c.answer(), kDunno);
+}
+
+TEST(PolicydDaemon, IdleConnectionIsClosedAfterIdleTimeout) {
+    Daemon d({"--idle-timeout", "1"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client c = Client::tcp(d.port());
+    ASSERT_TRUE(c.send(request("a@x.test")));
+    EXPECT_EQ(c.answer(), kDunno);
+    const auto t0 = Clock::now();
+    EXPECT_TRUE(c.closed_within(4000ms));
+    EXPECT_GE(Clock::now() - t0, 800ms);
+}
+
+TEST(PolicydDaemon, StagesOtherThanRcptAnswerDunnoUnlessConfigured) {
+    {
+        Daemon d;
+        ASSERT_TRUE(d.ready()) << d.log();
+        Client c = Client::tcp(d.port());
+        for (const char* stage : {"CONNECT", "MAIL", "DATA", "END-OF-MESSAGE"}) {
+            ASSERT_TRUE(c.send(request("a@flagged.test", stage)));
+            EXPECT_EQ(c.answer(), kDunno) << stage;
+        }
+        const std::string m = d.metrics();
+        EXPECT_EQ(metric(m, "retryguard_policy_requests_total{stage=\"DATA\"}"), 1);
+        EXPECT_EQ(metric(m, "retryguard_policy_actions_total{action=\"reject\"}"), 0);
+    }
+    Daemon d({"--stages", "RCPT,END-OF-MESSAGE"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client c = Client::tcp(d.port());
+    ASSERT_TRUE(c.send(request("a@flagged.test", "END-OF-MESSAGE")));
+    EXPECT_EQ(c.answer(), kReject);
+    ASSERT_TRUE(c.send(request("a@flagged.test", "DATA")));
+    EXPECT_EQ(c.answer(), kDunno);
+}
+
+TEST(PolicydDaemon, SlowDeciderFailsOpenWithDunnoAndCounts) {
+    Daemon d({"--simulate-slow-decider", "300", "--decision-timeout-ms", "50"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client c = Client::tcp(d.port());
+    const auto t0 = Clock::now();
+    ASSERT_TRUE(c.send(request("a@flagged.test")));
+    EXPECT_EQ(c.answer(), kDunno);
+    EXPECT_LT(Clock::now() - t0, 250ms);  // the deadline, not the decider, set the pace
+    const std::string m = d.metrics();
+    EXPECT_EQ(metric(m, "retryguard_policy_fail_open_total{reason=\"timeout\"}"), 1) << m;
+    EXPECT_NE(d.log().find("fail-open (timeout)"), std::string::npos) << d.log();
+}
+
+TEST(PolicydDaemon, OffLoopDeciderWithinDeadlineAnswersItsVerdict) {
+    Daemon d({"--simulate-slow-decider", "20", "--decision-timeout-ms", "2000"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    // Several connections at once: a blocking decider must not serialize them
+    // on the event loop.
+    std::vector<Client> clients;
+    for (int i = 0; i < 8; ++i) clients.push_back(Client::tcp(d.port()));
+    const auto t0 = Clock::now();
+    for (auto& c : clients) ASSERT_TRUE(c.send(request("a@flagged.test")));
+    for (auto& c : clients) EXPECT_EQ(c.answer(), kReject);
+    EXPECT_EQ(metric(d.metrics(), "retryguard_policy_fail_open_total{reason=\"timeout\"}"), 0);
+    EXPECT_LT(Clock::now() - t0, 2000ms);
+}
+
+TEST(PolicydDaemon, SighupReloadsTableWithoutDroppingConnections) {
+    Daemon d;
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client c = Client::tcp(d.port());
+    ASSERT_TRUE(c.send(request("a@newly.test")));
+    EXPECT_EQ(c.answer(), kDunno);
+    d.write_table("newly.test DEFER_IF_PERMIT 4.7.1 destination is deferring\n");
+    d.signal(SIGHUP);
+    std::string got;
+    const auto until = Clock::now() + 5s;
+    while (Clock::now() < until) {
+        ASSERT_TRUE(c.send(request("a@newly.test")));
+        got = c.answer();
+        ASSERT_FALSE(got.empty()) << "connection dropped during reload";
+        if (got != kDunno) break;
+        std::this_thread::sleep_for(20ms);
+    }
+    EXPECT_EQ(got, "action=DEFER_IF_PERMIT 4.7.1 destination is deferring\n\n");
+    ASSERT_TRUE(c.send(request("a@flagged.test")));
+    EXPECT_EQ(c.answer(), kDunno);  // no longer in the table
+
+    // A broken table keeps the previous one.
+    d.write_table("newly.test NOT_AN_ACTION\n");
+    d.signal(SIGHUP);
+    const auto until2 = Clock::now() + 5s;
+    std::string m;
+    while (Clock::now() < until2) {
+        m = d.metrics();
+        if (metric(m, "retryguard_policy_reloads_total{result=\"failed\"}") == 1) break;
+        std::this_thread::sleep_for(20ms);
+    }
+    EXPECT_EQ(metric(m, "retryguard_policy_reloads_total{result=\"failed\"}"), 1) << m;
+    EXPECT_EQ(metric(m, "retryguard_policy_reloads_total{result=\"ok\"}"), 1);
+    ASSERT_TRUE(c.send(request("a@newly.test")));
+    EXPECT_EQ(c.answer(), "action=DEFER_IF_PERMIT 4.7.1 destination is deferring\n\n");
+    EXPECT_EQ(metric(m, "retryguard_policy_connections_total"), 1);  // never reconnected
+}
+
+TEST(PolicydDaemon, SigtermFinishesRequestInFlightClosesIdleAndExitsCleanly) {
+    Daemon d({"--simulate-slow-decider", "300", "--decision-timeout-ms", "2000"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client idle = Client::tcp(d.port());
+    Client busy = Client::unix_socket(d.unix_path());
+    ASSERT_TRUE(idle.send(request("a@x.test")));
+    EXPECT_EQ(idle.answer(), kDunno);
+    ASSERT_TRUE(busy.send(request("a@flagged.test")));
+    std::this_thread::sleep_for(50ms);  // the decision is under way
+    d.signal(SIGTERM);
+    EXPECT_EQ(busy.answer(), kReject);
+    EXPECT_TRUE(busy.closed_within(3000ms));
+    EXPECT_TRUE(idle.closed_within(3000ms));
+    EXPECT_EQ(d.wait_exit(5000ms), 0) << d.log();
+    EXPECT_FALSE(fs::exists(d.unix_path()));
+    EXPECT_NE(d.log().find("stopped"), std::string::npos);
+}
+
+TEST(PolicydDaemon, MetricsAndHealthEndpoints) {
+    Daemon d;
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client c = Client::tcp(d.port());
+    ASSERT_TRUE(c.send(request("a@flagged.test") + request("b@x.test") + request("c@warned.test")));
+    for (int i = 0; i < 3; ++i) EXPECT_FALSE(c.answer().empty());
+    const std::string m = d.metrics();
+    EXPECT_NE(m.find("HTTP/1.1 200"), std::string::npos) << m;
+    EXPECT_NE(m.find("text/plain; version=0.0.4"), std::string::npos);
+    EXPECT_EQ(metric(m, "retryguard_policy_requests_total{stage=\"RCPT\"}"), 3) << m;
+    EXPECT_EQ(metric(m, "retryguard_policy_actions_total{action=\"reject\"}"), 1);
+    EXPECT_EQ(metric(m, "retryguard_policy_actions_total{action=\"warn\"}"), 1);
+    EXPECT_EQ(metric(m, "retryguard_policy_actions_total{action=\"dunno\"}"), 1);
+    EXPECT_EQ(metric(m, "retryguard_policy_decision_seconds_count"), 3);
+    EXPECT_EQ(metric(m, "retryguard_policy_open_connections"), 1);
+    EXPECT_EQ(metric(m, "retryguard_policy_destinations"), 3);
+    const std::string h = http_body(d.metrics_port(), "/health");
+    EXPECT_NE(h.find("200 OK"), std::string::npos) << h;
+    EXPECT_NE(h.find("ok\n"), std::string::npos);
+    EXPECT_NE(http_body(d.metrics_port(), "/nope").find("404"), std::string::npos);
+}
+
+TEST(PolicydDaemon, ManyConcurrentConnections) {
+    Daemon d;
+    ASSERT_TRUE(d.ready()) << d.log();
+    std::vector<Client> clients;
+    for (int i = 0; i < 200; ++i) {
+        clients.push_back(i % 2 ? Client::tcp(d.port()) : Client::unix_socket(d.unix_path()));
+        ASSERT_TRUE(clients.back().connected()) << i;
+    }
+    for (int round = 0; round < 3; ++round) {
+        for (std::size_t i = 0; i < clients.size(); ++i)
+            ASSERT_TRUE(clients[i].send(request(i % 3 ? "a@x.test" : "a@flagged.test")));
+        for (std::size_t i = 0; i < clients.size(); ++i)
+            EXPECT_EQ(clients[i].answer(), i % 3 ? kDunno : kReject);
+    }
+    EXPECT_EQ(metric(d.metrics(), "retryguard_policy_open_connections"), 200);
+}
+
+TEST(PolicydDaemon, ConnectionsBeyondTheLimitAreRefusedAndCounted) {
+    Daemon d({"--max-connections", "2"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client a = Client::tcp(d.port());
+    Client b = Client::unix_socket(d.unix_path());
+    ASSERT_TRUE(a.send(request("x@flagged.test")));
+    ASSERT_TRUE(b.send(request("x@flagged.test")));
+    EXPECT_EQ(a.answer(), kReject);
+    EXPECT_EQ(b.answer(), kReject);
+    Client c = Client::tcp(d.port());
+    EXPECT_TRUE(c.closed_within(3000ms));
+    // The two admitted connections are unaffected.
+    ASSERT_TRUE(a.send(request("y@x.test")));
+    EXPECT_EQ(a.answer(), kDunno);
+    const std::string m = d.metrics();
+    EXPECT_EQ(metric(m, "retryguard_policy_connections_refused_total"), 1) << m;
+    EXPECT_EQ(metric(m, "retryguard_policy_open_connections"), 2);
+    EXPECT_EQ(metric(m, "retryguard_verdict_log_failures_total"), 0);
+}
+
+TEST(PolicydDaemon, SystemdNotifyReadyReloadingStopping) {
+    const fs::path sock = fs::temp_directory_path() / ("rg-notify-" + std::to_string(::getpid()));
+    fs::remove(sock);
+    const int fd = ::socket(AF_UNIX, SOCK_DGRAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, sock.c_str(), sizeof a.sun_path - 1);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    auto recv_msg = [&](std::chrono::milliseconds timeout) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return std::string();
+        char b[512];
+        const ssize_t n = ::recv(fd, b, sizeof b, 0);
+        return n > 0 ? std::string(b, static_cast<std::size_t>(n)) : std::string();
+    };
+    {
+        Daemon d({}, {{"NOTIFY_SOCKET", sock.string()}});
+        ASSERT_TRUE(d.ready()) << d.log();
+        EXPECT_EQ(recv_msg(3000ms), "READY=1");
+        d.signal(SIGHUP);
+        EXPECT_EQ(recv_msg(3000ms).rfind("RELOADING=1\nMONOTONIC_USEC=", 0), 0u);
+        EXPECT_EQ(recv_msg(3000ms), "READY=1");
+        d.signal(SIGTERM);
+        EXPECT_EQ(recv_msg(3000ms), "STOPPING=1");
+        EXPECT_EQ(d.wait_exit(5000ms), 0);
+    }
+    ::close(fd);
+    fs::remove(sock);
+}
+
+TEST(PolicydDaemon, DaemonModeDetachesReloadsAndStops) {
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-bg-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "flagged") << "a.test REJECT 5.7.1 no\n";
+    // Relative paths: the daemon runs in "/" and must still find its table on SIGHUP.
+    const pid_t starter = ::fork();
+    if (starter == 0) {
+        if (::chdir(dir.c_str()) != 0) ::_exit(126);
+        ::execl(RETRYGUARD_POLICYD, RETRYGUARD_POLICYD, "-l", "tcp:127.0.0.1:0", "--metrics", "127.0.0.1:0",
+                "--flagged", "flagged", "--ready-file", "ready", static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    int st = 0;
+    ::waitpid(starter, &st, 0);
+    ASSERT_TRUE(WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 0);  // returns once the daemon listens
+    std::map<std::string, std::string> ready;
+    {
+        std::istringstream in(read_file(dir / "ready"));
+        std::string key, value;
+        while (in >> key >> value) ready[key] = value;
+    }
+    ASSERT_TRUE(ready.count("pid") && ready.count("metrics")) << read_file(dir / "ready");
+    const pid_t daemon_pid = std::stoi(ready["pid"]);
+    EXPECT_NE(daemon_pid, starter);
+    const int port = std::stoi(ready["policy"].substr(ready["policy"].rfind(':') + 1));
+    const int mport = std::stoi(ready["metrics"].substr(ready["metrics"].rfind(':') + 1));
+    Client c = Client::tcp(port);
+    ASSERT_TRUE(c.send(request("u@a.test")));
+    EXPECT_EQ(c.answer(), "action=REJECT 5.7.1 no\n\n");
+    std::ofstream(dir / "flagged", std::ios::trunc) << "a.test HOLD\n";
+    ::kill(daemon_pid, SIGHUP);
+    std::string got;
+    for (int i = 0; i < 100 && got != "action=HOLD\n\n"; ++i) {
+        std::this_thread::sleep_for(20ms);
+        ASSERT_TRUE(c.send(request("u@a.test")));
+        got = c.answer();
+    }
+    EXPECT_EQ(got, "action=HOLD\n\n");
+    EXPECT_EQ(metric(http_body(mport, "/metrics"), "retryguard_policy_reloads_total{result=\"ok\"}"), 1);
+    ::kill(daemon_pid, SIGTERM);
+    EXPECT_TRUE(c.closed_within(3000ms));
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; ++i) {
+        gone = ::kill(daemon_pid, 0) != 0;
+        std::this_thread::sleep_for(20ms);
+    }
+    EXPECT_TRUE(gone);
+    if (!gone) ::kill(daemon_pid, SIGKILL);
+    fs::remove_all(dir);
+}
+
+TEST(PolicydDaemon, RefusesBadConfiguration) {
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-bad-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    std::ofstream(dir / "bad") << "example.com FROB\n";
+    auto run = [&](std::vector<std::string> args) {
+        args.insert(args.begin(), RETRYGUARD_POLICYD);
+        args.push_back("--foreground");
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            const int null = ::open("/dev/null", O_WRONLY);
+            ::dup2(null, 2);
+            std::vector<char*> argv;
+            for (auto& s : args) argv.push_back(s.data());
+            argv.push_back(nullptr);
+            ::execv(argv[0], argv.data());
+            ::_exit(127);
+        }
+        int st = 0;
+        ::waitpid(pid, &st, 0);
+        return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    };
+    EXPECT_EQ(run({"-l", "tcp:0.0.0.0:0"}), 2);  // not loopback
+    EXPECT_EQ(run({"-l", "tcp:127.0.0.1:0", "--flagged", (dir / "bad").string()}), 2);
+    EXPECT_EQ(run({"-l", "tcp:127.0.0.1:0", "--flagged", (dir / "missing").string()}), 2);
+    EXPECT_EQ(run({"-l", "tcp:127.0.0.1:0", "--stages", "RCPT,NOPE"}), 2);
+    EXPECT_EQ(run({"-l", "bogus"}), 2);
+    fs::remove_all(dir);
+}
