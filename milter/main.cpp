@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "filter.hpp"
-#include "retryguard/socket_spec.hpp"
+#include "retryguard/config.hpp"
 
 using namespace retryguard;
 using namespace retryguard::milter;
@@ -66,6 +66,16 @@ bool lookup_owner(const std::string& spec, uid_t& uid, gid_t& gid, std::string& 
         gid = gr->gr_gid;
     }
     return true;
+}
+
+// The spec as smfi_setconn() takes it (the config's parser accepts the same syntax).
+std::string libmilter_spec(const config::SocketSpec& s) {
+    switch (s.kind) {
+        case config::SocketSpec::Kind::unix_path: return "unix:" + s.path;
+        case config::SocketSpec::Kind::inet: return fmt::format("inet:{}@{}", s.port, s.host);
+        case config::SocketSpec::Kind::inet6: return fmt::format("inet6:{}@{}", s.port, s.host);
+    }
+    return s.text;
 }
 
 Result<FilterConfig> build_config(const Options& o) {
@@ -158,8 +168,9 @@ int main(int argc, char** argv) {
         return app.exit(e) == 0 ? 0 : 2;
     }
 
-    auto spec = parse_socket_spec(o.socket);
-    if (!spec) die(2, spec.error().message);
+    std::string why;
+    auto spec = config::parse_socket(o.socket, &why);
+    if (!spec) die(2, "--socket " + o.socket + ": " + why);
     auto config = build_config(o);
     if (!config) die(2, config.error().message);
     globals().config = std::move(*config);
@@ -188,12 +199,12 @@ int main(int argc, char** argv) {
     }
 
     smfiDesc desc = filter_description();
-    std::string conn = spec->libmilter_spec();
+    std::string conn = libmilter_spec(*spec);
     if (smfi_setconn(conn.data()) != MI_SUCCESS) die(2, "smfi_setconn failed for " + conn);
     if (smfi_settimeout(o.timeout) != MI_SUCCESS) die(2, "smfi_settimeout failed");
     if (smfi_register(desc) != MI_SUCCESS) die(2, "smfi_register failed");
     if (smfi_opensocket(true) != MI_SUCCESS) die(1, "cannot open the milter socket " + conn);
-    if (spec->kind == SocketSpec::Kind::unix_path) {
+    if (spec->kind == config::SocketSpec::Kind::unix_path) {
         char* end = nullptr;
         long mode = std::strtol(o.socket_mode.c_str(), &end, 8);
         if (!end || *end || mode < 0 || mode > 0777)
