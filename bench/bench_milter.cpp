@@ -1,0 +1,339 @@
+// bench_milter.cpp -- retryguard-milter through the milter protocol, against a
+// no-op libmilter milter (bench/noop_milter.c) built in the same run: messages
+// per second and end-of-message latency, with a SQLite ledger holding
+// RETRYGUARD_BENCH_LEDGER_MESSAGES (default 100000) deferred messages.
+// The client side of the milter protocol is written here (what Postfix's
+// smtpd/cleanup do), so nothing but the two milters is measured.
+// Never used outside the benchmark; binds nothing but unix sockets in a temp dir.
+#include <arpa/inet.h>
+#include <benchmark/benchmark.h>
+#include <libmilter/mfdef.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "retryguard/ledger.hpp"
+
+namespace fs = std::filesystem;
+using namespace retryguard;
+
+namespace {
+
+struct Milter {
+    std::string name;
+    std::string socket;
+    pid_t pid = -1;
+};
+std::vector<Milter> g_milters;  // [0] = no-op reference, [1] = retryguard
+std::atomic<std::uint64_t> g_seq{0};
+std::string g_dir;
+
+// ------------------------------------------------------------ protocol client
+class Client {
+  public:
+    explicit Client(const std::string& path) {
+        fd_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
+        sockaddr_un a{};
+        a.sun_family = AF_UNIX;
+        std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+        if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+            throw std::runtime_error("connect " + path + ": " + std::strerror(errno));
+        // offer everything; the filter answers with the steps it wants skipped
+        std::string neg(12, '\0');
+        put32(neg, 0, 6);
+        put32(neg, 4, 0x1ff);
+        put32(neg, 8, 0x001fffff);
+        send('O', neg);
+        auto [cmd, data] = read();
+        if (cmd != 'O' || data.size() < 12) throw std::runtime_error("bad option negotiation");
+        proto_ = get32(data, 8);
+        // connect as a TCP client, the SMTP path
+        send_macro('C', {{"j", "sender.bench.test"}, {"{daemon_name}", "sender"}});
+        std::string c = "client.bench.test";
+        c += '\0';
+        c += '4';
+        c += static_cast<char>(0xc3);  // port 50000, network order
+        c += static_cast<char>(0x50);
+        c += "127.0.0.1";
+        c += '\0';
+        step('C', c, SMFIP_NOCONNECT, SMFIP_NR_CONN);
+    }
+    ~Client() {
+        send('Q', "");
+        ::close(fd_);
+    }
+
+    // One message; returns the EOM round-trip in nanoseconds.
+    std::int64_t message(std::uint64_t n) {
+        char qid[32];
+        std::snprintf(qid, sizeof qid, "B%011llX", static_cast<unsigned long long>(n));
+        send_macro('M', {{"i", qid}});
+        step('M', z("<alice@example.org>"), SMFIP_NOMAIL, SMFIP_NR_MAIL);
+        send_macro('R', {{"i", qid}});
+        step('R', z("<bob" + std::to_string(n % 97) + "@defer.example>"), SMFIP_NORCPT, SMFIP_NR_RCPT);
+        step('T', "", SMFIP_NODATA, SMFIP_NR_DATA);
+        header("From", "Alice <alice@example.org>");
+        header("To", "bob@defer.example");
+        header("Subject", "Quarterly figures " + std::to_string(n));
+        header("Message-ID", "<bench-" + std::to_string(n) + "@client.example>");
+        header("Date", "Mon, 30 Nov 2026 10:00:00 +0000");
+        header("Content-Type", "text/plain; charset=us-ascii");
+        step('N', "", SMFIP_NOEOH, SMFIP_NR_EOH);
+        std::string body = "Hello Bob,\r\n\r\nthe figures for message " + std::to_string(n) + " follow.\r\n";
+        for (int i = 0; i < 15; ++i)
+            body += "Line of ordinary text that makes the body about a kilobyte.\r\n";
+        step('B', body, SMFIP_NOBODY, SMFIP_NR_BODY);
+        auto t0 = std::chrono::steady_clock::now();
+        send('E', "");
+        for (;;) {
+            auto [cmd, data] = read();
+            if (cmd == 'a' || cmd == 'r' || cmd == 'y' || cmd == 'd' || cmd == 't' || cmd == 'c') break;
+        }
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
+    }
+
+  private:
+    static std::string z(std::string s) { return s + '\0'; }
+    static void put32(std::string& s, std::size_t at, std::uint32_t v) {
+        v = htonl(v);
+        std::memcpy(s.data() + at, &v, 4);
+    }
+    static std::uint32_t get32(const std::string& s, std::size_t at) {
+        std::uint32_t v;
+        std::memcpy(&v, s.data() + at, 4);
+        return ntohl(v);
+    }
+    void header(const std::string& name, const std::string& value) {
+        step('L', z(name) + z(value), SMFIP_NOHDRS, SMFIP_NR_HDR);
+    }
+    void send_macro(char for_cmd, const std::vector<std::pair<std::string, std::string>>& macros) {
+        std::string d(1, for_cmd);
+        for (const auto& [k, v] : macros) d += z(k) + z(v);
+        send('D', d);
+    }
+    // Sends a command unless the filter asked to skip it; reads its reply unless
+    // the filter asked for none.
+    void step(char cmd, const std::string& data, std::uint32_t skip_bit, std::uint32_t noreply_bit) {
+        if (proto_ & skip_bit) return;
+        send(cmd, data);
+        if (proto_ & noreply_bit) return;
+        read();
+    }
+    void send(char cmd, const std::string& data) {
+        std::string pkt(4, '\0');
+        put32(pkt, 0, static_cast<std::uint32_t>(data.size() + 1));
+        pkt += cmd;
+        pkt += data;
+        for (std::size_t off = 0; off < pkt.size();) {
+            ssize_t w = ::write(fd_, pkt.data() + off, pkt.size() - off);
+            if (w <= 0) throw std::runtime_error("write to milter failed");
+            off += static_cast<std::size_t>(w);
+        }
+    }
+    void read_exact(char* p, std::size_t n) {
+        while (n) {
+            ssize_t r = ::read(fd_, p, n);
+            if (r <= 0) throw std::runtime_error("milter closed the connection");
+            p += r;
+            n -= static_cast<std::size_t>(r);
+        }
+    }
+    std::pair<char, std::string> read() {
+        char len[4];
+        read_exact(len, 4);
+        std::uint32_t n;
+        std::memcpy(&n, len, 4);
+        n = ntohl(n);
+        if (n == 0 || n > (1u << 20)) throw std::runtime_error("bad packet length");
+        std::string buf(n, '\0');
+        read_exact(buf.data(), n);
+        return {buf[0], buf.substr(1)};
+    }
+
+    int fd_ = -1;
+    std::uint32_t proto_ = 0;
+};
+
+void BM_MilterMessage(benchmark::State& state) {
+    const Milter& m = g_milters.at(static_cast<std::size_t>(state.range(0)));
+    Client client(m.socket);
+    double eom_ns = 0;
+    for (auto _ : state) eom_ns += static_cast<double>(client.message(g_seq++));
+    state.SetItemsProcessed(state.iterations());
+    state.counters["eom_us"] = benchmark::Counter(eom_ns / 1000.0, benchmark::Counter::kAvgIterations);
+    state.SetLabel(m.name);
+}
+BENCHMARK(BM_MilterMessage)->Arg(0)->Arg(1)->Threads(1)->Threads(4)->UseRealTime()->MinTime(2.0);
+
+// ------------------------------------------------------------ setup
+pid_t spawn(const std::vector<std::string>& argv, const std::string& err) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        std::freopen(err.c_str(), "a", stderr);
+        std::vector<char*> a;
+        for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+        a.push_back(nullptr);
+        execv(a[0], a.data());
+        _exit(127);
+    }
+    return pid;
+}
+
+void wait_socket(const std::string& path) {
+    for (int i = 0; i < 200; ++i) {
+        struct stat st {};
+        if (stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return;
+        usleep(25000);
+    }
+    throw std::runtime_error("no socket " + path);
+}
+
+// The ledger as a busy sender's would look: N messages recorded by the milter,
+// each deferred once by its receiver.
+void populate(const std::string& spec, std::size_t n) {
+    auto ledger = open_ledger(spec);
+    if (!ledger) throw std::runtime_error(ledger.error().message);
+    auto t0 = std::chrono::steady_clock::now();
+    TimePoint base =
+        std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now()) - std::chrono::hours(2);
+    std::vector<IngestItem> batch;
+    for (std::size_t i = 0; i < n; ++i) {
+        MessageIdentity id;
+        id.queue_id = "P" + std::to_string(i);
+        id.message_id = "pop-" + std::to_string(i) + "@client.example";
+        id.fingerprint = std::to_string(i * 2654435761u);
+        id.sender = "alice@example.org";
+        id.recipients = {"user" + std::to_string(i % 1000) + "@d" + std::to_string(i % 500) + ".example"};
+        id.time = base;
+        if (auto st = (*ledger)->record_identity(id); !st) throw std::runtime_error(st.error().message);
+        IngestItem it;
+        it.event.kind = EventKind::delivery;
+        it.event.time = base + std::chrono::seconds(1);
+        it.event.host = "sender";
+        it.event.program = "postfix/smtp";
+        it.event.process = "smtp";
+        it.event.pid = 4242;
+        it.event.queue_id = id.queue_id;
+        it.event.recipient = id.recipients[0];
+        it.event.status = DeliveryStatus::deferred;
+        it.event.dsn = "4.3.5";
+        it.event.reason =
+            "host mx[192.0.2.1] said: 451 4.3.5 System config error (in reply to RCPT TO command)";
+        it.event.text = id.queue_id + ": to=<" + id.recipients[0] + ">, status=deferred";
+        batch.push_back(std::move(it));
+        if (batch.size() == 5000 || i + 1 == n) {
+            auto r = (*ledger)->ingest(batch, std::nullopt);
+            if (!r) throw std::runtime_error(r.error().message);
+            batch.clear();
+        }
+    }
+    auto s = (*ledger)->stats();
+    std::printf("ledger: %zu messages recorded and deferred in %.1f s (%lld messages in the ledger)\n", n,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                s ? static_cast<long long>(s->messages) : -1LL);
+}
+
+void stop_all() {
+    for (auto& m : g_milters)
+        if (m.pid > 0) {
+            kill(m.pid, SIGTERM);
+            int st;
+            waitpid(m.pid, &st, 0);
+            m.pid = -1;
+        }
+    if (!g_dir.empty()) fs::remove_all(g_dir);
+}
+
+class RatioReporter : public benchmark::ConsoleReporter {
+  public:
+    void ReportRuns(const std::vector<Run>& runs) override {
+        ConsoleReporter::ReportRuns(runs);
+        for (const auto& r : runs) {
+            auto it = r.counters.find("items_per_second");
+            auto eom = r.counters.find("eom_us");
+            std::string key = r.report_label + "/threads:" + std::to_string(r.threads);
+            if (it != r.counters.end()) rate[key] = it->second.value;
+            if (eom != r.counters.end()) eom_us[key] = eom->second.value;
+        }
+    }
+    std::map<std::string, double> rate, eom_us;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    benchmark::Initialize(&argc, argv);
+    std::size_t n = 100000;
+    if (const char* e = std::getenv("RETRYGUARD_BENCH_LEDGER_MESSAGES")) n = std::strtoul(e, nullptr, 10);
+    fs::path self = fs::canonical("/proc/self/exe");
+    fs::path milter_dir = self.parent_path().parent_path() / "milter";
+    std::string rg = (milter_dir / "retryguard-milter").string(),
+                noop = (milter_dir / "retryguard-bench-noop-milter").string();
+    if (const char* e = std::getenv("RETRYGUARD_MILTER")) rg = e;
+    if (const char* e = std::getenv("RETRYGUARD_NOOP_MILTER")) noop = e;
+
+    char tmpl[] = "/tmp/retryguard-bench-milter.XXXXXX";
+    g_dir = mkdtemp(tmpl);
+    chmod(g_dir.c_str(), 0755);
+    std::string user = "";
+    if (geteuid() == 0) user = "nobody";
+    try {
+        std::string spec = "sqlite:" + g_dir + "/ledger.db";
+        populate(spec, n);
+        if (!user.empty()) {
+            passwd* pw = getpwnam(user.c_str());
+            for (const auto& e : fs::directory_iterator(g_dir))
+                chown(e.path().c_str(), pw->pw_uid, pw->pw_gid);
+            chown(g_dir.c_str(), pw->pw_uid, pw->pw_gid);
+        }
+        g_milters.push_back({"noop", g_dir + "/noop.sock", -1});
+        g_milters.push_back({"retryguard", g_dir + "/rg.sock", -1});
+        g_milters[0].pid = spawn({noop, "unix:" + g_milters[0].socket}, g_dir + "/noop.stderr");
+        std::vector<std::string> args = {
+            rg,      "-s",    "unix:" + g_milters[1].socket, "--socket-mode", "0666", "--ledger", spec,
+            "--log", "stderr"};
+        if (!user.empty()) args.insert(args.end(), {"--user", user});
+        g_milters[1].pid = spawn(args, "/dev/null");
+        wait_socket(g_milters[0].socket);
+        wait_socket(g_milters[1].socket);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_milter: setup failed: %s\n", e.what());
+        stop_all();
+        return 1;
+    }
+    RatioReporter reporter;
+    try {
+        benchmark::RunSpecifiedBenchmarks(&reporter);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_milter: %s\n", e.what());
+        stop_all();
+        return 1;
+    }
+    stop_all();
+    std::printf("\nretryguard-milter against the no-op milter (ledger: %zu deferred messages)\n", n);
+    for (int t : {1, 4}) {
+        std::string k = "/threads:" + std::to_string(t);
+        double a = reporter.rate["retryguard" + k], b = reporter.rate["noop" + k];
+        if (a > 0 && b > 0)
+            std::printf(
+                "  %d connection(s): %8.0f msg/s vs %8.0f msg/s = %5.1f %% of the no-op throughput; "
+                "EOM %6.1f us vs %6.1f us\n",
+                t, a, b, 100.0 * a / b, reporter.eom_us["retryguard" + k], reporter.eom_us["noop" + k]);
+    }
+    return 0;
+}

@@ -1,0 +1,281 @@
+// identity.cpp -- Message-ID normalisation and the content fingerprint (see
+// identity.hpp for the rules). Owns only text normalisation and hashing; it
+// must never decide anything about a message and never throw.
+#include "retryguard/identity.hpp"
+
+#include <algorithm>
+#include <boost/uuid/detail/sha1.hpp>
+#include <cstdio>
+
+namespace retryguard {
+
+namespace {
+
+bool is_wsp(char c) noexcept {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+char ascii_lower(char c) noexcept {
+    return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+std::string lower(std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = ascii_lower(c);
+    return out;
+}
+
+bool iequals_prefix(std::string_view s, std::size_t pos, std::string_view prefix) noexcept {
+    if (s.size() - pos < prefix.size()) return false;
+    for (std::size_t i = 0; i < prefix.size(); ++i)
+        if (ascii_lower(s[pos + i]) != prefix[i]) return false;
+    return true;
+}
+
+// Removes RFC 5322 comments "(...)" (nested, quoted-pairs) outside quoted strings.
+// nullopt when parentheses are unbalanced.
+std::optional<std::string> strip_comments(std::string_view in) {
+    std::string out;
+    out.reserve(in.size());
+    int depth = 0;
+    bool quoted = false;
+    for (std::size_t i = 0; i < in.size(); ++i) {
+        char c = in[i];
+        if (c == '\\' && i + 1 < in.size() && (depth > 0 || quoted)) {
+            if (depth == 0) {
+                out += c;
+                out += in[i + 1];
+            }
+            ++i;
+            continue;
+        }
+        if (depth == 0 && c == '"') quoted = !quoted;
+        if (!quoted && c == '(') {
+            ++depth;
+            continue;
+        }
+        if (!quoted && c == ')') {
+            if (depth == 0) return std::nullopt;
+            --depth;
+            continue;
+        }
+        if (depth == 0) out += c;
+    }
+    if (depth != 0) return std::nullopt;
+    return out;
+}
+
+std::string hex(const unsigned char* p, std::size_t n) {
+    static const char digits[] = "0123456789abcdef";
+    std::string out;
+    out.reserve(n * 2);
+    for (std::size_t i = 0; i < n; ++i) {
+        out += digits[p[i] >> 4];
+        out += digits[p[i] & 15];
+    }
+    return out;
+}
+
+// The boundary parameter of a Content-Type value (quoted or token), or "".
+std::string boundary_param(std::string_view text) {
+    for (std::size_t i = 0; i + 9 <= text.size(); ++i) {
+        if (!iequals_prefix(text, i, "boundary=")) continue;
+        if (i > 0 && !(is_wsp(text[i - 1]) || text[i - 1] == ';')) continue;
+        std::size_t p = i + 9;
+        std::string value;
+        if (p < text.size() && text[p] == '"') {
+            ++p;
+            while (p < text.size() && text[p] != '"') value += text[p++];
+        } else {
+            while (p < text.size() && text[p] != ';' && !is_wsp(text[p])) value += text[p++];
+        }
+        if (value.size() > 200) value.clear();  // RFC 2046: at most 70 characters
+        return value;
+    }
+    return {};
+}
+
+constexpr std::size_t kMaxLine = 4096;
+constexpr std::size_t kMaxBoundaries = 64;
+
+}  // namespace
+
+std::optional<std::string> parse_message_id_header(std::string_view value) {
+    if (value.size() > kMaxMessageIdLength * 4) return std::nullopt;
+    auto stripped = strip_comments(value);
+    if (!stripped) return std::nullopt;
+    std::string_view s = *stripped;
+    // the first <...>, or the whole value when there are no brackets
+    std::string_view id = s;
+    auto open = s.find('<');
+    if (open != std::string_view::npos) {
+        auto close = s.find('>', open);
+        if (close == std::string_view::npos) return std::nullopt;
+        id = s.substr(open + 1, close - open - 1);
+    } else if (s.find('>') != std::string_view::npos) {
+        return std::nullopt;
+    }
+    std::string compact;
+    for (char c : id) {
+        if (is_wsp(c)) continue;
+        auto u = static_cast<unsigned char>(c);
+        if (u < 0x21 || u == 0x7f || c == '<' || c == '>') return std::nullopt;
+        compact += c;
+    }
+    if (compact.empty() || compact.size() > kMaxMessageIdLength) return std::nullopt;
+    auto at = compact.rfind('@');
+    if (at != std::string::npos)
+        for (std::size_t i = at + 1; i < compact.size(); ++i) compact[i] = ascii_lower(compact[i]);
+    return compact;
+}
+
+std::string normalize_subject(std::string_view subject) {
+    std::string out;
+    bool space = false;
+    for (char c : subject) {
+        if (is_wsp(c)) {
+            space = !out.empty();
+            continue;
+        }
+        if (space) out += ' ';
+        space = false;
+        out += ascii_lower(c);
+    }
+    return out;
+}
+
+struct FingerprintBuilder::Hash {
+    boost::uuids::detail::sha1 sha;
+};
+
+FingerprintBuilder::FingerprintBuilder(FingerprintParts parts, std::size_t body_limit)
+    : parts_(parts), body_limit_(body_limit), body_hash_(std::make_unique<Hash>()) {}
+FingerprintBuilder::~FingerprintBuilder() = default;
+FingerprintBuilder::FingerprintBuilder(FingerprintBuilder&&) noexcept = default;
+FingerprintBuilder& FingerprintBuilder::operator=(FingerprintBuilder&&) noexcept = default;
+
+void FingerprintBuilder::sender(std::string_view envelope_sender) {
+    std::string_view s = envelope_sender;
+    while (!s.empty() && (is_wsp(s.front()) || s.front() == '<')) s.remove_prefix(1);
+    while (!s.empty() && (is_wsp(s.back()) || s.back() == '>')) s.remove_suffix(1);
+    sender_ = lower(s.substr(0, std::min<std::size_t>(s.size(), 1024)));
+}
+
+void FingerprintBuilder::header(std::string_view name, std::string_view value) {
+    if (value.size() > 64 * 1024) value = value.substr(0, 64 * 1024);
+    if (!have_subject_ && lower(name) == "subject") {
+        subject_ = normalize_subject(value);
+        have_subject_ = true;
+    } else if (lower(name) == "content-type") {
+        note_boundary(value);
+    }
+}
+
+void FingerprintBuilder::note_boundary(std::string_view text) {
+    auto b = boundary_param(text);
+    if (b.empty() || boundaries_.size() >= kMaxBoundaries) return;
+    if (std::find(boundaries_.begin(), boundaries_.end(), b) == boundaries_.end())
+        boundaries_.push_back(std::move(b));
+}
+
+void FingerprintBuilder::feed(std::string_view bytes) {
+    // whitespace never counts: re-wrapping and line endings hash the same
+    char buf[512];
+    std::size_t n = 0;
+    for (char c : bytes) {
+        if (is_wsp(c)) continue;
+        buf[n++] = c;
+        if (n == sizeof buf) {
+            body_hash_->sha.process_bytes(buf, n);
+            n = 0;
+        }
+    }
+    if (n) body_hash_->sha.process_bytes(buf, n);
+}
+
+void FingerprintBuilder::body_line(std::string_view line) {
+    while (!line.empty() && is_wsp(line.back())) line.remove_suffix(1);
+    if (line.size() >= 2 && line[0] == '-' && line[1] == '-') {
+        std::string_view rest = line.substr(2);
+        for (const auto& b : boundaries_) {
+            if (rest == b) return feed("\x01--B");
+            if (rest.size() == b.size() + 2 && rest.substr(0, b.size()) == b && rest.substr(b.size()) == "--")
+                return feed("\x01--B--");
+        }
+    }
+    auto pos = std::string_view::npos;
+    for (std::size_t i = 0; i + 9 <= line.size(); ++i)
+        if (iequals_prefix(line, i, "boundary=")) {
+            pos = i;
+            break;
+        }
+    if (pos != std::string_view::npos) {
+        note_boundary(line.substr(pos > 0 ? pos - 1 : pos));
+        feed(line.substr(0, pos));
+        return feed("boundary=\x01B");
+    }
+    if (!line.empty() && line.back() == '=') line.remove_suffix(1);  // quoted-printable soft break
+    feed(line);
+}
+
+void FingerprintBuilder::flush_line() {
+    if (!line_overflow_) body_line(line_);
+    line_.clear();
+    line_overflow_ = false;
+}
+
+void FingerprintBuilder::body(std::string_view chunk) {
+    if (!parts_.body || body_seen_ >= body_limit_) return;
+    if (chunk.size() > body_limit_ - body_seen_) chunk = chunk.substr(0, body_limit_ - body_seen_);
+    body_seen_ += chunk.size();
+    while (!chunk.empty()) {
+        auto nl = chunk.find('\n');
+        std::string_view piece = chunk.substr(0, nl);
+        if (line_overflow_) {
+            feed(piece);
+        } else if (line_.size() + piece.size() > kMaxLine) {
+            // a line this long is no boundary: hash it as it comes
+            feed(line_);
+            feed(piece);
+            line_.clear();
+            line_overflow_ = true;
+        } else {
+            line_.append(piece);
+        }
+        if (nl == std::string_view::npos) break;
+        flush_line();
+        chunk.remove_prefix(nl + 1);
+    }
+}
+
+std::string FingerprintBuilder::finish() {
+    if (!parts_.any() || !body_hash_) return {};
+    if (parts_.body && (!line_.empty() || line_overflow_)) flush_line();
+    boost::uuids::detail::sha1::digest_type body_digest{};
+    body_hash_->sha.get_digest(body_digest);
+
+    boost::uuids::detail::sha1 all;
+    auto put = [&all](std::string_view tag, std::string_view v) {
+        all.process_bytes(tag.data(), tag.size());
+        all.process_bytes(v.data(), v.size());
+        all.process_bytes("\0", 1);
+    };
+    put("v1", "");
+    if (parts_.sender) put("s:", sender_);
+    if (parts_.subject) put("j:", subject_);
+    if (parts_.body) {
+        unsigned char b[20];
+        for (int i = 0; i < 5; ++i)
+            for (int k = 0; k < 4; ++k)
+                b[i * 4 + k] = static_cast<unsigned char>(body_digest[i] >> (24 - 8 * k));
+        put("b:", std::string_view(reinterpret_cast<const char*>(b), sizeof b));
+    }
+    boost::uuids::detail::sha1::digest_type d{};
+    all.get_digest(d);
+    unsigned char out[20];
+    for (int i = 0; i < 5; ++i)
+        for (int k = 0; k < 4; ++k) out[i * 4 + k] = static_cast<unsigned char>(d[i] >> (24 - 8 * k));
+    body_hash_.reset();
+    return hex(out, sizeof out);
+}
+
+}  // namespace retryguard

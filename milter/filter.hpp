@@ -1,0 +1,45 @@
+// filter.hpp -- the libmilter callbacks of retryguard-milter and the state they
+// share. Translates milter events into core calls (identity, decide_resend)
+// and the decision back into libmilter actions; nothing here decides policy.
+#pragma once
+
+#include <libmilter/mfapi.h>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "log_sink.hpp"
+#include "pending_store.hpp"
+#include "retryguard/identity.hpp"
+#include "retryguard/resend.hpp"
+
+namespace retryguard::milter {
+
+struct FilterConfig {
+    ResendPolicy policy;
+    FingerprintParts fingerprint;
+    std::size_t fingerprint_body_limit = kDefaultFingerprintBodyLimit;
+    std::size_t max_recipients = 1000;  // more: accept without a lookup (fail open)
+    std::size_t max_headers = 1000;
+};
+
+// Counted fallbacks and outcomes, logged at exit (and readable by tests).
+struct Counters {
+    std::atomic<std::uint64_t> messages{0}, accepted{0}, refused{0}, held{0}, discarded{0}, tagged{0},
+        recorded{0}, failopen_ledger{0}, failopen_internal{0}, failopen_input{0}, record_errors{0};
+};
+
+// Everything the callbacks need; set once before smfi_main().
+struct FilterGlobals {
+    FilterConfig config;
+    std::unique_ptr<PendingStore> store;  // null: no ledger
+    std::unique_ptr<LogSink> log;
+    Counters counters;
+};
+
+FilterGlobals& globals();
+smfiDesc filter_description();
+std::string counters_line();
+
+}  // namespace retryguard::milter

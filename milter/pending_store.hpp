@@ -1,0 +1,46 @@
+// pending_store.hpp -- what the milter needs from the ledger, and nothing more:
+// the pending copies for a message's recipients, and recording an accepted
+// message's identity under its queue ID. The ledger adapter implements it;
+// implementations must be safe to call from several libmilter threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "retryguard/resend.hpp"
+#include "retryguard/result.hpp"
+#include "retryguard/time.hpp"
+
+namespace retryguard::milter {
+
+class PendingStore {
+  public:
+    virtual ~PendingStore() = default;
+    // Every pending copy (deferred or being retried) of this message -- same
+    // Message-ID or same fingerprint -- for any of msg.recipients.
+    virtual Result<std::vector<PendingCopy>> find_pending(const MessageFacts& msg) = 0;
+    // The message was accepted under msg.queue_id for msg.recipients.
+    virtual Status record(const MessageFacts& msg, TimePoint when) = 0;
+    // Several at once (one ledger transaction where the backend allows it).
+    virtual Status record_many(const std::vector<std::pair<MessageFacts, TimePoint>>& batch) {
+        for (const auto& [msg, when] : batch)
+            if (auto st = record(msg, when); !st) return st;
+        return {};
+    }
+    virtual std::string describe() const = 0;
+    // Records that could not be written after record() returned (asynchronous stores).
+    virtual std::uint64_t failed_records() const { return 0; }
+    // Writes what is still queued and stops accepting records.
+    virtual void close() {}
+};
+
+// spec: a ledger spec ("sqlite:/var/lib/retryguard/ledger.db", "redis://...",
+// see ledger.hpp), or "none": no lookups, every message accepted and logged.
+// record_queue > 0: records are written by a worker thread through a queue of
+// that many entries (see AsyncRecorder); 0: written at end of message.
+Result<std::unique_ptr<PendingStore>> open_pending_store(const std::string& spec, std::size_t record_queue);
+
+}  // namespace retryguard::milter

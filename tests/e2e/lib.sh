@@ -1,0 +1,404 @@
+# lib.sh -- the end-to-end harness: real Postfix instances (Debian's package) on
+# loopback, started, driven and stopped by one test script. Source it:
+#
+#   . "$(dirname "$0")/lib.sh"
+#   e2e_begin my-test 120                # temp dir, traps, watchdog (seconds)
+#   e2e_start_receiver                   # 451 4.3.5 for every domain in $E2E_DEFER_DOMAINS
+#   e2e_start_sender "unix:$E2E_DIR/milter/milter.sock"   # milter spec, or "" for none
+#   e2e_submit_smtp FILE FROM RCPT...    # swaks into the sender's smtpd
+#   e2e_submit_sendmail FILE FROM RCPT...  # the sender instance's sendmail -C
+#   e2e_wait_log sender 'ERE' [SECONDS] [COUNT] [OFFSET]
+#   e2e_receiver_accept                  # the receiver recovers: accepts everything
+#   e2e_pass                             # (or just end the script; failures exit non-zero)
+#
+# What it owns: every process and file it starts or writes lives under one
+# temp dir ($E2E_DIR) and is stopped by its pid file on exit, also on failure,
+# on SIGTERM and when the watchdog fires. It never touches the system instance
+# (/etc/postfix, /var/spool/postfix), never binds anything but 127.0.0.1, and
+# never kills a process by name.
+#
+# Postfix runs its daemons as the user `postfix` and refuses to start unless
+# started by root (master drops privileges itself), so the harness needs root;
+# without root, or without Postfix installed, a test exits 77 (ctest: skipped),
+# except under CI=true where a missing prerequisite is a failure.
+#
+# Instance layout ($E2E_DIR/<inst>/): etc/ (main.cf, master.cf, maps),
+# spool/ (queue_directory), data/ (data_directory, owned by postfix),
+# and $E2E_DIR/log/<inst>.log written by postlogd (maillog_file): no syslog.
+
+set -euo pipefail
+
+E2E_SKIP=77
+E2E_DIR=
+E2E_INSTANCES=()  # started Postfix instances (names)
+E2E_DAEMONS=()    # pid files of other processes started with e2e_start_daemon
+E2E_WATCHDOG=
+E2E_NAME=
+E2E_KEEP=${E2E_KEEP:-0}  # 1: keep $E2E_DIR after the test (for debugging)
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+
+# Domains the receiver defers with 451 4.3.5 and domains it accepts.
+E2E_DEFER_DOMAINS=${E2E_DEFER_DOMAINS:-defer.e2e.test}
+E2E_OK_DOMAINS=${E2E_OK_DOMAINS:-ok.e2e.test}
+E2E_DEFER_REPLY=${E2E_DEFER_REPLY:-451 4.3.5 System config error}
+
+e2e_log() { printf 'e2e[%s]: %s\n' "${E2E_NAME:-?}" "$*" >&2; }
+e2e_fail() {
+    e2e_log "FAIL: $*"
+    exit 1
+}
+e2e_skip() {
+    if [ "${CI:-}" = true ]; then e2e_fail "prerequisite missing under CI: $*"; fi
+    e2e_log "SKIP: $*"
+    exit "$E2E_SKIP"
+}
+
+# e2e_begin NAME [SECONDS]: one temp dir, cleanup traps and a watchdog that ends
+# the test (and so everything it started) after SECONDS.
+e2e_begin() {
+    E2E_NAME=$1
+    local limit=${2:-120}
+    [ "$(id -u)" = 0 ] || e2e_skip "needs root: Postfix's master starts only as root"
+    command -v postfix >/dev/null && command -v postconf >/dev/null || e2e_skip "postfix is not installed"
+    id postfix >/dev/null 2>&1 || e2e_skip "no user postfix"
+    getent group postdrop >/dev/null || e2e_skip "no group postdrop"
+    E2E_DIR=$(mktemp -d "/tmp/retryguard-e2e-$E2E_NAME.XXXXXX")
+    # Postfix daemons (user postfix) must reach the queue and log below it.
+    chmod 755 "$E2E_DIR"
+    mkdir -p "$E2E_DIR/log" "$E2E_DIR/run"
+    chmod 755 "$E2E_DIR/log" "$E2E_DIR/run"
+    trap e2e_cleanup EXIT
+    trap 'e2e_log "interrupted"; exit 1' INT TERM HUP
+    # The watchdog runs in its own process group and signals only this shell.
+    (
+        trap - EXIT INT TERM HUP
+        sleep "$limit"
+        echo "e2e[$E2E_NAME]: watchdog: test exceeded ${limit}s" >&2
+        kill -TERM $$ 2>/dev/null
+    ) </dev/null >/dev/null 2>&1 &
+    E2E_WATCHDOG=$!
+    e2e_log "dir $E2E_DIR (limit ${limit}s)"
+}
+
+e2e_cleanup() {
+    local rc=$? inst f pid
+    trap - EXIT INT TERM HUP
+    set +e
+    for f in "${E2E_DAEMONS[@]}"; do e2e_stop_daemon "$f"; done
+    for inst in "${E2E_INSTANCES[@]}"; do e2e_stop_postfix "$inst"; done
+    if [ "$rc" != 0 ] && [ "$rc" != "$E2E_SKIP" ] && [ -n "$E2E_DIR" ]; then
+        for f in "$E2E_DIR"/log/*; do
+            [ -f "$f" ] || continue
+            echo "---- $f (last 60 lines)" >&2
+            tail -n 60 "$f" >&2
+        done
+    fi
+    if [ -n "$E2E_WATCHDOG" ]; then
+        kill "$E2E_WATCHDOG" 2>/dev/null
+        # the watchdog's sleep child would otherwise linger until it expires
+        pkill -P "$E2E_WATCHDOG" 2>/dev/null
+        wait "$E2E_WATCHDOG" 2>/dev/null
+    fi
+    if [ -n "$E2E_DIR" ] && [ "$E2E_KEEP" != 1 ]; then
+        case $E2E_DIR in /tmp/retryguard-e2e-*) rm -rf "$E2E_DIR" ;; esac
+    elif [ -n "$E2E_DIR" ]; then
+        e2e_log "kept $E2E_DIR"
+    fi
+    [ "$rc" = 0 ] && e2e_log PASS
+    exit "$rc"
+}
+
+# A free TCP port on 127.0.0.1 (the kernel picks it; the tiny window before
+# Postfix binds it is acceptable for tests).
+e2e_free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+e2e_port_listening() { [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]; }
+
+e2e_wait_port() {  # e2e_wait_port PORT [SECONDS]
+    local deadline=$((SECONDS + ${2:-15}))
+    until e2e_port_listening "$1"; do
+        [ $SECONDS -lt "$deadline" ] || e2e_fail "127.0.0.1:$1 did not come up"
+        sleep 0.1
+    done
+}
+
+e2e_etc() { echo "$E2E_DIR/$1/etc"; }
+e2e_logfile() { echo "$E2E_DIR/log/$1.log"; }
+
+# Settings every instance shares.
+_e2e_common_main_cf() {  # INSTANCE HOSTNAME
+    local inst=$1 host=$2
+    cat <<EOF
+# written by tests/e2e/lib.sh for one test run
+compatibility_level = 3.6
+queue_directory = $E2E_DIR/$inst/spool
+data_directory = $E2E_DIR/$inst/data
+mail_owner = postfix
+setgid_group = postdrop
+maillog_file = $(e2e_logfile "$inst")
+maillog_file_prefixes = $E2E_DIR
+myhostname = $host
+mydomain = e2e.test
+myorigin = \$myhostname
+mydestination =
+inet_interfaces = 127.0.0.1
+inet_protocols = ipv4
+smtp_dns_support_level = disabled
+alias_maps =
+alias_database =
+local_transport = error:5.1.1 no local delivery in the e2e test
+default_transport = error:5.4.4 no route outside the e2e test
+biff = no
+smtp_tls_security_level = none
+smtpd_tls_security_level = none
+smtp_connect_timeout = 5s
+mynetworks = 127.0.0.0/8
+EOF
+}
+
+_e2e_common_master_cf() {
+    cat <<'EOF'
+# service type  private unpriv  chroot  wakeup  maxproc command + args
+pickup    unix  n       -       n       60      1       pickup
+cleanup   unix  n       -       n       -       0       cleanup
+qmgr      unix  n       -       n       300     1       qmgr
+rewrite   unix  -       -       n       -       -       trivial-rewrite
+bounce    unix  -       -       n       -       0       bounce
+defer     unix  -       -       n       -       0       bounce
+trace     unix  -       -       n       -       0       bounce
+verify    unix  -       -       n       -       1       verify
+flush     unix  n       -       n       1000?   0       flush
+proxymap  unix  -       -       n       -       -       proxymap
+smtp      unix  -       -       n       -       -       smtp
+relay     unix  -       -       n       -       -       smtp
+showq     unix  n       -       n       -       -       showq
+error     unix  -       -       n       -       -       error
+retry     unix  -       -       n       -       -       error
+discard   unix  -       -       n       -       -       discard
+anvil     unix  -       -       n       -       1       anvil
+scache    unix  -       -       n       -       1       scache
+postlog   unix-dgram n  -       n       -       1       postlogd
+EOF
+}
+
+_e2e_prepare_instance() {  # INSTANCE
+    local d="$E2E_DIR/$1"
+    mkdir -p "$d/etc" "$d/spool" "$d/data"
+    chmod 755 "$d" "$d/etc"
+    chown postfix:postfix "$d/data"
+}
+
+_e2e_start_postfix() {  # INSTANCE PORT
+    local inst=$1 etc
+    etc=$(e2e_etc "$inst")
+    postfix -c "$etc" check || e2e_fail "postfix check failed for $inst"
+    postfix -c "$etc" start >/dev/null 2>&1 || e2e_fail "postfix start failed for $inst"
+    E2E_INSTANCES+=("$inst")
+    e2e_wait_port "$2" 20
+}
+
+# The receiver: relays for the defer and ok domains into the discard transport,
+# answering $E2E_DEFER_REPLY at RCPT TO for every defer domain.
+e2e_start_receiver() {
+    local etc d
+    _e2e_prepare_instance rcv
+    etc=$(e2e_etc rcv)
+    E2E_RCV_PORT=$(e2e_free_port)
+    {
+        _e2e_common_main_cf rcv rcv.e2e.test
+        cat <<EOF
+relay_domains = $E2E_DEFER_DOMAINS $E2E_OK_DOMAINS
+relay_transport = discard:accepted by the e2e receiver
+smtpd_relay_restrictions = reject_unauth_destination
+smtpd_recipient_restrictions = check_recipient_access texthash:$etc/access, reject_unauth_destination
+EOF
+    } >"$etc/main.cf"
+    { _e2e_common_master_cf; echo "127.0.0.1:$E2E_RCV_PORT inet n - n - - smtpd"; } >"$etc/master.cf"
+    : >"$etc/access"
+    for d in $E2E_DEFER_DOMAINS; do printf '%s %s\n' "$d" "$E2E_DEFER_REPLY" >>"$etc/access"; done
+    _e2e_start_postfix rcv "$E2E_RCV_PORT"
+    e2e_log "receiver on 127.0.0.1:$E2E_RCV_PORT defers: $E2E_DEFER_DOMAINS"
+}
+
+# The receiver recovers: the access map empties and smtpd restarts with it.
+e2e_receiver_accept() {
+    : >"$(e2e_etc rcv)/access"
+    postfix -c "$(e2e_etc rcv)" reload >/dev/null 2>&1 || e2e_fail "receiver reload failed"
+    e2e_log "receiver now accepts everything"
+}
+
+# The sending Postfix: smtpd on a free port, pickup for sendmail -C, every test
+# domain relayed to the receiver, retries every few seconds, and the milter
+# (when a spec is given) both as smtpd_milters and non_smtpd_milters with
+# milter_default_action = accept, as docs/milter.md documents.
+e2e_start_sender() {  # [MILTER_SPEC]
+    local milter=${1:-} etc d
+    [ -n "${E2E_RCV_PORT:-}" ] || e2e_fail "start the receiver first"
+    _e2e_prepare_instance sender
+    etc=$(e2e_etc sender)
+    E2E_SENDER_PORT=$(e2e_free_port)
+    {
+        _e2e_common_main_cf sender sender.e2e.test
+        cat <<EOF
+smtpd_relay_restrictions = permit_mynetworks, reject
+transport_maps = texthash:$etc/transport
+# retry fast (production defaults: 300s / 300s / 4000s)
+queue_run_delay = 3s
+minimal_backoff_time = 3s
+maximal_backoff_time = 6s
+delay_warning_time = 0h
+milter_default_action = accept
+milter_connect_timeout = 5s
+milter_command_timeout = 10s
+milter_content_timeout = 10s
+EOF
+        if [ -n "$milter" ]; then
+            echo "smtpd_milters = $milter"
+            echo "non_smtpd_milters = $milter"
+        fi
+    } >"$etc/main.cf"
+    { _e2e_common_master_cf; echo "127.0.0.1:$E2E_SENDER_PORT inet n - n - - smtpd"; } >"$etc/master.cf"
+    : >"$etc/transport"
+    for d in $E2E_DEFER_DOMAINS $E2E_OK_DOMAINS; do
+        printf '%s smtp:[127.0.0.1]:%s\n' "$d" "$E2E_RCV_PORT" >>"$etc/transport"
+    done
+    _e2e_start_postfix sender "$E2E_SENDER_PORT"
+    e2e_log "sender on 127.0.0.1:$E2E_SENDER_PORT milter: ${milter:-none}"
+}
+
+e2e_stop_postfix() {  # INSTANCE
+    local inst=$1 etc pidf pid
+    etc=$(e2e_etc "$inst")
+    pidf="$E2E_DIR/$inst/spool/pid/master.pid"
+    pid=$(tr -dc 0-9 <"$pidf" 2>/dev/null || true)
+    postfix -c "$etc" stop >/dev/null 2>&1 || true
+    [ -n "$pid" ] || return 0
+    for _ in $(seq 100); do [ -d "/proc/$pid" ] || return 0; sleep 0.1; done
+    postfix -c "$etc" abort >/dev/null 2>&1 || true
+    sleep 0.5
+    if [ -d "/proc/$pid" ] && grep -q master "/proc/$pid/comm" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null; fi
+    return 0
+}
+
+# e2e_start_daemon NAME CMD ARGS...: runs CMD in its own session, pid in
+# $E2E_DIR/run/NAME.pid, stdout+stderr in $E2E_DIR/log/NAME.stderr.
+e2e_start_daemon() {
+    local name=$1 pidf="$E2E_DIR/run/$1.pid"
+    shift
+    setsid bash -c 'echo $$ >"$0"; exec "$@"' "$pidf" "$@" </dev/null >>"$E2E_DIR/log/$name.stderr" 2>&1 &
+    for _ in $(seq 50); do [ -s "$pidf" ] && break; sleep 0.05; done
+    [ -s "$pidf" ] || e2e_fail "$name did not start"
+    E2E_DAEMONS+=("$pidf")
+}
+
+e2e_daemon_pid() { tr -dc 0-9 <"$E2E_DIR/run/$1.pid" 2>/dev/null; }
+
+e2e_stop_daemon() {  # PIDFILE or NAME; SIGTERM, then SIGKILL after 5 s
+    local f=$1 pid
+    case $f in /*) ;; *) f="$E2E_DIR/run/$f.pid" ;; esac
+    pid=$(tr -dc 0-9 <"$f" 2>/dev/null || true)
+    [ -n "$pid" ] || return 0
+    kill -TERM "$pid" 2>/dev/null || { rm -f "$f"; return 0; }
+    for _ in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+    [ -d "/proc/$pid" ] && kill -KILL "$pid" 2>/dev/null
+    rm -f "$f"
+    return 0
+}
+
+# e2e_kill_daemon NAME: SIGKILL, as a crash would (the pid file stays unused).
+e2e_kill_daemon() {
+    local pid
+    pid=$(e2e_daemon_pid "$1")
+    [ -n "$pid" ] || e2e_fail "no pid for $1"
+    kill -KILL "$pid"
+    for _ in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+    rm -f "$E2E_DIR/run/$1.pid"
+}
+
+# ---------------------------------------------------------------- messages
+
+# e2e_message FILE MESSAGE-ID FROM TO SUBJECT [BODY]: an RFC 5322 message as a
+# mail client would write it.
+e2e_message() {
+    local f=$1 mid=$2 from=$3 to=$4 subject=$5 body=${6:-Hello,
+this is the e2e test body.
+Regards}
+    {
+        printf 'From: <%s>\r\nTo: <%s>\r\nSubject: %s\r\n' "$from" "$to" "$subject"
+        printf 'Date: %s\r\n' "$(date -R)"
+        [ -n "$mid" ] && printf 'Message-ID: <%s>\r\n' "$mid"
+        printf 'MIME-Version: 1.0\r\nContent-Type: text/plain; charset=us-ascii\r\n\r\n'
+        printf '%s\r\n' "$body"
+    } >"$f"
+}
+
+# e2e_submit_smtp FILE FROM RCPT...: swaks into the sender's smtpd; the SMTP
+# dialogue goes to $E2E_DIR/log/swaks.log. Returns swaks' exit code (24 when
+# the message was rejected at end of data).
+e2e_submit_smtp() {
+    local f=$1 from=$2 rc=0
+    shift 2
+    {
+        echo "==== swaks $from -> $*"
+        swaks --server "127.0.0.1:$E2E_SENDER_PORT" --helo client.e2e.test --from "$from" \
+            --to "$(IFS=,; echo "$*")" --data "@$f" --timeout 30 2>&1 || rc=$?
+    } >>"$E2E_DIR/log/swaks.log"
+    E2E_LAST_SWAKS=$(awk '/^==== swaks/{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' "$E2E_DIR/log/swaks.log")
+    return "$rc"
+}
+
+# e2e_submit_sendmail FILE FROM RCPT...: local submission through the sender
+# instance's sendmail -> postdrop -> pickup -> cleanup (the non_smtpd_milters path).
+e2e_submit_sendmail() {
+    local f=$1 from=$2
+    shift 2
+    sendmail -C "$(e2e_etc sender)" -f "$from" -- "$@" <"$f"
+}
+
+# ---------------------------------------------------------------- the log
+
+e2e_log_size() { stat -c %s "$(e2e_logfile "$1")" 2>/dev/null || echo 0; }
+
+# e2e_log_since INSTANCE [OFFSET]: the log from byte OFFSET on.
+e2e_log_since() { tail -c +$((${2:-0} + 1)) "$(e2e_logfile "$1")" 2>/dev/null || true; }
+
+# e2e_wait_log INSTANCE ERE [SECONDS] [COUNT] [OFFSET]: wait until the log (from
+# OFFSET) has COUNT lines matching ERE; fails the test on timeout.
+e2e_wait_log() {
+    local inst=$1 re=$2 secs=${3:-30} want=${4:-1} off=${5:-0} deadline n
+    deadline=$((SECONDS + secs))
+    while :; do
+        n=$(e2e_log_since "$inst" "$off" | grep -cE -- "$re" || true)
+        [ "$n" -ge "$want" ] && return 0
+        [ $SECONDS -lt "$deadline" ] || e2e_fail "timed out after ${secs}s waiting for $want x /$re/ in $inst log (saw $n)"
+        sleep 0.2
+    done
+}
+
+# e2e_qid_for_mid INSTANCE MESSAGE-ID [OFFSET]: the queue id cleanup logged for it
+# (the last one from OFFSET on), waiting up to 20 s.
+e2e_qid_for_mid() {
+    local q
+    for _ in $(seq 100); do
+        q=$(e2e_log_since "$1" "${3:-0}" |
+            sed -n "s/.*postfix\/cleanup\[[0-9]*\]: \([0-9A-Za-z]*\): message-id=<$2>.*/\1/p" | tail -1)
+        [ -n "$q" ] && { echo "$q"; return 0; }
+        sleep 0.2
+    done
+    e2e_fail "no queue id logged for <$2>"
+}
+
+e2e_assert_log() {  # INSTANCE ERE [OFFSET] [MESSAGE]
+    e2e_log_since "$1" "${3:-0}" | grep -qE -- "$2" || e2e_fail "${4:-expected /$2/ in $1 log}"
+}
+
+e2e_assert_no_log() {  # INSTANCE ERE [OFFSET] [MESSAGE]
+    if e2e_log_since "$1" "${3:-0}" | grep -qE -- "$2"; then e2e_fail "${4:-unexpected /$2/ in $1 log}"; fi
+}
+
+e2e_queue_ids() { postqueue -c "$(e2e_etc "${1:-sender}")" -j 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    print(json.loads(line)["queue_id"])'; }

@@ -1,0 +1,63 @@
+# milter_lib.sh -- e2e setup for retryguard-milter on top of lib.sh: a receiver
+# that defers defer.e2e.test with 451 4.3.5, a sending Postfix with the milter
+# as smtpd_milters and non_smtpd_milters, the milter itself (unprivileged,
+# SQLite ledger, verdicts into the sender's log through postlogd), and the
+# ledger feed that stands in for the policy daemon's log follower.
+#   . "$(dirname "$0")/milter_lib.sh"
+#   milter_e2e_begin NAME SECONDS [extra milter options...]
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+FROM=alice@ok.e2e.test
+
+milter_e2e_begin() {
+    local name=$1 limit=$2
+    shift 2
+    e2e_begin "$name" "$limit"
+    [ -x "${RETRYGUARD_MILTER:-}" ] || e2e_fail "RETRYGUARD_MILTER is not set to the built retryguard-milter"
+    [ -x "${RETRYGUARD_E2E_FEED:-}" ] || e2e_fail "RETRYGUARD_E2E_FEED is not set to the built retryguard_e2e_feed"
+    id nobody >/dev/null 2>&1 || e2e_skip "no user nobody"
+    mkdir -p "$E2E_DIR/milter" "$E2E_DIR/ledger"
+    chmod 755 "$E2E_DIR/milter"
+    chown nobody:nogroup "$E2E_DIR/ledger"
+    MILTER_SOCK=$E2E_DIR/milter/milter.sock
+    LEDGER=sqlite:$E2E_DIR/ledger/ledger.db
+    MILTER_ARGS=(-s "unix:$MILTER_SOCK" --socket-owner nobody:postfix --socket-mode 0660 --user nobody:nogroup
+        --ledger "$LEDGER" --log "postlog:$E2E_DIR/sender/spool/public/postlog" --log-hostname sender
+        --minimal-backoff 3 --maximal-backoff 6 "$@")
+    e2e_start_receiver
+    e2e_start_sender "unix:$MILTER_SOCK"
+    milter_start
+    # the stand-in for retryguard-policyd's log follower, unprivileged like the milter
+    e2e_start_daemon feed setpriv --reuid=nobody --regid=nogroup --clear-groups \
+        "$RETRYGUARD_E2E_FEED" "$LEDGER" "$(e2e_logfile sender)" --follow
+}
+
+milter_start() {
+    e2e_start_daemon milter "$RETRYGUARD_MILTER" "${MILTER_ARGS[@]}"
+    for _ in $(seq 100); do [ -S "$MILTER_SOCK" ] && break; sleep 0.05; done
+    [ -S "$MILTER_SOCK" ] || e2e_fail "milter socket $MILTER_SOCK did not appear"
+    e2e_wait_log sender "retryguard/milter\[[0-9]+\]: starting: " 10
+}
+
+# verdict_for QID: the milter's verdict line for a queue id (waits up to 20 s).
+verdict_for() {
+    e2e_wait_log sender "retryguard/milter\[[0-9]+\]: $1: verdict=" 20
+    e2e_log_since sender | grep -E "retryguard/milter\[[0-9]+\]: $1: verdict=" | tail -1
+}
+
+# The last verdict line logged from OFFSET on (waits up to 20 s).
+last_verdict_since() {
+    e2e_wait_log sender "retryguard/milter\[[0-9]+\]: [0-9A-Za-z]+: verdict=" 20 1 "$1"
+    e2e_log_since sender "$1" | grep -E "retryguard/milter\[[0-9]+\]: [0-9A-Za-z]+: verdict=" | tail -1
+}
+
+# Waits until QID's deferral has been logged and the feed has had time to
+# carry it into the ledger.
+wait_deferred() {  # QID RCPT
+    e2e_wait_log sender "$1: to=<$2>,.* status=deferred" 30
+    sleep 1
+}
+
+assert_field() {  # LINE KEY VALUE
+    case " $1 " in *" $2=$3 "*) ;; *) e2e_fail "expected $2=$3 in: $1" ;; esac
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# miltertest_test.sh -- protocol-level test of the built retryguard-milter with
+# Debian's miltertest (tests/milter/protocol.lua) and a real SQLite ledger,
+# which the real log parser feeds. Starts and stops the milter itself (by pid).
+set -euo pipefail
+if ! command -v miltertest >/dev/null; then
+    [ "${CI:-}" = true ] && { echo "FAIL: miltertest is not installed" >&2; exit 1; }
+    echo "SKIP: miltertest is not installed" >&2
+    exit 77
+fi
+dir=$(mktemp -d /tmp/retryguard-miltertest.XXXXXX)
+pid=
+cleanup() {
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null && for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+chmod 755 "$dir"
+run_as=()
+user=$(id -un)
+if [ "$(id -u)" = 0 ]; then
+    user=nobody
+    chown nobody "$dir"
+    run_as=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+fi
+"$RETRYGUARD_MILTER" -s "unix:$dir/milter.sock" --socket-mode 0600 --user "$user" --ledger "sqlite:$dir/ledger.db" \
+    --log stderr --destination-action hold.example=hold --destination-action tag.example=tag \
+    --destination-action drop.example=drop_duplicates --destination-action quiet.example=log_only \
+    2>"$dir/milter.stderr" &
+pid=$!
+for _ in $(seq 100); do [ -S "$dir/milter.sock" ] && break; sleep 0.05; done
+export RG_SOCKET=$dir/milter.sock RG_LEDGER=sqlite:$dir/ledger.db RG_LOG=$dir/postfix.log \
+    RG_FEED="${run_as[*]} $RETRYGUARD_E2E_FEED"
+rc=0
+out=$(timeout -k 5 60 miltertest -s "$(dirname "$0")/protocol.lua" 2>&1) || rc=$?
+kill "$pid"
+wait "$pid" || true
+pid=
+log=$(cat "$dir/milter.stderr")
+printf '%s\n%s\n' "$out" "$log"
+[ "$rc" = 0 ] || { echo "FAIL: miltertest exited $rc" >&2; exit 1; }
+check() { grep -qE -- "$1" <<<"$log" || { echo "FAIL: no /$1/ in the milter's log" >&2; exit 1; }; }
+grep -q "protocol: all checks passed" <<<"$out"
+# the verdict lines say what happened to each message and why
+check 'BBB0000001: verdict=reject path=smtp original=AAA0000001 duplicates=bob@defer.example matched=message-id destination=defer.example .* reply="451 4.3.5 System config error" response="550 5.7.1"'
+check 'BBB0000002: verdict=reject .*matched=fingerprint'
+check 'BBB0000003: verdict=drop_duplicates .*duplicates=bob@defer.example new=carol@new.example'
+check 'BBB0000004: verdict=hold .*original=AAA0000002'
+check 'BBB0000005: verdict=tag '
+check 'BBB0000006: verdict=drop_duplicates '
+check 'BBB0000007: verdict=log_only '
+check 'BBB0000008: verdict=accept '
+check 'stopping: counters: messages=15 accepted=11 refused=2 held=1 discarded=1 tagged=1 recorded=11 failopen_ledger=0 failopen_internal=0 failopen_input=0 record_errors=0'
+
+# Second milter: its ledger (Redis) does not answer. Every message is accepted
+# and each fail-open is logged and counted.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$RETRYGUARD_MILTER" -s "unix:$dir/failopen.sock" --socket-mode 0600 --user "$user" \
+    --ledger "redis://127.0.0.1:$port/0" --log stderr 2>"$dir/failopen.stderr" &
+pid=$!
+for _ in $(seq 100); do [ -S "$dir/failopen.sock" ] && break; sleep 0.05; done
+rc=0
+out=$(RG_SOCKET=$dir/failopen.sock timeout -k 5 60 miltertest -s "$(dirname "$0")/failopen.lua" 2>&1) || rc=$?
+kill "$pid"
+wait "$pid" || true
+pid=
+log=$(cat "$dir/failopen.stderr")
+printf '%s\n%s\n' "$out" "$log"
+[ "$rc" = 0 ] || { echo "FAIL: miltertest (fail open) exited $rc" >&2; exit 1; }
+grep -q "failopen: all checks passed" <<<"$out"
+check 'retryguard/milter\[[0-9]+\]: FO0000001: verdict=accept path=smtp failopen=ledger-error detail='
+check 'stopping: counters: messages=3 accepted=3 refused=0 .* failopen_ledger=3 '
+echo "miltertest: PASS"

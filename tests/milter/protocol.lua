@@ -1,0 +1,141 @@
+-- protocol.lua -- miltertest script: drives the real retryguard-milter binary
+-- through the milter protocol with a real SQLite ledger. Run by
+-- miltertest_test.sh, which starts the milter (per-destination actions:
+-- hold.example=hold, tag.example=tag, drop.example=drop_duplicates,
+-- quiet.example=log_only, reject elsewhere) and passes paths in the environment:
+--   RG_SOCKET, RG_LEDGER, RG_FEED, RG_LOG (Postfix-format log the feed reads)
+
+local socket = os.getenv("RG_SOCKET")
+local ledger = os.getenv("RG_LEDGER")
+local feed = os.getenv("RG_FEED")
+local plog = os.getenv("RG_LOG")
+
+local function fail(msg)
+  error("FAIL: " .. msg)
+end
+
+local function main()
+local function connect()
+  local conn = mt.connect("unix:" .. socket, 40, 0.05)
+  if conn == nil then fail("cannot connect to " .. socket) end
+  if mt.conninfo(conn, "localhost", "127.0.0.1") ~= nil then fail("conninfo") end
+  if mt.getreply(conn) ~= SMFIR_CONTINUE then fail("connect not continued") end
+  return conn
+end
+
+-- one message: returns the connection after EOM (reply available with mt.getreply)
+local function message(conn, qid, from, rcpts, msgid, subject, body)
+  mt.macro(conn, SMFIC_MAIL, "i", qid)
+  if mt.mailfrom(conn, "<" .. from .. ">") ~= nil then fail("mailfrom") end
+  for _, r in ipairs(rcpts) do
+    mt.macro(conn, SMFIC_RCPT, "i", qid)
+    if mt.rcptto(conn, "<" .. r .. ">") ~= nil then fail("rcptto") end
+  end
+  if mt.header(conn, "From", "<" .. from .. ">") ~= nil then fail("header") end
+  if mt.header(conn, "Subject", subject) ~= nil then fail("header") end
+  if msgid ~= nil then
+    if mt.header(conn, "Message-ID", msgid) ~= nil then fail("header") end
+  end
+  if mt.header(conn, "Date", os.date("!%a, %d %b %Y %H:%M:%S +0000")) ~= nil then fail("header") end
+  if mt.bodystring(conn, body) ~= nil then fail("body") end
+  if mt.eom(conn) ~= nil then fail("eom") end
+  return mt.getreply(conn)
+end
+
+local body = "Hello,\r\nthe figures are attached.\r\n\r\nAlice\r\n"
+local conn = connect()
+
+-- originals: accepted and recorded under their queue ids
+local originals = {
+  { "AAA0000001", "bob@defer.example", "<orig-1@Client.Example>" },
+  { "AAA0000002", "bob@hold.example", "<orig-2@client.example>" },
+  { "AAA0000003", "bob@tag.example", "<orig-3@client.example>" },
+  { "AAA0000004", "bob@drop.example", "<orig-4@client.example>" },
+  { "AAA0000005", "bob@quiet.example", "<orig-5@client.example>" },
+}
+for i, o in ipairs(originals) do
+  local r = message(conn, o[1], "alice@example.org", { o[2] }, o[3], "Figures " .. i, body)
+  if r ~= SMFIR_ACCEPT then fail("original " .. o[1] .. " not accepted: " .. tostring(r)) end
+  if mt.eom_check(conn, MT_HDRADD) then fail("original " .. o[1] .. " tagged") end
+end
+
+-- the sending Postfix defers every original: the ledger learns it from the log
+local f = io.open(plog, "w")
+for _, o in ipairs(originals) do
+  local domain = string.match(o[2], "@(.*)$")
+  f:write(os.date("%b %e %H:%M:%S") .. " sender postfix/smtp[4242]: " .. o[1] .. ": to=<" .. o[2] ..
+    ">, relay=mx." .. domain .. "[192.0.2.1]:25, delay=1.2, delays=0.1/0/0.6/0.5, dsn=4.3.5, " ..
+    "status=deferred (host mx." .. domain .. "[192.0.2.1] said: 451 4.3.5 System config error " ..
+    "(in reply to RCPT TO command))\n")
+end
+f:close()
+if not os.execute(feed .. " " .. ledger .. " " .. plog) then fail("ledger feed failed") end
+
+-- same Message-ID (other case in the domain, other comment): refused with the explanation
+local r = message(conn, "BBB0000001", "alice@example.org", { "bob@defer.example" },
+  "(resent) <orig-1@client.example>", "Figures 1", body)
+if r ~= SMFIR_REPLYCODE then fail("same Message-ID not refused: " .. tostring(r)) end
+-- (miltertest 1.0 answers "Invalid argument" to MT_SMTPREPLY checks: the code and
+-- text are checked in the verdict line by miltertest_test.sh)
+
+-- same content, new Message-ID: refused by fingerprint
+r = message(conn, "BBB0000002", "alice@example.org", { "bob@defer.example" }, "<new-9@client.example>",
+  "Figures 1", "Hello,\nthe figures are attached.   \n\nAlice\n\n")
+if r ~= SMFIR_REPLYCODE then fail("same content not refused: " .. tostring(r)) end
+
+-- a new recipient: the duplicate is deleted, the message accepted
+r = message(conn, "BBB0000003", "alice@example.org", { "bob@defer.example", "carol@new.example" },
+  "<orig-1@client.example>", "Figures 1", body)
+if r ~= SMFIR_ACCEPT then fail("resend with a new recipient not accepted: " .. tostring(r)) end
+if not mt.eom_check(conn, MT_RCPTDELETE, "<bob@defer.example>") then fail("duplicate recipient not deleted") end
+if mt.eom_check(conn, MT_RCPTDELETE, "<carol@new.example>") then fail("new recipient deleted") end
+
+-- hold: quarantined, naming the original
+r = message(conn, "BBB0000004", "alice@example.org", { "bob@hold.example" }, "<orig-2@client.example>",
+  "Figures 2", body)
+if r ~= SMFIR_ACCEPT then fail("hold: not accepted into the hold queue: " .. tostring(r)) end
+if not mt.eom_check(conn, MT_QUARANTINE, "retryguard: resend of AAA0000002 still queued") then
+  fail("hold: not quarantined")
+end
+
+-- tag: header added, accepted
+r = message(conn, "BBB0000005", "alice@example.org", { "bob@tag.example" }, "<orig-3@client.example>",
+  "Figures 3", body)
+if r ~= SMFIR_ACCEPT then fail("tag: not accepted") end
+if not mt.eom_check(conn, MT_HDRADD, "X-Retryguard-Resend", "bob@tag.example queued as AAA0000003") then
+  fail("tag: header missing")
+end
+
+-- drop_duplicates with no new recipient: discarded
+r = message(conn, "BBB0000006", "alice@example.org", { "bob@drop.example" }, "<orig-4@client.example>",
+  "Figures 4", body)
+if r ~= SMFIR_DISCARD then fail("drop_duplicates: not discarded: " .. tostring(r)) end
+
+-- log_only: accepted untouched
+r = message(conn, "BBB0000007", "alice@example.org", { "bob@quiet.example" }, "<orig-5@client.example>",
+  "Figures 5", body)
+if r ~= SMFIR_ACCEPT then fail("log_only: not accepted") end
+if mt.eom_check(conn, MT_HDRADD) or mt.eom_check(conn, MT_QUARANTINE) then fail("log_only: changed the message") end
+
+-- unrelated mail to the deferring destination
+r = message(conn, "BBB0000008", "alice@example.org", { "bob@defer.example" }, "<other@client.example>",
+  "Something else", "Different words.\r\n")
+if r ~= SMFIR_ACCEPT then fail("unrelated mail not accepted: " .. tostring(r)) end
+
+-- bad input: no Message-ID, an unbalanced one, a long subject: never a crash, never a tempfail
+r = message(conn, "BBB0000009", "alice@example.org", { "dave@else.example" }, nil, "No id", "x\r\n")
+if r ~= SMFIR_ACCEPT then fail("message without Message-ID not accepted") end
+r = message(conn, "BBB0000010", "alice@example.org", { "dave@else.example" }, "<unbalanced@x (", string.rep("s", 900),
+  "y\r\n")
+if r ~= SMFIR_ACCEPT then fail("bad Message-ID not accepted") end
+
+mt.disconnect(conn)
+mt.echo("protocol: all checks passed")
+end
+
+-- miltertest reports a Lua error only through its exit code: say what failed
+local ok, err = pcall(main)
+if not ok then
+  mt.echo("protocol: " .. tostring(err))
+  error(err)
+end
