@@ -87,12 +87,14 @@ start_policyd() {
     local i
     for i in $(seq 100); do [ -s "$ROOT/ready" ] && break; sleep 0.1; done
     [ -s "$ROOT/ready" ] || { FAILS=1; echo "policyd did not start"; exit 1; }
-    POLICY_PORT=$(sed -n 's/^policy tcp:127.0.0.1://p' "$ROOT/ready")
+    grep -q "^policy tcp:127.0.0.1:$POLICY_PORT\$" "$ROOT/ready" || { FAILS=1; echo "policyd port?"; exit 1; }
 }
-start_policyd
+# The verdict log is Postfix's postlogd socket: Postfix starts first.
+POLICY_PORT=$(free_port) || skip "no free port"
 
 # ----------------------------------------------------------------- postfix
 echo "cfgerr.e2e.test 451 4.3.5 Server configuration problem" > "$ETC/receiver_access"
+printf 'cfgerr.e2e.test smtp:[127.0.0.1]:%s\nother.test discard:e2e\n' "$RECV_PORT" > "$ETC/transport"
 cat > "$ETC/main.cf" <<EOF
 compatibility_level = 3.6
 queue_directory = $ROOT/spool
@@ -112,7 +114,7 @@ alias_database =
 biff = no
 mynetworks = 127.0.0.0/8
 relay_domains = cfgerr.e2e.test other.test
-transport_maps = inline:{ cfgerr.e2e.test = smtp:[127.0.0.1]:$RECV_PORT, other.test = discard:e2e }
+transport_maps = texthash:$ETC/transport
 minimal_backoff_time = 1s
 maximal_backoff_time = 2s
 queue_run_delay = 1s
@@ -147,6 +149,8 @@ EOF
 postfix -c "$ETC" check >"$ROOT/check.log" 2>&1 || { cat "$ROOT/check.log"; FAILS=1; exit 1; }
 postfix -c "$ETC" start >"$ROOT/start.log" 2>&1 || { cat "$ROOT/start.log"; FAILS=1; exit 1; }
 for i in $(seq 100); do port_in_use "$SMTPD_PORT" && port_in_use "$RECV_PORT" && break; sleep 0.1; done
+for i in $(seq 100); do [ -S "$ROOT/spool/public/postlog" ] && break; sleep 0.1; done
+start_policyd
 
 rcpt() {  # rcpt ADDRESS -> swaks's transcript up to RCPT
     swaks --server "127.0.0.1:$SMTPD_PORT" --from sender@e2e.test --to "$1" --helo client.e2e.test \
@@ -162,13 +166,14 @@ swaks --server "127.0.0.1:$SMTPD_PORT" --from sender@e2e.test --to queued@cfgerr
 check "a message to the deferring domain is queued" grep -q "<-  250 2.0.0 Ok: queued" "$ROOT/submit.log"
 check "the receiver defers it with 451 4.3.5" \
     wait_log "to=<queued@cfgerr.e2e.test>.*status=deferred .*451 4.3.5" 100
-# More retries, over more than escalate_after (1s).
+# More retries (minimal_backoff_time 1s); escalate_after (1m, its smallest
+# value) counts from the first deferral.
 for i in 1 2 3; do sleep 1.2; postqueue -c "$ETC" -f >/dev/null 2>&1; done
 n=$(grep -c "to=<queued@cfgerr.e2e.test>.*status=deferred" "$LOG")
 check "several deferrals logged ($n)" test "$n" -ge 2
 
 escalated=0
-for i in $(seq 40); do
+for i in $(seq 60); do
     out=$(rcpt "new$i@cfgerr.e2e.test")
     if wait_log "NOQUEUE: warn: RCPT from .*: retryguard: cfgerr.e2e.test escalated \\(receiver-config\\) since .*to=<new$i@cfgerr.e2e.test>" 10; then
         escalated=1; break
