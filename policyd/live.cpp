@@ -259,10 +259,10 @@ void LiveIngest::run() {
             const LineBatch& b = **batch;
             lines.clear();
             for (const auto& l : b.lines) lines.push_back(l.text);
+            // Files and the journal resume from a saved position; datagrams cannot
+            // be read twice, so their batches go in like an import (no position).
             std::optional<FollowerPosition> end;
-            if (s.line_source->stopped() == false && b.end.source.size() > 0 &&
-                (s.id.starts_with("file:") || s.id == kJournalSourceId))
-                end = b.end;
+            if (s.id.starts_with("file:") || s.id == kJournalSourceId) end = b.end;
             if (auto st = ingest_->ingest_lines(*s.parser, lines, end); !st) {
                 // Back-pressure: the batch stays pending and is offered again.
                 ++ledger_refusals_;

@@ -17,6 +17,7 @@
 #include "retryguard/ledger_decider.hpp"
 #include "retryguard/log_parser.hpp"
 #include "retryguard/policy_service.hpp"
+#include "retryguard/runtime.hpp"
 
 using namespace retryguard;
 
@@ -42,7 +43,7 @@ std::shared_ptr<config::ConfigHolder> holder(std::string_view yaml) {
     return std::make_shared<config::ConfigHolder>(loaded.config);
 }
 
-constexpr std::string_view kActions = R"(
+constexpr std::string_view kActions = R"yaml(
 actions:
   watch: "INFO {domain} in watch ({category})"
   escalated: "WARN {domain} escalated ({category}) since {since} via {mx}: {reply}"
@@ -52,7 +53,7 @@ destinations:
   - domain: ruled.test
     contact: "noc@ruled.test"
     actions: {escalated: "REJECT 4.7.1 {domain} closed"}
-)";
+)yaml";
 
 DestinationView view(Ladder ladder, bool flagged = false) {
     DestinationView v;
