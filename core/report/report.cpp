@@ -600,7 +600,8 @@ std::string render_escalations(const json& doc, const RenderOptions& ro) {
 namespace {
 
 json recipient_json(const RecipientInfo& r, const Classifier& classifier, const config::Config& config,
-                    const std::optional<TimePoint>& arrival, TimePoint now, const ExplainOptions& opt) {
+                    const std::optional<TimePoint>& arrival, bool message_finished,
+                    const ExplainOptions& opt) {
     json j{{"address", r.address},
            {"state", std::string(to_string(r.state))},
            {"attempts", r.attempts},
@@ -625,7 +626,7 @@ json recipient_json(const RecipientInfo& r, const Classifier& classifier, const 
     j["fault"] = std::string(info(cat).fault);
     j["guidance"] = std::string(info(cat).guidance);
     json next = nullptr;
-    if (r.state == RecipientState::pending) {
+    if (r.state == RecipientState::pending && !message_finished) {
         std::string relay_host = r.relay.substr(0, r.relay.find('['));
         auto res = config.resolve(domain_of(r.address), relay_host);
         next = json::object();
@@ -645,7 +646,6 @@ json recipient_json(const RecipientInfo& r, const Classifier& classifier, const 
         next["rule"] = res.reason();
     }
     j["next"] = next;
-    (void)now;
     return j;
 }
 
@@ -726,7 +726,8 @@ Result<json> explain(Ledger& ledger, const Classifier& classifier, const config:
             auto rc = ledger.get_recipients(qid);
             if (!rc) return rc.error();
             json rj = json::array();
-            for (const auto& r : *rc) rj.push_back(recipient_json(r, classifier, config, arrival, now, opt));
+            for (const auto& r : *rc)
+                rj.push_back(recipient_json(r, classifier, config, arrival, mi.finished.has_value(), opt));
             mj["recipients"] = rj;
             if (mi.arrival)
                 timeline.push_back(json{{"time", format_rfc3339(*mi.arrival)},
@@ -743,7 +744,7 @@ Result<json> explain(Ledger& ledger, const Classifier& classifier, const config:
                     timeline.push_back(json{
                         {"time", r["last_attempt"]},
                         {"queue_id", qid},
-                        {"what", fmt::format("last attempt ({} of {}): {}", r["attempts"].get<int>(),
+                        {"what", fmt::format("attempt {} (last recorded), recipient {}",
                                              r["attempts"].get<int>(), r["state"].get<std::string>())},
                         {"detail", fmt::format("{} via {}: {} [{}]", r["address"].get<std::string>(),
                                                r["relay"].get<std::string>(), r["reply"].get<std::string>(),
