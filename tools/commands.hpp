@@ -27,5 +27,6 @@ void add_escalations_command(CLI::App& app);
 void add_explain_command(CLI::App& app);
 void add_flags_command(CLI::App& app);
 void add_prune_command(CLI::App& app);
+void add_queue_command(CLI::App& app);
 
 }  // namespace retryguard::cli

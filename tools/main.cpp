@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
     add_explain_command(app);
     add_flags_command(app);
     add_prune_command(app);
+    add_queue_command(app);
 
     try {
         app.parse(argc, argv);

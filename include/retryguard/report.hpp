@@ -105,6 +105,17 @@ Result<nlohmann::json> explain(Ledger& ledger, const Classifier& classifier, con
 std::string render_explain(const nlohmann::json& doc, const RenderOptions& ro);
 
 // ---------------------------------------------------------------------------
+// Queue: `postqueue -j` output (one JSON object per line) by destination domain
+// and age bucket like qshape, each recipient's delay_reason classified, joined
+// with the ledger's ladder state of the domain. Bounded: at most kMaxQueueLines
+// lines of at most kMaxQueueLineBytes each; bad lines are counted, not fatal.
+inline constexpr std::size_t kMaxQueueLines = 1000000;
+inline constexpr std::size_t kMaxQueueLineBytes = 1 << 20;
+Result<nlohmann::json> queue(std::string_view postqueue_json, const Classifier& classifier, Ledger* ledger,
+                             TimePoint now);
+std::string render_queue(const nlohmann::json& doc, const RenderOptions& ro);
+
+// ---------------------------------------------------------------------------
 // Flags and pruning.
 Result<nlohmann::json> flags(Ledger& ledger, TimePoint now, bool include_inactive);
 std::string render_flags(const nlohmann::json& doc, const RenderOptions& ro);

@@ -227,11 +227,39 @@ TEST_F(ReportCli, FlagsListAndClearThenPrune) {
     EXPECT_GT(json_out().at("messages").get<int>(), 0);
 }
 
+TEST_F(ReportCli, QueueGroupsSavedPostqueueOutputByDomainAndCategory) {
+    const std::string saved = " --postqueue-json '" + kFixtures + "/postfix-3.7/postqueue-j-deferred.json'";
+    ASSERT_EQ(run("queue --json" + saved), 0) << err_;
+    auto j = json_out();
+    EXPECT_EQ(j.at("messages"), 25);
+    EXPECT_EQ(j.at("recipients"), 26);
+    EXPECT_EQ(j.at("bad_lines"), 0);
+    std::int64_t sum = 0;
+    for (const auto& d : j.at("destinations")) {
+        std::int64_t b = 0;
+        for (const auto& n : d.at("buckets")) b += n.get<std::int64_t>();
+        EXPECT_EQ(b, d.at("total").get<std::int64_t>()) << d.dump();
+        sum += b;
+        if (d.at("domain") == "cfgerr.lab.test") {
+            EXPECT_EQ(d.at("state"), "escalate");  // joined with the ledger
+            EXPECT_EQ(d.at("categories").at("receiver-config"), 2);
+        }
+    }
+    EXPECT_EQ(sum, 26);
+    bool guided = false;
+    for (const auto& c : j.at("categories"))
+        guided |= c.at("category") == "receiver-config" && !c.at("guidance").get<std::string>().empty();
+    EXPECT_TRUE(guided);
+    ASSERT_EQ(run("queue" + saved), 0) << err_;
+    golden("queue.txt");
+    EXPECT_EQ(run("queue --postqueue-json /nonexistent.json"), 2);
+}
+
 TEST_F(ReportCli, UsageAndConfigErrorsExitTwo) {
     EXPECT_EQ(run_raw("status --ledger " + ledger() + " --now yesterday"), 2);
     EXPECT_EQ(run_raw("status -c /nonexistent/retryguard.yaml --ledger " + ledger()), 2);
     EXPECT_EQ(run_raw("destinations --no-such-option"), 2);
-    for (const char* c : {"status", "destinations", "explain", "escalations", "flags", "prune"}) {
+    for (const char* c : {"status", "destinations", "explain", "escalations", "flags", "prune", "queue"}) {
         EXPECT_EQ(run_raw(std::string(c) + " --help"), 0) << c;
         EXPECT_NE(out_.find(std::string(c) == "flags" ? "clear" : "--ledger"), std::string::npos)
             << c << out_;
