@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
                    "of the configuration");
     app.add_option("-c,--config", config_path,
                    "YAML configuration: decide from the ledger and the rules engine, follow its sources");
-    app.add_option("--ledger", ledger_spec, "ledger spec overriding the configuration (sqlite:/path, redis://...)");
+    app.add_option("--ledger", ledger_spec,
+                   "ledger spec overriding the configuration (sqlite:/path, redis://...)");
     app.add_option("--unix-mode", unix_mode_text, "octal mode of UNIX sockets")->capture_default_str();
     app.add_option("--metrics", opt.metrics, "HOST:PORT on loopback for /metrics and /health");
     app.add_option("--flagged", flagged, "destination table: lines 'domain ACTION [text]'");

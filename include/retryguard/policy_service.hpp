@@ -8,9 +8,9 @@
 #pragma once
 
 #include <array>
-#include <memory>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 

@@ -756,16 +756,18 @@ TEST(PolicydLive, FollowedDeferralsEscalateTheDomainAndItsMailGetsTheConfiguredA
         answer = ask_rcpt(d.port(), "someone@CfgErr.Lab.Test");
         return answer != kDunno;
     })) << d.log();
-    EXPECT_EQ(answer.rfind("action=REJECT 4.7.1 retryguard: cfgerr.lab.test escalated (receiver-config) since ", 0),
-              0u)
+    EXPECT_EQ(
+        answer.rfind("action=REJECT 4.7.1 retryguard: cfgerr.lab.test escalated (receiver-config) since ", 0),
+        0u)
         << answer;
     EXPECT_EQ(ask_rcpt(d.port(), "someone@unrelated.test"), kDunno);
 
     const std::string m = d.metrics();
     EXPECT_GE(metric(m, "retryguard_destinations{state=\"escalate\"}"), 1) << m;
     EXPECT_GE(metric(m, "retryguard_deferrals_total{category=\"receiver-config\"}"), 5) << m;
-    EXPECT_GE(metric(m, "retryguard_follower_lines_total{source=\"file:" + (dir / "mail.log").string() + "\"}"),
-              static_cast<double>(lines.size()))
+    EXPECT_GE(
+        metric(m, "retryguard_follower_lines_total{source=\"file:" + (dir / "mail.log").string() + "\"}"),
+        static_cast<double>(lines.size()))
         << m;
     EXPECT_GE(metric(m, "retryguard_ingest_batches_total"), 1) << m;
 
@@ -795,7 +797,8 @@ TEST(PolicydLive, FollowedDeferralsEscalateTheDomainAndItsMailGetsTheConfiguredA
     EXPECT_EQ(d.wait_exit(10s), 0) << d.log();
     Daemon again({"-c", (dir / "retryguard.yaml").string()}, {}, false);
     ASSERT_TRUE(again.ready()) << again.log();
-    EXPECT_EQ(ask_rcpt(again.port(), "c@cfgerr.lab.test").rfind("action=WARN retryguard: cfgerr.lab.test", 0), 0u)
+    EXPECT_EQ(ask_rcpt(again.port(), "c@cfgerr.lab.test").rfind("action=WARN retryguard: cfgerr.lab.test", 0),
+              0u)
         << again.log();
     fs::remove_all(dir);
 }
