@@ -47,7 +47,7 @@ deb=$("$src/packaging/build-deb.sh" "$out")
 [ -f "$deb" ] || fail "no .deb from build-deb.sh"
 
 log "lintian $deb"
-lintian --fail-on error --no-tag-display-limit "$deb" >"$work/lintian.txt" 2>&1 || {
+lintian --fail-on error --tag-display-limit 0 "$deb" >"$work/lintian.txt" 2>&1 || {
   cat "$work/lintian.txt" >&2; fail "lintian reports errors"; }
 sed 's/^/  /' "$work/lintian.txt" >&2
 grep -q '^E:' "$work/lintian.txt" && fail "lintian reports errors"
