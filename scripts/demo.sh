@@ -41,7 +41,7 @@ milter_e2e_begin demo 240
 
 # The policy service, consulted by the sender's smtpd for every recipient.
 policy_port=$(e2e_free_port)
-e2e_start_daemon policyd setpriv --reuid=nobody --regid=nogroup --clear-groups \
+e2e_start_daemon policyd setpriv --reuid=nobody --regid=postdrop --clear-groups \
   "$RETRYGUARD_POLICYD" --foreground --listen "tcp:127.0.0.1:$policy_port" \
   --verdict-log "postlog:$E2E_DIR/sender/spool/public/postlog"
 e2e_wait_port "$policy_port" 10
