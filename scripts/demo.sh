@@ -69,7 +69,8 @@ grep -E '^ *<\*\* ' <<<"$E2E_LAST_SWAKS" || true
 last_verdict_since "$off"
 
 say "3. The policy service's answers for these recipients"
-grep -E 'retryguard.*(policy|action=)' "$(e2e_logfile sender)" | tail -3 || echo "(no policy verdict lines logged)"
+grep -E 'retryguard[/-]policyd' "$(e2e_logfile sender)" | tail -3 ||
+  echo "(no policy verdict lines: every answer was DUNNO, no destination is flagged yet)"
 
 say "4. What retryguard recorded: retryguard import (verdicts) on the sender's log"
 "$RETRYGUARD_CLI" import -c "$root/conf/retryguard.yaml" --ledger "sqlite:$E2E_DIR/import.db" --utc \
