@@ -21,8 +21,12 @@ skip() {
   log "SKIP: $*"; exit 77
 }
 [ "$(id -u)" = 0 ] || skip "needs root (installs the package)"
+# The packaging tools are an opt-in install (scripts/install-deps.sh --package):
+# without them the test is skipped, loudly, under CI too.
 for t in dpkg-buildpackage dh lintian python3 setpriv; do
-  command -v "$t" >/dev/null || skip "$t missing (scripts/install-deps.sh --package)"
+  command -v "$t" >/dev/null || {
+    log "SKIP: ****** $t missing: run scripts/install-deps.sh --package to test the package ******"
+    exit 77; }
 done
 if dpkg-query -W -f='${Status}' retryguard 2>/dev/null | grep -q installed; then
   skip "retryguard is installed on this machine already; not touching it"
