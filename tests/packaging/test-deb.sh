@@ -101,7 +101,8 @@ done
 
 # The classifier finds its rules in the installed data dir.
 out_cls=$(cd / && /usr/bin/retryguard classify '451 4.3.5 System config error') || fail "retryguard classify failed"
-log "classify: $(printf '%s' "$out_cls" | head -1)"
+grep -q 'category *receiver-config' <<<"$out_cls" || fail "classify did not use the installed rules: $out_cls"
+log "classify: $(grep category <<<"$out_cls")"
 
 # ExecStart of a unit, continuation lines joined, as systemd would run it:
 # as User/Group of the unit with its supplementary groups, cwd /.
