@@ -210,7 +210,11 @@ sfsistat on_eom(SMFICTX* ctx) {
 
         std::vector<PendingCopy> pending;
         if (g.store) {
-            auto found = g.store->find_pending(m->facts);
+            auto found = g.config.match_message_id ? g.store->find_pending(m->facts) : [&] {
+                MessageFacts by_content = m->facts;
+                by_content.message_id.clear();
+                return g.store->find_pending(by_content);
+            }();
             if (!found)
                 return fail_open(ctx, g.counters.failopen_ledger, "ledger-error",
                                  fmt::format("{}: {}", to_string(found.error().kind), found.error().message));

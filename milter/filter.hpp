@@ -20,6 +20,7 @@ struct FilterConfig {
     ResendPolicy policy;
     FingerprintParts fingerprint;
     std::size_t fingerprint_body_limit = kDefaultFingerprintBodyLimit;
+    bool match_message_id = true;  // reinjection.match_by: message_id
     std::size_t max_recipients = 1000;  // more: accept without a lookup (fail open)
     std::size_t max_headers = 1000;
 };

@@ -19,6 +19,8 @@
 
 #include "filter.hpp"
 #include "retryguard/config.hpp"
+#include "retryguard/resend_config.hpp"
+#include "retryguard/runtime.hpp"
 
 using namespace retryguard;
 using namespace retryguard::milter;
@@ -44,6 +46,7 @@ struct Options {
     std::size_t record_queue = 10000;
     int maximal_backoff = 4000;
     bool check_only = false;
+    std::string config_file;
 };
 
 [[noreturn]] void die(int code, const std::string& msg) {
@@ -132,8 +135,9 @@ int main(int argc, char** argv) {
     CLI::App app{"retryguard-milter: refuse manual re-injection of messages Postfix is already retrying",
                  "retryguard-milter"};
     app.set_version_flag("--version", RETRYGUARD_VERSION);
-    app.add_option("-s,--socket", o.socket, "unix:/path, local:/path, inet:port@host or inet6:port@host")
-        ->required();
+    app.add_option("-c,--config", o.config_file,
+                   "retryguard.yaml: socket, user, ledger and reinjection.* (options below override it)");
+    app.add_option("-s,--socket", o.socket, "unix:/path, local:/path, inet:port@host or inet6:port@host");
     app.add_option("--socket-mode", o.socket_mode, "octal mode of a unix socket")->capture_default_str();
     app.add_option("--socket-owner", o.socket_owner, "USER[:GROUP] owning a unix socket");
     app.add_option("-u,--user", o.user, "USER[:GROUP] to run as (required when started as root)");
@@ -168,11 +172,41 @@ int main(int argc, char** argv) {
         return app.exit(e) == 0 ? 0 : 2;
     }
 
+    // The YAML configuration gives every default; options on the command line win.
+    std::optional<ResendSettings> from_file;
+    if (!o.config_file.empty()) {
+        auto loaded = config::load_file(o.config_file);
+        if (!loaded.ok()) {
+            std::string msg;
+            for (const auto& d : loaded.errors) msg += "\n" + d.to_string();
+            die(2, "configuration errors:" + msg);
+        }
+        const config::Config& c = *loaded.config;
+        auto given = [&](const char* name) { return app.count(name) > 0; };
+        if (!given("--socket")) o.socket = c.milter.socket.text;
+        if (!given("--socket-mode")) o.socket_mode = fmt::format("{:04o}", c.milter.socket_mode);
+        if (!given("--user") && !c.milter.user.empty()) o.user = c.milter.user + ":" + c.milter.group;
+        if (!given("--socket-owner") && !c.milter.user.empty()) o.socket_owner = c.milter.user + ":" + c.milter.group;
+        if (!given("--ledger")) o.ledger = ledger_options_from(c).spec;
+        if (!given("--log")) o.log = c.log.target == config::LogTarget::stderr_ ? "stderr" : "syslog";
+        from_file = resend_settings_from(c);
+    }
+    if (o.socket.empty()) die(2, "no socket: give --socket or --config");
+
     std::string why;
     auto spec = config::parse_socket(o.socket, &why);
     if (!spec) die(2, "--socket " + o.socket + ": " + why);
     auto config = build_config(o);
     if (!config) die(2, config.error().message);
+    if (from_file) {
+        // The file's reinjection settings, unless the command line set them.
+        if (!app.count("--action") && o.destination_actions.empty()) config->policy.per_destination = from_file->policy.per_destination;
+        if (!app.count("--action")) config->policy.action = from_file->policy.action;
+        if (!app.count("--header-name")) config->policy.header_name = from_file->policy.header_name;
+        if (!app.count("--fingerprint")) config->fingerprint = from_file->fingerprint;
+        config->fingerprint_body_limit = from_file->fingerprint_body_limit;
+        config->match_message_id = from_file->match_message_id;
+    }
     globals().config = std::move(*config);
 
     if (o.log_hostname.empty()) {

@@ -17,6 +17,9 @@
 
 #include <fmt/format.h>
 
+#include "live.hpp"
+#include "retryguard/ledger_decider.hpp"
+#include "retryguard/runtime.hpp"
 #include "server.hpp"
 
 using namespace retryguard;
@@ -113,13 +116,17 @@ int main(int argc, char** argv) {
     CLI::App app{"retryguard-policyd: Postfix policy service of retryguard", "retryguard-policyd"};
     app.set_version_flag("--version", RETRYGUARD_VERSION);
     ServerOptions opt;
+    std::string config_path, ledger_spec;
     std::string flagged, stages_text = "RCPT", unix_mode_text = "0660", ready_file, verdict_log_spec;
     bool foreground = false;
     std::size_t worker_threads = 2;
     long idle_s = 330, request_s = 10, decision_ms = 100, slow_ms = 0;
     app.add_option("-l,--listen", opt.listen,
-                   "unix:/path or tcp:127.0.0.1:PORT (repeatable; port 0 = any free)")
-        ->required();
+                   "unix:/path or tcp:127.0.0.1:PORT (repeatable; port 0 = any free); default: policy.socket "
+                   "of the configuration");
+    app.add_option("-c,--config", config_path,
+                   "YAML configuration: decide from the ledger and the rules engine, follow its sources");
+    app.add_option("--ledger", ledger_spec, "ledger spec overriding the configuration (sqlite:/path, redis://...)");
     app.add_option("--unix-mode", unix_mode_text, "octal mode of UNIX sockets")->capture_default_str();
     app.add_option("--metrics", opt.metrics, "HOST:PORT on loopback for /metrics and /health");
     app.add_option("--flagged", flagged, "destination table: lines 'domain ACTION [text]'");
@@ -176,12 +183,79 @@ int main(int argc, char** argv) {
         return kExitUsage;
     }
 
-    // The decider. Today: a static destination table. The ledger-backed
-    // decider (ledger + rules engine: flagged, escalated or local-outbound
-    // incident -> configured action) replaces it here once it exists.
+    // With a configuration: the ledger-backed decider, fed by the log
+    // followers this process hosts. Command-line options win over the file.
+    std::optional<Runtime> runtime;
+    std::shared_ptr<config::ConfigHolder> config_holder;
+    if (!config_path.empty()) {
+        if (!flagged.empty()) {
+            log.error("--config and --flagged exclude each other");
+            return kExitUsage;
+        }
+        config_path = std::filesystem::absolute(config_path, path_error).string();
+        RuntimeOptions ro;
+        ro.config_path = config_path;
+        ro.ledger_spec = ledger_spec;
+        auto rt = open_runtime(ro);
+        if (!rt) {
+            log.error(rt.error().message);
+            return rt.error().kind == ErrorKind::config ? kExitUsage : kExitFailure;
+        }
+        runtime.emplace(std::move(*rt));
+        config_holder = std::make_shared<config::ConfigHolder>(runtime->config);
+        const config::Config& cfg = *runtime->config;
+        if (opt.listen.empty()) {
+            const auto& sock = cfg.policy.socket;
+            if (sock.kind == config::SocketSpec::Kind::unix_path)
+                opt.listen.push_back("unix:" + sock.path);
+            else if (sock.kind == config::SocketSpec::Kind::inet6)
+                opt.listen.push_back(fmt::format("tcp:[{}]:{}", sock.host, sock.port));
+            else
+                opt.listen.push_back(fmt::format("tcp:{}:{}", sock.host, sock.port));
+        }
+        if (!app.count("--unix-mode")) opt.unix_mode = cfg.policy.socket_mode & 07777u;
+        if (!app.count("--idle-timeout"))
+            opt.idle_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.policy.idle_timeout);
+        if (!app.count("--decision-timeout-ms"))
+            opt.decision_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.policy.deadline);
+        if (!app.count("--max-line") && cfg.policy.max_line_length > 0)
+            opt.limits.max_line_bytes = cfg.policy.max_line_length;
+        if (!app.count("--max-attributes") && cfg.policy.max_attributes > 0)
+            opt.limits.max_attributes = static_cast<std::size_t>(cfg.policy.max_attributes);
+        if (!app.count("--max-request") && cfg.policy.max_request_size > 0)
+            opt.limits.max_request_bytes = cfg.policy.max_request_size;
+        if (!app.count("--max-connections") && cfg.policy.max_connections > 0)
+            opt.max_connections = static_cast<std::size_t>(cfg.policy.max_connections);
+        if (!app.count("--metrics") && cfg.metrics.enabled) opt.metrics = cfg.metrics.listen.text;
+        if (!app.count("--stages") && !cfg.policy.stages.empty()) {
+            std::string names;
+            for (auto st : cfg.policy.stages) {
+                static constexpr const char* kNames[] = {"CONNECT", "HELO",           "MAIL", "RCPT",
+                                                         "DATA",    "END-OF-MESSAGE", "VRFY", "ETRN"};
+                names += std::string(names.empty() ? "" : ",") + kNames[static_cast<int>(st)];
+            }
+            auto parsed = PolicyStageSet::parse(names);
+            if (!parsed) {
+                log.error("policy.stages: " + parsed.error().message);
+                return kExitUsage;
+            }
+            stages = std::move(parsed);
+        }
+        if (verdict_log_spec.empty() && !cfg.log.verdicts.empty()) verdict_log_spec = cfg.log.verdicts;
+    }
+    if (opt.listen.empty()) {
+        log.error("nothing to listen on: give --listen or --config with policy.socket");
+        return kExitUsage;
+    }
+
     std::shared_ptr<PolicyDecider> decider;
+    std::shared_ptr<LedgerDecider> ledger_decider;
     std::size_t destinations = 0;
-    if (!flagged.empty()) {
+    if (config_holder) {
+        ledger_decider = std::make_shared<LedgerDecider>(
+            config_holder, [&log](std::string_view line) { log.info(std::string(line)); });
+        decider = ledger_decider;
+    } else if (!flagged.empty()) {
         auto table = StaticDestinationDecider::load(flagged);
         if (!table) {
             log.error(table.error().message);
@@ -202,6 +276,9 @@ int main(int argc, char** argv) {
         return kExitUsage;
     }
     verdict_target->ident = "retryguard/policyd";
+    if (runtime && !app.count("--verdict-log") && runtime->config->log.verdicts.empty()) {
+        verdict_target->ident = runtime->config->log.ident + "/policyd";
+    }
 
     int daemon_fd = -1;
     if (!foreground && (daemon_fd = daemonize_begin()) < 0) {
@@ -230,9 +307,20 @@ int main(int argc, char** argv) {
     }
     ::signal(SIGPIPE, SIG_IGN);
 
-    // The log follower (issue: feeds the ledger and the rules engine) will run
-    // here on its own thread, started after the listeners and stopped after
-    // the drain, sharing only the ledger with the policy path.
+    // The log followers run on their own thread, started after the listeners
+    // (and after the fork: threads do not survive it) and stopped after the
+    // drain; they share nothing with the policy path but published snapshots.
+    std::unique_ptr<LiveIngest> live;
+    if (runtime) {
+        live = std::make_unique<LiveIngest>(std::move(runtime->ledger), config_holder, runtime->classifier,
+                                            *ledger_decider, verdicts, metrics, log);
+        if (auto st = live->start(); !st) {
+            log.error("ingest: " + st.error().message);
+            const int rc = st.error().kind == ErrorKind::config ? kExitUsage : kExitFailure;
+            daemonize_end(daemon_fd, rc);
+            return rc;
+        }
+    }
 
     asio::signal_set signals(io, SIGHUP, SIGTERM, SIGINT);
     std::function<void()> wait_signal;
@@ -246,13 +334,25 @@ int main(int argc, char** argv) {
                 // decider swaps its table whole, so requests keep flowing.
                 asio::post(workers, [&] {
                     Status st = decider->reload();
+                    if (config_holder) {
+                        const auto errors = config_holder->reload(config_path);
+                        if (!errors.empty()) {
+                            std::string all;
+                            for (const auto& e : errors) all += (all.empty() ? "" : "\n") + e.to_string();
+                            st = make_error(ErrorKind::config, all);
+                        } else if (live) {
+                            live->request_reload();
+                        }
+                    }
                     asio::post(io, [&, st = std::move(st)] {
                         metrics.reload(st.ok());
                         if (table_decider) metrics.set_destinations(table_decider->size());
                         if (st.ok())
                             log.info("reload done: " + decider->describe());
                         else
-                            log.error("reload failed, keeping the previous table: " + st.error().message);
+                            log.error("reload failed, keeping the previous " +
+                                      std::string(config_holder ? "configuration: " : "table: ") +
+                                      st.error().message);
                         notify("READY=1");
                     });
                 });
@@ -287,10 +387,12 @@ int main(int argc, char** argv) {
         log.error(std::string("event loop: ") + e.what());
         workers.stop();
         workers.join();
+        if (live) live->stop();
         return kExitFailure;
     }
     workers.stop();
     workers.join();
+    if (live) live->stop();
     log.info("stopped");
     return kExitOk;
 }

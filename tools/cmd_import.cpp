@@ -42,12 +42,14 @@ int run_import(const ImportOptions& opt) {
     if (opt.to_log) {
         VerdictLogTarget t;
         t.ident = rt->config->log.ident + "/import";
-        if (auto st = log.open(t); !st) fmt::print(stderr, "retryguard import: verdict log: {}\n", st.error().message);
+        if (auto st = log.open(t); !st)
+            fmt::print(stderr, "retryguard import: verdict log: {}\n", st.error().message);
     }
-    Ingestor ingestor(*rt->ledger, rt->classifier, config::to_engine_settings(rt->config), [&](const Verdict& v) {
-        if (!opt.quiet) fmt::print("{} {}\n", format_rfc3339(v.time), format_verdict(v));
-        if (opt.to_log) log.write(v);
-    });
+    Ingestor ingestor(*rt->ledger, rt->classifier, config::to_engine_settings(rt->config),
+                      [&](const Verdict& v) {
+                          if (!opt.quiet) fmt::print("{} {}\n", format_rfc3339(v.time), format_verdict(v));
+                          if (opt.to_log) log.write(v);
+                      });
     if (auto st = ingestor.restore(); !st) {
         fmt::print(stderr, "retryguard import: {}\n", st.error().message);
         return kExitAttention;
@@ -100,8 +102,8 @@ int run_import(const ImportOptions& opt) {
         rc = kExitAttention;
     }
     const auto& s = ingestor.stats();
-    fmt::print(stderr, "retryguard import: {} lines, {} events, {} new, {} already known, {} verdicts\n", s.lines,
-               s.events, s.applied, s.duplicates, s.verdicts);
+    fmt::print(stderr, "retryguard import: {} lines, {} events, {} new, {} already known, {} verdicts\n",
+               s.lines, s.events, s.applied, s.duplicates, s.verdicts);
     return rc;
 }
 
@@ -111,8 +113,10 @@ void add_import_command(CLI::App& app) {
     auto opt = std::make_shared<ImportOptions>();
     auto* cmd = app.add_subcommand("import", "Replay Postfix logs into the ledger and the rules engine");
     cmd->add_option("files", opt->files, "Log files (plain or .gz; - for standard input)")->required();
-    cmd->add_option("-c,--config", opt->config, "Configuration file (default /etc/retryguard/retryguard.yaml)");
-    cmd->add_option("--ledger", opt->ledger, "Ledger spec overriding the configuration (sqlite:/path, redis://h:p/db)");
+    cmd->add_option("-c,--config", opt->config,
+                    "Configuration file (default /etc/retryguard/retryguard.yaml)");
+    cmd->add_option("--ledger", opt->ledger,
+                    "Ledger spec overriding the configuration (sqlite:/path, redis://h:p/db)");
     cmd->add_option("--year", opt->year, "Year of the first line for time stamps without one");
     cmd->add_flag("--utc", opt->utc, "Time stamps without a zone are UTC (default: local time)");
     cmd->add_flag("-q,--quiet", opt->quiet, "Do not print the verdicts");

@@ -21,5 +21,12 @@ void add_classify_command(CLI::App& app);
 void add_events_command(CLI::App& app);
 void add_follow_command(CLI::App& app);
 void add_check_config_command(CLI::App& app);
+void add_status_command(CLI::App& app);
+void add_destinations_command(CLI::App& app);
+void add_escalations_command(CLI::App& app);
+void add_explain_command(CLI::App& app);
+void add_flags_command(CLI::App& app);
+void add_prune_command(CLI::App& app);
+void add_queue_command(CLI::App& app);
 
 }  // namespace retryguard::cli

@@ -20,6 +20,13 @@ int main(int argc, char** argv) {
     add_import_command(app);
     add_follow_command(app);
     add_check_config_command(app);
+    add_status_command(app);
+    add_destinations_command(app);
+    add_escalations_command(app);
+    add_explain_command(app);
+    add_flags_command(app);
+    add_prune_command(app);
+    add_queue_command(app);
 
     try {
         app.parse(argc, argv);

@@ -479,6 +479,11 @@ const std::vector<Entry>& table() {
                   "syslog, stderr (foreground, systemd) or both.", log.target),
         RG_GLOBAL("log.level", enumeration, "info", "", kLogLevels, 0, 0,
                   "Least severity logged; verdicts are info.", log.level),
+        RG_GLOBAL("log.verdicts", string, "\"\"", "", kNone, 0, 512,
+                  "Where the daemons write verdict lines: empty for syslog (log.facility, log.ident), "
+                  "postlog:/path (Postfix's postlogd socket, for maillog_file sites), file:/path, stderr or "
+                  "none. A command-line --verdict-log wins.",
+                  log.verdicts),
 
         // --- metrics --------------------------------------------------------------
         RG_GLOBAL("metrics.enabled", boolean, "true", "", kNone, 0, 0, "Serve Prometheus metrics over HTTP.",

@@ -2,6 +2,7 @@
 // resend.hpp). Pure: no I/O, no clock, no exceptions escaping to the caller's
 // C callbacks beyond std::bad_alloc, which the milter catches.
 #include "retryguard/resend.hpp"
+#include "retryguard/verdict.hpp"
 
 #include <fmt/format.h>
 #include <algorithm>
@@ -209,31 +210,9 @@ ResendDecision decide_resend(const MessageFacts& msg, const std::vector<PendingC
     return d;
 }
 
-std::string quote_value(std::string_view v) {
-    bool bare = !v.empty();
-    for (char c : v) {
-        auto u = static_cast<unsigned char>(c);
-        if (u <= 0x20 || u >= 0x7f || c == '"' || c == '\\' || c == '=') {
-            bare = false;
-            break;
-        }
-    }
-    if (bare) return std::string(v);
-    std::string out = "\"";
-    for (char c : v) {
-        auto u = static_cast<unsigned char>(c);
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += c;
-        } else if (u < 0x20 || u == 0x7f) {
-            out += ' ';
-        } else {
-            out += c;
-        }
-    }
-    out += '"';
-    return out;
-}
+// The verdict quoting is verdict.hpp's, shared with the engine and the log
+// parser that reads these lines back.
+std::string quote_value(std::string_view v) { return quote_verdict_value(v); }
 
 std::string verdict_line(const MessageFacts& msg, const ResendDecision& d, const ResendPolicy& policy) {
     std::string line = fmt::format("{}: verdict={} path={}", msg.queue_id.empty() ? "NOQUEUE" : msg.queue_id,

@@ -8,6 +8,7 @@
 // replies, header values) may contain any byte; only delimiters Postfix itself
 // writes are trusted for splitting.
 #include "retryguard/log_parser.hpp"
+#include "retryguard/verdict.hpp"
 
 #include "retryguard/reply.hpp"
 
@@ -593,37 +594,12 @@ bool parse_verdict(sv text, Event& ev) {
             ev.destination.assign(prefix);
         s.remove_prefix(colon + 2);
     }
-    std::size_t pos = 0;
-    std::string value;
-    while (pos < s.size()) {
-        while (pos < s.size() && s[pos] == ' ') ++pos;
-        if (pos >= s.size()) break;
-        std::size_t k = pos;
-        while (k < s.size() && s[k] != '=' && s[k] != ' ') ++k;
-        sv key = s.substr(pos, k - pos);
-        value.clear();
-        if (k >= s.size() || s[k] == ' ') {
-            add_field(ev, std::string(key), std::string());
-            pos = k;
-            continue;
-        }
-        std::size_t v = k + 1;
-        if (v < s.size() && s[v] == '"') {
-            ++v;
-            while (v < s.size() && s[v] != '"') {
-                if (s[v] == '\\' && v + 1 < s.size()) ++v;
-                value.push_back(s[v]);
-                ++v;
-            }
-            pos = v < s.size() ? v + 1 : v;
-        } else {
-            std::size_t e = s.find(' ', v);
-            if (e == npos) e = s.size();
-            value.assign(s.substr(v, e - v));
-            pos = e;
-        }
+    // The quoting is verdict.hpp's: one implementation for writer and reader.
+    std::vector<std::pair<std::string, std::string>> fields;
+    if (!parse_verdict_fields(s, fields)) return false;
+    for (auto& [key, value] : fields) {
         if (key == "verdict" && ev.action.empty()) ev.action = value;
-        add_field(ev, std::string(key), value);
+        add_field(ev, std::move(key), std::move(value));
     }
     if (ev.action.empty()) return false;
     ev.kind = EventKind::verdict;

@@ -148,6 +148,7 @@ std::string PolicyMetrics::render_prometheus() const {
                    "retryguard_policy_decision_seconds_sum {}\n"
                    "retryguard_policy_decision_seconds_count {}\n",
                    cumulative, get(latency_sum_us_) / 1e6, cumulative);
+    if (const auto extra = extra_.load()) o += *extra;
     return o;
 }
 

@@ -79,7 +79,7 @@ bool parse_verdict_fields(std::string_view text, std::vector<std::pair<std::stri
                     break;
                 }
                 if (c == '\\') {
-                    if (i >= n) return false;
+                    if (i >= n) break;
                     char e = text[i++];
                     if (e == 'x') {
                         if (i + 2 > n) return false;
@@ -94,8 +94,9 @@ bool parse_verdict_fields(std::string_view text, std::vector<std::pair<std::stri
                     value += c;
                 }
             }
-            if (!closed) return false;
-            if (i < n && text[i] != ' ') return false;
+            // An unterminated quote at the end is a record cut by syslog's
+            // length limit: keep what arrived rather than losing the verdict.
+            if (closed && i < n && text[i] != ' ') return false;
         } else {
             size_t end = text.find(' ', i);
             if (end == std::string_view::npos) end = n;

@@ -249,6 +249,7 @@ struct Config {
         std::string ident;
         LogTarget target = LogTarget::syslog;
         LogLevel level = LogLevel::info;
+        std::string verdicts;  // verdict log target ("" = syslog); see parse_verdict_log_target
     } log;
 
     struct Metrics {

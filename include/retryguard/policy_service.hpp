@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -80,6 +81,9 @@ class PolicyMetrics {
     void connection_refused() noexcept { add(connections_refused_); }
     void latency(std::uint64_t microseconds) noexcept;
     void set_destinations(std::uint64_t n) noexcept { destinations_.store(n, std::memory_order_relaxed); }
+    // Lines the ingest thread renders (follower, ledger, engine state) and
+    // publishes whole; appended to the exposition as they are.
+    void set_extra(std::shared_ptr<const std::string> text) noexcept { extra_.store(std::move(text)); }
 
     std::uint64_t requests(PolicyStage s) const noexcept { return get(requests_[idx(s)]); }
     std::uint64_t actions(ActionKind k) const noexcept { return get(actions_[idx(k)]); }
@@ -115,6 +119,7 @@ class PolicyMetrics {
     Counter connections_refused_{0};
     Counter destinations_{0};
     std::atomic<std::int64_t> open_connections_{0};
+    std::atomic<std::shared_ptr<const std::string>> extra_;
 };
 
 // The per-request steps that do not depend on how the decider is run.

@@ -144,7 +144,8 @@ double metric(const std::string& text, const std::string& series) {
 
 class Daemon {
   public:
-    explicit Daemon(std::vector<std::string> extra = {}, std::map<std::string, std::string> env = {}) {
+    explicit Daemon(std::vector<std::string> extra = {}, std::map<std::string, std::string> env = {},
+                    bool with_table = true) {
         dir_ = fs::temp_directory_path() /
                ("rg-policyd-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
         fs::remove_all(dir_);
@@ -160,6 +161,7 @@ class Daemon {
                                          "tcp:127.0.0.1:0",  "-l",           "unix:" + unix_path_,
                                          "--metrics",        "127.0.0.1:0",  "--flagged",
                                          table_.string(),    "--ready-file", (dir_ / "ready").string()};
+        if (!with_table) args.erase(args.begin() + 8, args.begin() + 10);  // "--flagged FILE"
         args.insert(args.end(), extra.begin(), extra.end());
         start(args, env);
     }
@@ -683,5 +685,117 @@ TEST(PolicydDaemon, RefusesBadConfiguration) {
     EXPECT_EQ(run({"-l", "tcp:127.0.0.1:0", "--flagged", (dir / "missing").string()}), 2);
     EXPECT_EQ(run({"-l", "tcp:127.0.0.1:0", "--stages", "RCPT,NOPE"}), 2);
     EXPECT_EQ(run({"-l", "bogus"}), 2);
+    fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------- live state
+
+namespace {
+
+// A daemon started with a configuration: it follows DIR/mail.log, keeps its
+// ledger in DIR, and answers from what it has read.
+std::string live_config(const fs::path& dir, const std::string& extra = {}) {
+    return "ledger: {backend: sqlite, sqlite: {path: " + (dir / "ledger.db").string() +
+           "}}\n"
+           "sources:\n  - {type: file, path: " +
+           (dir / "mail.log").string() +
+           ", start: beginning}\n"
+           "ingest: {batch_max_delay: 50ms}\n"
+           "categories: {receiver_config: {watch_after_deferrals: 1, escalate_after: 1m}}\n"
+           "actions:\n"
+           "  escalated: \"REJECT 4.7.1 retryguard: {domain} escalated ({category}) since {since}\"\n" +
+           extra;
+}
+
+std::vector<std::string> fixture_lines() {
+    std::ifstream in(std::string(RETRYGUARD_FIXTURES) +
+                     "/postfix-3.7/41-lifecycle-deferred-retries-delay-warning.sender.log");
+    std::vector<std::string> out;
+    for (std::string l; std::getline(in, l);)
+        if (!l.empty() && l[0] != '#') out.push_back(l);
+    return out;
+}
+
+std::string ask_rcpt(int port, const std::string& recipient) {
+    Client c = Client::tcp(port);
+    c.send("request=smtpd_access_policy\nprotocol_state=RCPT\nrecipient=" + recipient + "\n\n");
+    return c.answer();
+}
+
+// Polls `fn` until it returns true or `timeout` passes.
+template <typename F>
+bool eventually(F fn, std::chrono::milliseconds timeout = 15s) {
+    const auto until = Clock::now() + timeout;
+    while (Clock::now() < until) {
+        if (fn()) return true;
+        std::this_thread::sleep_for(50ms);
+    }
+    return fn();
+}
+
+}  // namespace
+
+TEST(PolicydLive, FollowedDeferralsEscalateTheDomainAndItsMailGetsTheConfiguredAction) {
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-live-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "retryguard.yaml") << live_config(dir);
+    std::ofstream(dir / "mail.log").flush();
+    Daemon d({"-c", (dir / "retryguard.yaml").string()}, {}, false);
+    ASSERT_TRUE(d.ready()) << d.log();
+    EXPECT_EQ(ask_rcpt(d.port(), "user@cfgerr.lab.test"), kDunno);
+
+    const auto lines = fixture_lines();
+    ASSERT_GT(lines.size(), 10u);
+    {
+        std::ofstream log(dir / "mail.log", std::ios::app);
+        for (const auto& l : lines) log << l << '\n';
+    }
+    std::string answer;
+    EXPECT_TRUE(eventually([&] {
+        answer = ask_rcpt(d.port(), "someone@CfgErr.Lab.Test");
+        return answer != kDunno;
+    })) << d.log();
+    EXPECT_EQ(answer.rfind("action=REJECT 4.7.1 retryguard: cfgerr.lab.test escalated (receiver-config) since ", 0),
+              0u)
+        << answer;
+    EXPECT_EQ(ask_rcpt(d.port(), "someone@unrelated.test"), kDunno);
+
+    const std::string m = d.metrics();
+    EXPECT_GE(metric(m, "retryguard_destinations{state=\"escalate\"}"), 1) << m;
+    EXPECT_GE(metric(m, "retryguard_deferrals_total{category=\"receiver-config\"}"), 5) << m;
+    EXPECT_GE(metric(m, "retryguard_follower_lines_total{source=\"file:" + (dir / "mail.log").string() + "\"}"),
+              static_cast<double>(lines.size()))
+        << m;
+    EXPECT_GE(metric(m, "retryguard_ingest_batches_total"), 1) << m;
+
+    // SIGHUP with a broken file keeps the running configuration and says where.
+    std::ofstream(dir / "retryguard.yaml") << live_config(dir) << "actions: [broken\n";
+    d.signal(SIGHUP);
+    EXPECT_TRUE(eventually([&] { return d.log().find("reload failed") != std::string::npos; })) << d.log();
+    EXPECT_NE(d.log().find("retryguard.yaml:"), std::string::npos) << d.log();
+    EXPECT_EQ(ask_rcpt(d.port(), "a@cfgerr.lab.test"), answer);
+
+    // SIGHUP with a new action applies it on the open connection's next request.
+    {
+        std::string text = live_config(dir);
+        const auto pos = text.find("REJECT 4.7.1 retryguard:");
+        text.replace(pos, std::string("REJECT 4.7.1 retryguard:").size(), "WARN retryguard:");
+        std::ofstream(dir / "retryguard.yaml") << text;
+    }
+    Client c = Client::tcp(d.port());
+    d.signal(SIGHUP);
+    EXPECT_TRUE(eventually([&] {
+        c.send("request=smtpd_access_policy\nprotocol_state=RCPT\nrecipient=b@cfgerr.lab.test\n\n");
+        return c.answer().rfind("action=WARN retryguard: cfgerr.lab.test escalated", 0) == 0;
+    })) << d.log();
+
+    // SIGTERM saves the engine state: a restarted daemon answers at once.
+    d.signal(SIGTERM);
+    EXPECT_EQ(d.wait_exit(10s), 0) << d.log();
+    Daemon again({"-c", (dir / "retryguard.yaml").string()}, {}, false);
+    ASSERT_TRUE(again.ready()) << again.log();
+    EXPECT_EQ(ask_rcpt(again.port(), "c@cfgerr.lab.test").rfind("action=WARN retryguard: cfgerr.lab.test", 0), 0u)
+        << again.log();
     fs::remove_all(dir);
 }

@@ -373,10 +373,14 @@ TEST(Verdict, FormatsQuotesAndReadsBack) {
 
 TEST(Verdict, MalformedFieldTextIsRejected) {
     std::vector<std::pair<std::string, std::string>> f;
-    for (std::string_view bad : {"novalue", "=x", "k=\"open", "k=\"a\"b", "k=\"\\x4\"", "k=\"\\"}) {
+    for (std::string_view bad : {"novalue", "=x", "k=\"a\"b", "k=\"\\x4\""}) {
         f.clear();
         EXPECT_FALSE(parse_verdict_fields(bad, f)) << bad;
     }
+    // A record cut by syslog's length limit keeps what arrived.
+    f.clear();
+    ASSERT_TRUE(parse_verdict_fields("verdict=watch reply=\"451 4.3.5 Sys", f));
+    EXPECT_EQ(f.at(1).second, "451 4.3.5 Sys");
 }
 
 }  // namespace

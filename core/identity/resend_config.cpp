@@ -1,0 +1,47 @@
+// resend_config.cpp -- maps reinjection.* of the configuration onto the
+// milter's ResendPolicy. Translation only; decides nothing.
+#include "retryguard/resend_config.hpp"
+
+#include <algorithm>
+
+namespace retryguard {
+
+ResendAction to_resend_action(config::ReinjectionAction a) noexcept {
+    switch (a) {
+        case config::ReinjectionAction::reject: return ResendAction::reject;
+        case config::ReinjectionAction::hold: return ResendAction::hold;
+        case config::ReinjectionAction::drop_duplicates: return ResendAction::drop_duplicates;
+        case config::ReinjectionAction::tag: return ResendAction::tag;
+        case config::ReinjectionAction::log_only: return ResendAction::log_only;
+    }
+    return ResendAction::reject;
+}
+
+ResendSettings resend_settings_from(const config::Config& c) {
+    ResendSettings s;
+    const auto& r = c.global.reinjection;
+    s.policy.action = to_resend_action(r.action);
+    s.policy.header_name = r.tag_header;
+    auto has = [&](config::FingerprintPart p) {
+        return std::find(r.fingerprint_parts.begin(), r.fingerprint_parts.end(), p) != r.fingerprint_parts.end();
+    };
+    s.fingerprint = FingerprintParts{has(config::FingerprintPart::sender), has(config::FingerprintPart::subject),
+                                     has(config::FingerprintPart::body)};
+    if (r.fingerprint_body_limit > 0) s.fingerprint_body_limit = static_cast<std::size_t>(r.fingerprint_body_limit);
+    auto by = [&](config::ReinjectionMatch m) {
+        return std::find(r.match_by.begin(), r.match_by.end(), m) != r.match_by.end();
+    };
+    s.match_message_id = by(config::ReinjectionMatch::message_id);
+    s.match_fingerprint = by(config::ReinjectionMatch::fingerprint);
+    if (!s.match_fingerprint) s.fingerprint = FingerprintParts{false, false, false};
+    for (const auto& rule : c.destinations) {
+        if (rule.kind == config::DestinationRule::Kind::mx) continue;
+        const auto act = to_resend_action(rule.settings.reinjection.action);
+        if (act == s.policy.action) continue;
+        std::string key = rule.kind == config::DestinationRule::Kind::exact ? rule.pattern : rule.suffix;
+        s.policy.per_destination[key] = act;
+    }
+    return s;
+}
+
+}  // namespace retryguard

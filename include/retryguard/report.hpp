@@ -1,0 +1,126 @@
+// report.hpp -- what the reporting commands (status, destinations, explain,
+// escalations, flags, prune) show, built from the ledger and the config as
+// JSON documents with stable keys, and rendered for people from those same
+// documents so the two outputs can never disagree. Read-only except prune and
+// flag clearing, which the caller asks for explicitly; nothing here decides
+// policy (that is the rules engine's job).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "retryguard/classifier.hpp"
+#include "retryguard/config.hpp"
+#include "retryguard/ledger.hpp"
+#include "retryguard/result.hpp"
+#include "retryguard/time.hpp"
+
+namespace retryguard::report {
+
+// ---------------------------------------------------------------------------
+// Formatting helpers for people.
+
+// "2026-11-29 23:05:58 UTC" in the process's local time zone (TZ).
+std::string format_local(TimePoint t);
+// "3 h ago", "in 2 d", "just now": one unit, rounded down.
+std::string format_relative(TimePoint t, TimePoint now);
+// "2026-11-29 23:05:58 UTC (3 h ago)"
+std::string format_when(TimePoint t, TimePoint now);
+// "1 d 4 h", "35 min", "12 s"
+std::string format_duration_short(Duration d);
+
+// Reads "2026-11-29T23:05:58Z" / "...+01:00" / with fractions (the hidden --now of the commands).
+Result<TimePoint> parse_rfc3339(std::string_view text);
+
+// A left-aligned text table; every column as wide as its widest cell.
+class Table {
+  public:
+    explicit Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}
+    void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+    std::size_t size() const noexcept { return rows_.size(); }
+    // `bold_header`: ANSI bold on the header line (only for terminals).
+    std::string render(bool bold_header = false) const;
+
+  private:
+    std::vector<std::string> headers_;
+    std::vector<std::vector<std::string>> rows_;
+};
+
+struct RenderOptions {
+    TimePoint now{};
+    bool colour = false;  // ANSI colours: only when stdout is a terminal
+};
+
+// ---------------------------------------------------------------------------
+// Destinations.
+
+// escalate > watch > noted > anything else: lower rank is worse.
+int state_rank(std::string_view state) noexcept;
+
+// The ledger's destination name for a kind: "mx" on the command line and in
+// JSON, DestinationKind::relay in the ledger.
+std::string_view kind_name(DestinationKind kind) noexcept;
+
+struct DestinationQuery {
+    std::optional<std::string> state;
+    std::optional<Category> category;
+    std::optional<DestinationKind> kind;
+};
+
+// {"now", "destinations": [{kind, name, state, state_changed, categories[],
+//   category, first_deferral, last_deferral, attempts, messages_pending,
+//   last_reply, last_relay, last_success, flagged, flag_reason}]} worst first.
+Result<nlohmann::json> destinations(Ledger& ledger, const DestinationQuery& query, TimePoint now);
+std::string render_destinations(const nlohmann::json& doc, const RenderOptions& ro);
+
+// ---------------------------------------------------------------------------
+// Status: one screen about everything.
+struct StatusInputs {
+    const config::Config* config = nullptr;
+    std::string config_path;  // "" for built-in defaults
+};
+Result<nlohmann::json> status(Ledger& ledger, const StatusInputs& in, TimePoint now);
+std::string render_status(const nlohmann::json& doc, const RenderOptions& ro);
+
+// ---------------------------------------------------------------------------
+// Escalations: destinations in state escalate, each with a note ready to send
+// to the receiving side's postmaster.
+Result<nlohmann::json> escalations(Ledger& ledger, const config::Config& config, TimePoint now);
+std::string render_escalations(const nlohmann::json& doc, const RenderOptions& ro);
+// The note itself (plain text, times in UTC so it reads the same anywhere).
+std::string escalation_note(const nlohmann::json& escalation);
+
+// ---------------------------------------------------------------------------
+// Explain: one message's timeline, found by queue id, Message-ID or address.
+struct ExplainOptions {
+    Duration queue_lifetime = std::chrono::hours(24 * 5);  // Postfix maximal_queue_lifetime
+    Duration retry_estimate = std::chrono::minutes(
+        30);  // assumed gap to the next retry when unknown (Postfix: between minimal and maximal backoff)
+};
+Result<nlohmann::json> explain(Ledger& ledger, const Classifier& classifier, const config::Config& config,
+                               std::string_view query, TimePoint now, const ExplainOptions& options = {});
+std::string render_explain(const nlohmann::json& doc, const RenderOptions& ro);
+
+// ---------------------------------------------------------------------------
+// Queue: `postqueue -j` output (one JSON object per line) by destination domain
+// and age bucket like qshape, each recipient's delay_reason classified, joined
+// with the ledger's ladder state of the domain. Bounded: at most kMaxQueueLines
+// lines of at most kMaxQueueLineBytes each; bad lines are counted, not fatal.
+inline constexpr std::size_t kMaxQueueLines = 1000000;
+inline constexpr std::size_t kMaxQueueLineBytes = 1 << 20;
+Result<nlohmann::json> queue(std::string_view postqueue_json, const Classifier& classifier, Ledger* ledger,
+                             TimePoint now);
+std::string render_queue(const nlohmann::json& doc, const RenderOptions& ro);
+
+// ---------------------------------------------------------------------------
+// Flags and pruning.
+Result<nlohmann::json> flags(Ledger& ledger, TimePoint now, bool include_inactive);
+std::string render_flags(const nlohmann::json& doc, const RenderOptions& ro);
+
+RetentionPolicy retention_from(const config::Config& config);
+nlohmann::json prune_to_json(const PruneResult& result);
+
+}  // namespace retryguard::report

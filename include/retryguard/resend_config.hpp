@@ -1,0 +1,30 @@
+// resend_config.hpp -- the milter's resend handling from the YAML
+// configuration (reinjection.*, globally and per destination rule), so the
+// milter and the rest of retryguard read one file. Command-line options of
+// retryguard-milter override what this returns.
+#pragma once
+
+#include <cstddef>
+
+#include "retryguard/config.hpp"
+#include "retryguard/identity.hpp"
+#include "retryguard/resend.hpp"
+
+namespace retryguard {
+
+struct ResendSettings {
+    ResendPolicy policy;
+    FingerprintParts fingerprint;
+    std::size_t fingerprint_body_limit = kDefaultFingerprintBodyLimit;
+    bool match_message_id = true;
+    bool match_fingerprint = true;
+};
+
+// Exact-domain rules map to "example.org", wildcard rules to ".example.org"
+// (ResendPolicy's subdomain form). MX-group rules cannot apply at end of
+// message (the MX is not known before delivery) and are skipped.
+ResendSettings resend_settings_from(const config::Config& config);
+
+ResendAction to_resend_action(config::ReinjectionAction a) noexcept;
+
+}  // namespace retryguard

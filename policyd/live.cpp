@@ -1,0 +1,313 @@
+// live.cpp -- the ingest thread: sources -> Ingestor -> ledger, engine,
+// verdict log; then snapshots for the policy path and metrics text.
+//
+// Owns every call into the Ingestor, the engine and the ledger of the daemon
+// (one thread, so none of them needs a lock). Must never let an error stop the
+// thread: a refused batch is offered again with back-off, a failed save or
+// flag refresh is logged and retried on the next tick.
+#include "live.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "retryguard/config_engine.hpp"
+#include "retryguard/runtime.hpp"
+#include "server.hpp"
+
+namespace retryguard::policyd {
+namespace {
+
+TimePoint wall_now() {
+    return std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
+}
+
+std::string escape_label(std::string_view v) {
+    std::string out;
+    for (char c : v) {
+        if (c == '\\' || c == '"') out.push_back('\\');
+        if (c == '\n') {
+            out += "\\n";
+            continue;
+        }
+        out.push_back(c);
+    }
+    return out;
+}
+
+FollowerSettings follower_settings(const config::Config& cfg, const config::SourceConfig& s) {
+    FollowerSettings f;
+    f.batch_max_lines = static_cast<std::size_t>(std::max<std::int64_t>(1, cfg.ingest.batch_max_events));
+    if (s.max_line_length >= 80) f.max_line_bytes = static_cast<std::size_t>(s.max_line_length);
+    f.start_at_end = s.start == config::SourceStart::end;
+    f.poll_interval = std::chrono::milliseconds(250);
+    return f;
+}
+
+}  // namespace
+
+LiveIngest::LiveIngest(std::unique_ptr<Ledger> ledger, std::shared_ptr<config::ConfigHolder> config,
+                       std::shared_ptr<const Classifier> classifier, LedgerDecider& decider,
+                       VerdictLog& verdicts, PolicyMetrics& metrics, Logger& log, LiveOptions options)
+    : ledger_(std::move(ledger)),
+      config_(std::move(config)),
+      decider_(decider),
+      verdicts_(verdicts),
+      metrics_(metrics),
+      log_(log),
+      options_(options) {
+    ingest_ =
+        std::make_unique<Ingestor>(*ledger_, std::move(classifier),
+                                   config::to_engine_settings(config_->current()), [this](const Verdict& v) {
+                                       ++verdict_counts_[v.name];
+                                       verdicts_.write(v);
+                                   });
+}
+
+LiveIngest::~LiveIngest() {
+    stop();
+}
+
+Status LiveIngest::open_sources() {
+    const auto cfg = config_->current();
+    for (const auto& s : cfg->sources) {
+        const FollowerSettings fs = follower_settings(*cfg, s);
+        Source src;
+        Result<std::unique_ptr<LineSource>> opened = make_error(ErrorKind::internal, "no source");
+        switch (s.type) {
+            case config::SourceType::file: {
+                src.id = file_source_id(s.path);
+                FollowerPosition start;
+                if (auto p = ingest_->resume_position(src.id)) start = *p;
+                start.source = src.id;
+                opened = open_file_follower(s.path, start, fs);
+                break;
+            }
+            case config::SourceType::journald: {
+                src.id = std::string(kJournalSourceId);
+                FollowerPosition start;
+                if (auto p = ingest_->resume_position(src.id)) start = *p;
+                opened = open_journal_follower("", start, fs);
+                break;
+            }
+            case config::SourceType::syslog_unix:
+                src.id = s.name;
+                opened = open_syslog_unix_source(s.path, fs);
+                break;
+            case config::SourceType::syslog_udp:
+                src.id = s.name;
+                if (!s.address) return make_error(ErrorKind::config, "source " + s.name + ": no address");
+                opened = open_syslog_udp_source(s.address->host, s.address->port, fs);
+                break;
+        }
+        if (!opened)
+            return make_error(opened.error().kind, "source " + s.name + ": " + opened.error().message);
+        src.line_source = std::move(*opened);
+        LogParserOptions po;
+        po.reference_time = wall_now();
+        src.parser = std::make_unique<LogParser>(po);
+        sources_.push_back(std::move(src));
+    }
+    return {};
+}
+
+Status LiveIngest::start() {
+    if (auto st = ingest_->restore(); !st)
+        return make_error(st.error().kind, "restoring engine state: " + st.error().message);
+    if (auto st = open_sources(); !st) return st;
+    refresh_flags(wall_now());
+    publish();
+    thread_ = std::thread([this] { run(); });
+    return {};
+}
+
+void LiveIngest::request_reload() {
+    reload_.store(true);
+}
+
+void LiveIngest::stop() {
+    if (stop_.exchange(true)) return;
+    for (auto& s : sources_) s.line_source->stop();
+    if (thread_.joinable()) thread_.join();
+    if (ingest_) {
+        if (auto st = ingest_->save(); !st)
+            log_.error("saving engine state at shutdown: " + st.error().message);
+        else
+            log_.info("engine state saved");
+    }
+}
+
+void LiveIngest::apply_reload() {
+    const auto cfg = config_->current();
+    auto classifier = classifier_from(*cfg);
+    if (!classifier) {
+        log_.error("reload: classifier: " + classifier.error().message + " (keeping the previous rules)");
+    } else {
+        ingest_->set_classifier(std::move(*classifier));
+    }
+    ingest_->set_engine_settings(config::to_engine_settings(cfg));
+    ++reloads_;
+    log_.info("ingest: engine settings and classifier rebuilt from " + cfg->source);
+}
+
+void LiveIngest::refresh_flags(TimePoint now) {
+    auto flags = ledger_->list_flags(std::nullopt, now, false);
+    if (!flags) {
+        log_.warning("ledger flags: " + flags.error().message + " (keeping the previous list)");
+        return;
+    }
+    flags_ = std::move(*flags);
+    if (auto st = ingest_->sync_flags(now); !st) log_.warning("sync flags: " + st.error().message);
+}
+
+void LiveIngest::publish() {
+    // The engine's view wins; flags set elsewhere (another host of a Redis
+    // fleet, or before this engine state existed) fill the gaps.
+    auto mine = std::make_shared<PolicySnapshot>(*snapshot_from_engine(ingest_->engine()));
+    const auto from_flags = snapshot_from_flags(flags_);
+    for (const auto& [domain, view] : from_flags->by_domain) mine->by_domain.try_emplace(domain, view);
+    mine->origin = sources_.empty() ? "ledger flags" : "engine and ledger flags";
+    decider_.publish(mine);
+    metrics_.set_destinations(mine->by_domain.size());
+
+    std::array<std::uint64_t, 5> ladder{};
+    std::uint64_t flagged = 0;
+    for (const auto& [name, d] : ingest_->engine().destinations()) {
+        if (d.open) ++ladder[static_cast<std::size_t>(d.open->ladder)];
+        if (d.flagged_at) ++flagged;
+    }
+    std::string o;
+    auto out = std::back_inserter(o);
+    const IngestStats& st = ingest_->stats();
+    fmt::format_to(out, "# TYPE retryguard_deferrals_total counter\n");
+    for (const auto& [cat, n] : st.by_category)
+        fmt::format_to(out, "retryguard_deferrals_total{{category=\"{}\"}} {}\n", escape_label(cat), n);
+    fmt::format_to(out, "# TYPE retryguard_destinations gauge\n");
+    for (Ladder l : {Ladder::noted, Ladder::watch, Ladder::escalate, Ladder::recovered})
+        fmt::format_to(out, "retryguard_destinations{{state=\"{}\"}} {}\n", to_string(l),
+                       ladder[static_cast<std::size_t>(l)]);
+    fmt::format_to(out,
+                   "# TYPE retryguard_flagged_destinations gauge\nretryguard_flagged_destinations {}\n"
+                   "# TYPE retryguard_ledger_flags gauge\nretryguard_ledger_flags {}\n"
+                   "# TYPE retryguard_local_incident_open gauge\nretryguard_local_incident_open {}\n",
+                   flagged, flags_.size(), ingest_->engine().local_incident_open() ? 1 : 0);
+    fmt::format_to(
+        out,
+        "# TYPE retryguard_ingest_batches_total counter\nretryguard_ingest_batches_total {}\n"
+        "# TYPE retryguard_ingest_lines_total counter\nretryguard_ingest_lines_total {}\n"
+        "# TYPE retryguard_ingest_events_total counter\nretryguard_ingest_events_total {}\n"
+        "# TYPE retryguard_ingest_errors_total counter\nretryguard_ingest_errors_total {}\n"
+        "# TYPE retryguard_ingest_save_errors_total counter\nretryguard_ingest_save_errors_total {}\n"
+        "# TYPE retryguard_ingest_reloads_total counter\nretryguard_ingest_reloads_total {}\n",
+        st.batches, st.lines, st.events, ledger_refusals_, save_errors_, reloads_);
+    fmt::format_to(out, "# TYPE retryguard_verdicts_total counter\n");
+    for (const auto& [name, n] : verdict_counts_)
+        fmt::format_to(out, "retryguard_verdicts_total{{verdict=\"{}\"}} {}\n", escape_label(name), n);
+    fmt::format_to(
+        out,
+        "# TYPE retryguard_decider_fail_open_total counter\nretryguard_decider_fail_open_total {}\n"
+        "# TYPE retryguard_decider_dry_run_total counter\nretryguard_decider_dry_run_total {}\n",
+        decider_.fail_open(), decider_.dry_run_answers());
+    fmt::format_to(out,
+                   "# TYPE retryguard_follower_position gauge\n# TYPE retryguard_follower_lag_bytes gauge\n"
+                   "# TYPE retryguard_follower_lines_total counter\n");
+    for (auto& s : sources_) {
+        const FollowerStatus fst = s.line_source->status();
+        const std::string label = escape_label(s.id);
+        fmt::format_to(out,
+                       "retryguard_follower_position{{source=\"{}\"}} {}\n"
+                       "retryguard_follower_lag_bytes{{source=\"{}\"}} {}\n"
+                       "retryguard_follower_lines_total{{source=\"{}\"}} {}\n",
+                       label, fst.offset, label, fst.lag_bytes, label, s.lines);
+    }
+    metrics_.set_extra(std::make_shared<const std::string>(std::move(o)));
+}
+
+void LiveIngest::run() {
+    using clock = std::chrono::steady_clock;
+    auto last_save = clock::now(), last_flags = clock::now(), last_line = clock::now();
+    auto last_advance = clock::now();
+    bool dirty = false;
+    std::chrono::milliseconds backoff{0};
+    std::vector<std::string> lines;
+    const auto cfg0 = config_->current();
+    const auto delay =
+        std::max(std::chrono::milliseconds(10),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(cfg0->ingest.batch_max_delay));
+    while (!stop_.load()) {
+        if (reload_.exchange(false)) {
+            apply_reload();
+            publish();
+        }
+        bool got_lines = false;
+        if (sources_.empty()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+        for (auto& s : sources_) {
+            if (stop_.load()) break;
+            const auto wait =
+                sources_.size() == 1
+                    ? delay
+                    : std::chrono::milliseconds(delay.count() / static_cast<long>(sources_.size()) + 1);
+            auto batch = s.line_source->next_batch(wait);
+            if (!batch) {
+                log_.warning("source " + s.id + ": " + batch.error().message);
+                std::this_thread::sleep_for(std::chrono::milliseconds(500));
+                continue;
+            }
+            if (!*batch) continue;
+            const LineBatch& b = **batch;
+            lines.clear();
+            for (const auto& l : b.lines) lines.push_back(l.text);
+            // Files and the journal resume from a saved position; datagrams cannot
+            // be read twice, so their batches go in like an import (no position).
+            std::optional<FollowerPosition> end;
+            if (s.id.starts_with("file:") || s.id == kJournalSourceId) end = b.end;
+            if (auto st = ingest_->ingest_lines(*s.parser, lines, end); !st) {
+                // Back-pressure: the batch stays pending and is offered again.
+                ++ledger_refusals_;
+                s.line_source->refuse(st.error());
+                backoff = std::min(std::chrono::milliseconds(5000),
+                                   std::max(backoff * 2, std::chrono::milliseconds(100)));
+                log_.warning(
+                    fmt::format("ingest: ledger refused a batch of {} lines from {} ({}); retrying in {} ms",
+                                lines.size(), s.id, st.error().message, backoff.count()));
+                publish();
+                std::this_thread::sleep_for(backoff);
+                continue;
+            }
+            backoff = std::chrono::milliseconds(0);
+            s.line_source->commit();
+            s.lines += lines.size();
+            ++s.batches;
+            got_lines = dirty = true;
+        }
+        const auto now = clock::now();
+        if (got_lines) {
+            last_line = now;
+        } else if (now - last_line >= options_.quiet_advance &&
+                   now - last_advance >= options_.quiet_advance) {
+            // A quiet log: time-based rules (escalation by age, flag expiry) still run.
+            if (auto st = ingest_->advance(wall_now()); !st) log_.warning("advance: " + st.error().message);
+            last_advance = now;
+            dirty = got_lines = true;
+        }
+        if (now - last_flags >= options_.flags_every) {
+            refresh_flags(wall_now());
+            last_flags = now;
+            got_lines = true;
+        }
+        if (got_lines) publish();
+        if (dirty && now - last_save >= options_.save_every) {
+            if (auto st = ingest_->save(); !st) {
+                ++save_errors_;
+                log_.warning("saving engine state: " + st.error().message);
+            } else {
+                dirty = false;
+            }
+            last_save = now;
+        }
+    }
+}
+
+}  // namespace retryguard::policyd

@@ -1,0 +1,44 @@
+// reinjection.* in the YAML configuration reaches the milter's policy.
+#include "retryguard/resend_config.hpp"
+
+#include <gtest/gtest.h>
+
+namespace retryguard {
+namespace {
+
+TEST(ResendConfig, DefaultsRejectAndFingerprintEverything) {
+    auto s = resend_settings_from(*config::defaults());
+    EXPECT_EQ(s.policy.action, ResendAction::reject);
+    EXPECT_TRUE(s.fingerprint.sender && s.fingerprint.subject && s.fingerprint.body);
+    EXPECT_TRUE(s.match_message_id);
+    EXPECT_EQ(s.policy.header_name, "X-Retryguard-Resend");
+}
+
+TEST(ResendConfig, DestinationRulesBecomePerDomainActions) {
+    auto loaded = config::load_string(R"(
+reinjection:
+  action: log_only
+  match_by: [message_id]
+  tag_header: X-Resent-Copy
+destinations:
+  - domain: example.org
+    reinjection: {action: reject}
+  - domain: "*.example.net"
+    reinjection: {action: hold}
+  - mx: "mx*.provider.invalid"
+    reinjection: {action: tag}
+)");
+    ASSERT_TRUE(loaded.ok()) << (loaded.errors.empty() ? "" : loaded.errors[0].to_string());
+    auto s = resend_settings_from(*loaded.config);
+    EXPECT_EQ(s.policy.action, ResendAction::log_only);
+    EXPECT_EQ(s.policy.header_name, "X-Resent-Copy");
+    EXPECT_FALSE(s.fingerprint.any()) << "match_by without fingerprint turns it off";
+    EXPECT_EQ(s.policy.action_for("a@example.org"), ResendAction::reject);
+    EXPECT_EQ(s.policy.action_for("a@mx.example.net"), ResendAction::hold);
+    EXPECT_EQ(s.policy.action_for("a@example.net"), ResendAction::log_only) << "a wildcard is not the apex";
+    EXPECT_EQ(s.policy.action_for("a@elsewhere.invalid"), ResendAction::log_only);
+    EXPECT_EQ(s.policy.per_destination.size(), 2u) << "MX groups cannot apply at end of message";
+}
+
+}  // namespace
+}  // namespace retryguard

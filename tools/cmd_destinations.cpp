@@ -1,0 +1,49 @@
+// cmd_destinations.cpp -- `retryguard destinations`: recipient domains and MX
+// hosts with their ladder state, worst first. Glue only.
+#include "report_common.hpp"
+
+namespace retryguard::cli {
+
+void add_destinations_command(CLI::App& app) {
+    struct Opt : ReportCommon {
+        std::string state, category, kind;
+    };
+    auto c = std::make_shared<Opt>();
+    auto* cmd =
+        app.add_subcommand("destinations", "Domains and MX hosts: state, category, deferrals, worst first");
+    add_report_options(cmd, *c);
+    cmd->add_option("--state", c->state, "Only this ladder state (escalate, watch, noted, recovered, none)");
+    cmd->add_option("--category", c->category, "Only destinations whose open episode has this category");
+    cmd->add_option("--kind", c->kind, "domain or mx")->check(CLI::IsMember({"domain", "mx"}));
+    cmd->callback([c] {
+        auto now = report_now("destinations", *c);
+        if (!now) return void(exit_code() = kExitUsage);
+        report::DestinationQuery q;
+        if (!c->state.empty()) q.state = c->state;
+        if (!c->kind.empty()) q.kind = c->kind == "mx" ? DestinationKind::relay : DestinationKind::domain;
+        if (!c->category.empty()) {
+            auto cat = category_from_string(c->category);
+            if (!cat) {
+                fmt::print(stderr, "retryguard destinations: unknown category '{}'\n", c->category);
+                return void(exit_code() = kExitUsage);
+            }
+            q.category = *cat;
+        }
+        auto rt = open_for_report("destinations", *c);
+        if (!rt) return void(exit_code() = kExitUsage);
+        auto doc = report::destinations(*rt->ledger, q, *now);
+        if (!doc) {
+            fmt::print(stderr, "retryguard destinations: {}\n", doc.error().message);
+            return void(exit_code() = kExitUsage);
+        }
+        if (c->json)
+            print_json(*doc);
+        else
+            fmt::print("{}", report::render_destinations(*doc, render_options(*c, *now)));
+        bool escalated = false;
+        for (const auto& d : doc->at("destinations")) escalated |= d.at("state") == "escalate";
+        exit_code() = escalated ? kExitAttention : kExitOk;
+    });
+}
+
+}  // namespace retryguard::cli

@@ -1,0 +1,73 @@
+// report_common.hpp -- the options every reporting command shares (-c, --ledger,
+// --json, the hidden --now) and the one way they open the runtime and print.
+// Glue only: documents are built and rendered in core/report.
+#pragma once
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "commands.hpp"
+#include "retryguard/report.hpp"
+#include "retryguard/runtime.hpp"
+
+namespace retryguard::cli {
+
+struct ReportCommon {
+    std::string config;
+    std::string ledger;
+    std::string now;  // hidden: RFC 3339, fixes "now" for stable relative times (tests)
+    bool json = false;
+    bool no_colour = false;
+};
+
+inline void add_report_options(CLI::App* cmd, ReportCommon& c) {
+    cmd->add_option("-c,--config", c.config, "Configuration file (default /etc/retryguard/retryguard.yaml)");
+    cmd->add_option("--ledger", c.ledger,
+                    "Ledger spec overriding the configuration (sqlite:/path, redis://h:p/db)");
+    cmd->add_flag("--json", c.json, "Print JSON (stable keys, see docs/cli.md)");
+    cmd->add_flag("--no-color", c.no_colour, "No colours even on a terminal");
+    cmd->add_option("--now", c.now, "")->group("");  // hidden
+}
+
+// Opens config + ledger + classifier; prints the error and returns nullopt on failure.
+inline std::optional<Runtime> open_for_report(const char* name, const ReportCommon& c,
+                                              bool classifier = false) {
+    RuntimeOptions ro;
+    ro.config_path = c.config;
+    ro.ledger_spec = c.ledger;
+    ro.load_classifier = classifier;
+    auto rt = open_runtime(ro);
+    if (!rt) {
+        fmt::print(stderr, "retryguard {}: {}\n", name, rt.error().message);
+        return std::nullopt;
+    }
+    return std::move(*rt);
+}
+
+inline std::optional<TimePoint> report_now(const char* name, const ReportCommon& c) {
+    if (c.now.empty()) return std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now());
+    auto t = report::parse_rfc3339(c.now);
+    if (!t) {
+        fmt::print(stderr, "retryguard {}: --now: {}\n", name, t.error().message);
+        return std::nullopt;
+    }
+    return *t;
+}
+
+inline report::RenderOptions render_options(const ReportCommon& c, TimePoint now) {
+    report::RenderOptions r;
+    r.now = now;
+    r.colour = !c.no_colour && ::isatty(STDOUT_FILENO) == 1 && std::getenv("NO_COLOR") == nullptr;
+    return r;
+}
+
+inline void print_json(const nlohmann::json& doc) {
+    fmt::print("{}\n", doc.dump(2));
+}
+
+}  // namespace retryguard::cli
