@@ -4,6 +4,7 @@
 #
 #   scripts/install-deps.sh            build + test + e2e packages
 #   scripts/install-deps.sh --bench    also the peers the benchmarks compare against
+#   scripts/install-deps.sh --package  also the tools that build and check the .deb
 #
 # Postfix is installed with debconf "No configuration", so the system instance stays
 # unconfigured and unstarted: the project's harness runs its own instances.
@@ -29,9 +30,16 @@ TEST_PKGS=(
   systemd-journal-remote              # writes journal files the journald follower tests read
 )
 BENCH_PKGS=(pflogsumm postfwd postgrey)
+PACKAGE_PKGS=(debhelper dpkg-dev fakeroot lintian rsync util-linux)  # packaging/build-deb.sh, tests/packaging
 
 want=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}")
-[ "${1:-}" = "--bench" ] && want+=("${BENCH_PKGS[@]}")
+for opt in "$@"; do
+  case "$opt" in
+    --bench) want+=("${BENCH_PKGS[@]}") ;;
+    --package) want+=("${PACKAGE_PKGS[@]}") ;;
+    *) echo "usage: $0 [--bench] [--package]" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${want[@]}"; do

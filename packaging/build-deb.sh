@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# build-deb.sh -- build the retryguard Debian package with debhelper.
+#   packaging/build-deb.sh [OUTDIR]     (default OUTDIR: build-deb/)
+# Copies the source and packaging/debian/ into OUTDIR/tree (kept between runs so
+# a rebuild is incremental) and runs dpkg-buildpackage there; prints the path of
+# the .deb. Needs the packages of scripts/install-deps.sh --package.
+set -euo pipefail
+src="$(cd "$(dirname "$0")/.." && pwd)"
+out="$(mkdir -p "${1:-$src/build-deb}" && cd "${1:-$src/build-deb}" && pwd)"
+tree="$out/tree"
+for tool in dpkg-buildpackage dh rsync; do
+  command -v "$tool" >/dev/null || { echo "build-deb: $tool missing (scripts/install-deps.sh --package)" >&2; exit 2; }
+done
+mkdir -p "$tree"
+# The source as it is in the work tree (uncommitted edits included), without
+# build directories; debian/ and the debhelper build directory are ours.
+rsync -a --delete --exclude=/.git --exclude='/build*' --exclude='/obj-*' --exclude=/debian \
+  "$src/" "$tree/"
+# A changed rules file means other compiler flags: configure afresh.
+if ! cmp -s "$src/packaging/debian/rules" "$tree/debian/rules" 2>/dev/null; then
+  rm -rf "$tree"/obj-*
+fi
+rm -rf "$tree/debian"
+cp -a "$src/packaging/debian" "$tree/debian"
+for unit in "$src"/packaging/systemd/*.service; do
+  cp "$unit" "$tree/debian/retryguard.$(basename "$unit")"
+done
+cp "$src/packaging/systemd/retryguard.tmpfiles" "$tree/debian/retryguard.tmpfiles"
+rm -f "$out"/retryguard_*.deb "$out"/retryguard-dbgsym_*.deb "$out"/retryguard_*.buildinfo "$out"/retryguard_*.changes
+(
+  cd "$tree"
+  export DEB_BUILD_OPTIONS="nocheck parallel=${JOBS:-$(nproc)}"
+  # -nc: keep the previous build directory so only changed sources recompile.
+  dpkg-buildpackage -b -uc -us -nc >"$out/build.log" 2>&1
+) || { tail -40 "$out/build.log" >&2; echo "build-deb: failed, see $out/build.log" >&2; exit 1; }
+deb=$(ls "$out"/retryguard_*.deb)
+echo "$deb"
