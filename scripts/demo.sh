@@ -72,11 +72,14 @@ say "3. The policy service's answers for these recipients"
 grep -E 'retryguard[/-]policyd' "$(e2e_logfile sender)" | tail -3 ||
   echo "(no policy verdict lines: every answer was DUNNO, no destination is flagged yet)"
 
-say "4. What retryguard recorded: retryguard import (verdicts) on the sender's log"
-"$RETRYGUARD_CLI" import -c "$root/conf/retryguard.yaml" --ledger "sqlite:$E2E_DIR/import.db" --utc \
+say "4. What retryguard recorded: the sender's log replayed into a ledger (retryguard import)"
+"$RETRYGUARD_CLI" import -q -c "$root/conf/retryguard.yaml" --ledger "sqlite:$E2E_DIR/import.db" --utc \
   "$(e2e_logfile sender)" || true
 
-say "5. retryguard events: the typed events read from the log"
-"$RETRYGUARD_CLI" events "$(e2e_logfile sender)" | grep -E "$q1|deferred" | head -12 || true
+say "5. retryguard destinations"
+"$RETRYGUARD_CLI" destinations -c "$root/conf/retryguard.yaml" --ledger "sqlite:$E2E_DIR/import.db" --no-color || true
+
+say "6. retryguard explain $q1"
+"$RETRYGUARD_CLI" explain -c "$root/conf/retryguard.yaml" --ledger "sqlite:$E2E_DIR/import.db" --no-color "$q1" || true
 
 say "Done: stopping the demo's Postfix instances and daemons"

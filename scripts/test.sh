@@ -13,7 +13,9 @@ for a in "$@"; do
     *) echo "usage: $0 [--sanitize] [--fast]" >&2; exit 2 ;;
   esac
 done
-scripts/install-deps.sh
+# The package test (label packaging) needs the .deb tools: install them too,
+# so that nothing is skipped.
+scripts/install-deps.sh --package
 scripts/build.sh "${mode[@]}"
 dir=build
 [ "${mode[*]:-}" = --sanitize ] && dir=build-asan
