@@ -4,6 +4,9 @@
 // redis-server binary they fail when CI=true and are skipped (loudly) otherwise.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/prctl.h>
+
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -71,6 +74,17 @@ class RedisServer {
         if (binary.empty()) return false;
         pid_ = fork();
         if (pid_ == 0) {
+            // The server must neither outlive the test process (a crashed test
+            // would leave it running) nor hold the test's output pipes open
+            // (ctest would wait for them until its timeout).
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            int devnull = open("/dev/null", O_RDWR);
+            if (devnull >= 0) {
+                dup2(devnull, 0);
+                dup2(devnull, 1);
+                dup2(devnull, 2);
+                if (devnull > 2) close(devnull);
+            }
             std::string port = std::to_string(port_);
             std::string dir = dir_.string();
             execl(binary.c_str(), binary.c_str(), "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
