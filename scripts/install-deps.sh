@@ -28,6 +28,7 @@ TEST_PKGS=(
   postfix swaks miltertest            # end-to-end tests with the real thing
   sqlite3 python3 iproute2 procps
   systemd-journal-remote              # writes journal files the journald follower tests read
+  chromium                            # renders the HTML report headless in its test
 )
 BENCH_PKGS=(pflogsumm postfwd postgrey)
 PACKAGE_PKGS=(debhelper dpkg-dev fakeroot lintian rsync util-linux)  # packaging/build-deb.sh, tests/packaging

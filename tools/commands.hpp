@@ -28,5 +28,6 @@ void add_explain_command(CLI::App& app);
 void add_flags_command(CLI::App& app);
 void add_prune_command(CLI::App& app);
 void add_queue_command(CLI::App& app);
+void add_report_command(CLI::App& app);
 
 }  // namespace retryguard::cli

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
     add_flags_command(app);
     add_prune_command(app);
     add_queue_command(app);
+    add_report_command(app);
 
     try {
         app.parse(argc, argv);

@@ -992,6 +992,188 @@ std::string render_queue(const json& doc, const RenderOptions& ro) {
 
 // ---------------------------------------------------------------------------
 
+namespace {
+std::string html_escape(std::string_view s) {
+    std::string o;
+    for (char c : s) {
+        switch (c) {
+            case '&': o += "&amp;"; break;
+            case '<': o += "&lt;"; break;
+            case '>': o += "&gt;"; break;
+            case '"': o += "&quot;"; break;
+            case '\'': o += "&#39;"; break;
+            default: o += c;
+        }
+    }
+    return o;
+}
+const char* category_colour(Category c) {
+    switch (c) {
+        case Category::receiver_config: return "#d62728";
+        case Category::receiver_system: return "#ff7f0e";
+        case Category::greylisting: return "#2ca02c";
+        case Category::rate_limited: return "#bcbd22";
+        case Category::policy: return "#9467bd";
+        case Category::network: return "#1f77b4";
+        case Category::routing: return "#17becf";
+        case Category::local: return "#8c564b";
+        default: return "#7f7f7f";
+    }
+}
+}  // namespace
+
+Result<std::string> html_report(Ledger& ledger, const config::Config& config, TimePoint now, int days) {
+    auto list = ledger.list_destinations(DestinationFilter{});
+    if (!list) return list.error();
+    auto v = std::move(*list);
+    sort_worst_first(v);
+    // The time axis: from the oldest deferral shown to now.
+    TimePoint from = now - std::chrono::hours(24 * days);
+    struct Row {
+        const DestinationInfo* d;
+        std::vector<Episode> episodes;
+    };
+    std::vector<Row> rows;
+    TimePoint lo = now, hi = now;
+    for (const auto& d : v) {
+        Row r{&d, {}};
+        auto h = ledger.episode_history(d.kind, d.name, from, now);
+        if (!h) return h.error();
+        r.episodes = std::move(*h);
+        if (d.episode) r.episodes.push_back(*d.episode);
+        if (r.episodes.empty()) continue;
+        for (const auto& e : r.episodes) {
+            lo = std::min(lo, e.first_deferral);
+            hi = std::max(hi, e.ended.value_or(e.last_deferral));
+        }
+        rows.push_back(std::move(r));
+    }
+    if (hi <= lo) hi = lo + std::chrono::minutes(1);
+    const double width = 900, label = 260;
+    auto x = [&](TimePoint t) {
+        return label + (width - label - 10) * static_cast<double>((t - lo).count()) /
+                           static_cast<double>((hi - lo).count());
+    };
+    std::string out;
+    out +=
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>retryguard report</title>\n";
+    out +=
+        "<style>body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;font-size:13px}"
+        "h2{margin-top:1.5em}.escalate{color:#b00;font-weight:bold}pre{background:#f6f6f6;padding:8px;white-"
+        "space:pre-wrap}</style>\n";
+    out += "</head><body>\n";
+    out += fmt::format("<h1>retryguard report</h1><p>Generated {} &middot; timelines from {} to {}</p>\n",
+                       html_escape(format_local(now)), html_escape(format_local(lo)),
+                       html_escape(format_local(hi)));
+
+    // Escalations.
+    auto esc = escalations(ledger, config, now);
+    if (!esc) return esc.error();
+    out += "<h2>Escalations</h2>\n";
+    if (esc->at("escalations").empty()) out += "<p>None.</p>\n";
+    for (const auto& e : esc->at("escalations"))
+        out += fmt::format("<h3 class=\"escalate\">{} {}</h3><p>Contact: {}</p><pre>{}</pre>\n",
+                           html_escape(e.at("kind").get<std::string>()),
+                           html_escape(e.at("name").get<std::string>()),
+                           html_escape(str_or(e, "contact", "(none configured)")),
+                           html_escape(e.at("note").get<std::string>()));
+
+    // Flags.
+    auto fl = ledger.list_flags(std::nullopt, now, false);
+    if (!fl) return fl.error();
+    out += "<h2>Active flags</h2>\n";
+    if (fl->empty()) {
+        out += "<p>None.</p>\n";
+    } else {
+        out += "<table><tr><th>Destination</th><th>Set</th><th>Expires</th><th>Reason</th></tr>\n";
+        for (const auto& f : *fl)
+            out += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                               html_escape(f.destination), html_escape(format_local(f.set_at)),
+                               f.expires_at ? html_escape(format_local(*f.expires_at)) : "-",
+                               html_escape(f.reason));
+        out += "</table>\n";
+    }
+
+    // Timelines: one SVG per destination, one bar per episode coloured by category.
+    out += "<h2>Deferral timelines</h2>\n";
+    for (const auto& r : rows) {
+        std::string id = fmt::format("timeline-{}-{}", kind_name(r.d->kind), r.d->name);
+        out += fmt::format(
+            "<svg id=\"{}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"28\" "
+            "role=\"img\" aria-label=\"{}\">",
+            html_escape(id), width, html_escape(id));
+        std::string state = r.d->state.empty() ? "none" : r.d->state;
+        out += fmt::format("<text x=\"0\" y=\"18\" font-size=\"12\" fill=\"{}\">{} {} ({})</text>",
+                           state == "escalate" ? "#b00" : "#222", kind_name(r.d->kind),
+                           html_escape(r.d->name), html_escape(state));
+        out +=
+            fmt::format("<line x1=\"{}\" y1=\"14\" x2=\"{}\" y2=\"14\" stroke=\"#ddd\"/>", label, width - 10);
+        for (const auto& e : r.episodes) {
+            auto cats = categories_in(e.categories);
+            Category c = cats.empty() ? Category::unknown : cats.front();
+            for (auto k : cats)
+                if (k != Category::unknown) {
+                    c = k;
+                    break;
+                }
+            double x1 = x(e.first_deferral), x2 = x(e.ended.value_or(e.ended ? *e.ended : now));
+            if (x2 - x1 < 3) x2 = x1 + 3;
+            out += fmt::format(
+                "<rect x=\"{:.1f}\" y=\"6\" width=\"{:.1f}\" height=\"16\" fill=\"{}\" opacity=\"{}\">"
+                "<title>{}: {} attempts, {} messages, {}</title></rect>",
+                x1, x2 - x1, category_colour(c), e.ended ? "0.5" : "0.9", html_escape(to_string(c)),
+                e.attempts, e.messages, html_escape(e.last_reply));
+        }
+        out += "</svg><br>\n";
+    }
+    out += "<p>";
+    for (Category c :
+         {Category::receiver_config, Category::receiver_system, Category::greylisting, Category::rate_limited,
+          Category::policy, Category::network, Category::routing, Category::local, Category::unknown})
+        out += fmt::format("<span style=\"color:{}\">&#9632;</span> {} &nbsp; ", category_colour(c),
+                           html_escape(to_string(c)));
+    out += "(faded: ended episodes)</p>\n";
+
+    // Categories over time: episodes started per category per hour bucket of the span.
+    out += "<h2>Categories over time</h2>\n";
+    const int nb = 24;
+    std::map<Category, std::vector<int>> counts;
+    int maxc = 1;
+    for (const auto& r : rows)
+        for (const auto& e : r.episodes)
+            for (auto c : categories_in(e.categories)) {
+                auto& vec = counts[c];
+                vec.resize(nb, 0);
+                auto i = static_cast<int>((nb - 1) * static_cast<double>((e.first_deferral - lo).count()) /
+                                          static_cast<double>((hi - lo).count()));
+                maxc = std::max(maxc, ++vec[std::clamp(i, 0, nb - 1)]);
+            }
+    out += fmt::format(
+        "<svg id=\"categories-over-time\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" "
+        "height=\"{}\">",
+        width, 30 * counts.size() + 10);
+    int row = 0;
+    for (const auto& [c, vec] : counts) {
+        double y = 10 + 30 * row++;
+        out += fmt::format("<text x=\"0\" y=\"{}\" font-size=\"12\">{}</text>", y + 14,
+                           html_escape(to_string(c)));
+        double bw = (width - label - 10) / nb;
+        for (int i = 0; i < nb; ++i)
+            if (vec[i] > 0) {
+                double h = 24.0 * vec[i] / maxc;
+                out += fmt::format(
+                    "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\">"
+                    "<title>{} episodes</title></rect>",
+                    label + i * bw, y + 24 - h, bw - 1, h, category_colour(c), vec[i]);
+            }
+    }
+    out += "</svg>\n</body></html>\n";
+    return out;
+}
+
+// ---------------------------------------------------------------------------
+
 Result<json> flags(Ledger& ledger, TimePoint now, bool include_inactive) {
     auto fl = ledger.list_flags(std::nullopt, now, include_inactive);
     if (!fl) return fl.error();

@@ -116,6 +116,12 @@ Result<nlohmann::json> queue(std::string_view postqueue_json, const Classifier& 
 std::string render_queue(const nlohmann::json& doc, const RenderOptions& ro);
 
 // ---------------------------------------------------------------------------
+// One self-contained HTML page (no external resources): per-destination
+// deferral timelines as inline SVG (ended episodes from episode_history within
+// `days` plus the open one), categories over time, escalations and flags.
+Result<std::string> html_report(Ledger& ledger, const config::Config& config, TimePoint now, int days = 30);
+
+// ---------------------------------------------------------------------------
 // Flags and pruning.
 Result<nlohmann::json> flags(Ledger& ledger, TimePoint now, bool include_inactive);
 std::string render_flags(const nlohmann::json& doc, const RenderOptions& ro);

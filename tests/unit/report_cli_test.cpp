@@ -255,11 +255,29 @@ TEST_F(ReportCli, QueueGroupsSavedPostqueueOutputByDomainAndCategory) {
     EXPECT_EQ(run("queue --postqueue-json /nonexistent.json"), 2);
 }
 
+TEST_F(ReportCli, HtmlReportIsSelfContainedWithTimelines) {
+    const auto file = (dir_ / "report.html").string();
+    ASSERT_EQ(run("report --html '" + file + "'"), 0) << err_;
+    const std::string page = slurp(file);
+    EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
+    EXPECT_NE(page.find("<svg id=\"timeline-domain-cfgerr.lab.test\""), std::string::npos);
+    EXPECT_NE(page.find("<svg id=\"timeline-mx-127.0.0.1\""), std::string::npos);
+    EXPECT_NE(page.find("id=\"categories-over-time\""), std::string::npos);
+    EXPECT_NE(page.find("postmaster@cfgerr.lab.test"), std::string::npos);  // escalation contact
+    // Reply text is escaped, never raw markup; nothing is loaded from outside.
+    EXPECT_NE(page.find("&lt;user@cfgerr.lab.test&gt;"), std::string::npos);
+    EXPECT_EQ(page.find("<user@"), std::string::npos);
+    EXPECT_EQ(page.find("src=\"http"), std::string::npos);
+    EXPECT_EQ(page.find("href=\"http"), std::string::npos);
+    EXPECT_EQ(run("report"), 2);  // --html is required
+}
+
 TEST_F(ReportCli, UsageAndConfigErrorsExitTwo) {
     EXPECT_EQ(run_raw("status --ledger " + ledger() + " --now yesterday"), 2);
     EXPECT_EQ(run_raw("status -c /nonexistent/retryguard.yaml --ledger " + ledger()), 2);
     EXPECT_EQ(run_raw("destinations --no-such-option"), 2);
-    for (const char* c : {"status", "destinations", "explain", "escalations", "flags", "prune", "queue"}) {
+    for (const char* c :
+         {"status", "destinations", "explain", "escalations", "flags", "prune", "queue", "report"}) {
         EXPECT_EQ(run_raw(std::string(c) + " --help"), 0) << c;
         EXPECT_NE(out_.find(std::string(c) == "flags" ? "clear" : "--ledger"), std::string::npos)
             << c << out_;
