@@ -250,7 +250,7 @@ class RedisLedger final : public Ledger {
             if (r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
                 result.applied = static_cast<std::size_t>(r->element[0]->integer);
                 result.duplicates = static_cast<std::size_t>(r->element[1]->integer);
-                std::string_view flags = str(r->element[2]);
+                const std::string flags = str(r->element[2]);
                 result.fresh.reserve(flags.size());
                 for (char c : flags) result.fresh.push_back(c == '1');
             }
