@@ -329,15 +329,7 @@ void Engine::on_deferral(const Event& e, Category c, std::string_view name, bool
         ep.peak = std::max(ep.peak, Ladder::watch);
         out.push_back(destination_verdict(d, "watch", e.time, e.queue_id));
     }
-    if (ep.ladder != Ladder::escalate && !ep.local_suspect && th.escalate_after &&
-        e.time - ep.first_deferral >= *th.escalate_after) {
-        ep.ladder = Ladder::escalate;
-        ep.peak = Ladder::escalate;
-        ep.escalated_at = e.time;
-        auto v = destination_verdict(d, "escalate", e.time, e.queue_id);
-        if (!rs.contact.empty()) v.add("contact", rs.contact);
-        out.push_back(std::move(v));
-    }
+    maybe_escalate(d, rs, e.time, e.queue_id, out);
     if (contains(rs.flag_categories, c) && !ep.local_suspect) {
         d.config_deferrals.push_back(e.time);
         auto horizon = e.time - rs.repeat_deferral_window;
@@ -371,6 +363,22 @@ void Engine::on_success(const Event& e, std::string_view name, bool is_mx, std::
     if (d.history.size() > settings_.max_episode_history)
         d.history.erase(d.history.begin(),
                         d.history.end() - static_cast<long>(settings_.max_episode_history));
+}
+
+// One place decides escalation: on a deferral and as event time passes.
+void Engine::maybe_escalate(DestinationState& d, const RuleSettings& rs, TimePoint t, std::string_view qid,
+                            std::vector<Verdict>& out) {
+    EpisodeState& ep = *d.open;
+    const auto& th = rs.thresholds(ep.dominant());
+    if (ep.ladder == Ladder::escalate || ep.local_suspect || !th.escalate_after ||
+        t - ep.first_deferral < *th.escalate_after)
+        return;
+    ep.ladder = Ladder::escalate;
+    ep.peak = Ladder::escalate;
+    ep.escalated_at = t;
+    auto v = destination_verdict(d, "escalate", t, qid);
+    if (!rs.contact.empty()) v.add("contact", rs.contact);
+    out.push_back(std::move(v));
 }
 
 void Engine::check_flag(DestinationState& d, const RuleSettings& rs, TimePoint now, std::string_view qid,
@@ -444,18 +452,9 @@ std::vector<Verdict> Engine::advance(TimePoint now) {
     now = now_;
     last_evaluated_ = now;
     for (auto& [name, d] : dests_) {
-        if (d.open && d.open->ladder != Ladder::escalate && !d.open->local_suspect) {
-            const RuleSettings& rs = d.is_mx ? settings_for({}, name.substr(3)) : settings_for(name, {});
-            const auto& th = rs.thresholds(d.open->dominant());
-            if (th.escalate_after && now - d.open->first_deferral >= *th.escalate_after) {
-                d.open->ladder = Ladder::escalate;
-                d.open->peak = Ladder::escalate;
-                d.open->escalated_at = now;
-                auto v = destination_verdict(d, "escalate", now, {});
-                if (!rs.contact.empty()) v.add("contact", rs.contact);
-                out.push_back(std::move(v));
-            }
-        }
+        if (d.open && d.open->ladder != Ladder::escalate && !d.open->local_suspect)
+            maybe_escalate(d, d.is_mx ? settings_for({}, name.substr(3)) : settings_for(name, {}), now, {},
+                           out);
         if (d.flagged_at && now >= d.flag_expires) {
             Verdict v;
             v.time = now;

@@ -52,8 +52,8 @@ struct RuleSettings {
     bool flags_enabled = true;
     std::vector<Category> flag_categories = {Category::receiver_config};  // episodes that count
     bool honor_retry_after_hint = true;  // "try again in 300 seconds" raises the minimum
-    std::string contact;  // carried by escalation reports
-    std::string rule;     // name of the rule these settings came from ("global" by default)
+    std::string contact;                 // carried by escalation reports
+    std::string rule;                    // name of the rule these settings came from ("global" by default)
 
     static std::array<CategoryThresholds, kCategoryCount> default_categories();
     const CategoryThresholds& thresholds(Category c) const { return categories[static_cast<size_t>(c)]; }
@@ -73,10 +73,9 @@ struct EngineSettings {
     // or when half the threshold of its destinations delivered again.
     Duration incident_quiet_after = std::chrono::hours(2);
     bool spread_enabled = true;
-    std::vector<Category> spread_categories = {Category::receiver_config, Category::receiver_system,
-                                               Category::network,         Category::routing,
-                                               Category::policy,          Category::rate_limited,
-                                               Category::local,           Category::unknown};
+    std::vector<Category> spread_categories = {
+        Category::receiver_config, Category::receiver_system, Category::network, Category::routing,
+        Category::policy,          Category::rate_limited,    Category::local,   Category::unknown};
     Duration evaluate_every = std::chrono::minutes(1);  // event time between time-based checks
     std::size_t max_messages_per_episode = 1000;
     std::size_t max_episode_history = 64;
@@ -106,7 +105,7 @@ struct DestinationState {
     std::string name;  // "example.com" or "mx:mx1.example.net"
     bool is_mx = false;
     std::optional<EpisodeState> open;
-    std::vector<EpisodeState> history;             // closed episodes, newest last, bounded
+    std::vector<EpisodeState> history;        // closed episodes, newest last, bounded
     std::vector<TimePoint> config_deferrals;  // flag-category deferral times within the window
     TimePoint last_success{};
     std::optional<TimePoint> flagged_at;
@@ -168,6 +167,8 @@ class Engine {
                      std::string_view mx, std::vector<Verdict>& out);
     void on_success(const Event& e, std::string_view dest, bool is_mx, std::vector<Verdict>& out);
     void check_spread(const Event& e, Category c, std::string_view spread_key, std::vector<Verdict>& out);
+    void maybe_escalate(DestinationState& d, const RuleSettings& rs, TimePoint t, std::string_view qid,
+                        std::vector<Verdict>& out);
     void check_flag(DestinationState& d, const RuleSettings& rs, TimePoint now, std::string_view qid,
                     std::vector<Verdict>& out);
     void end_incident(TimePoint now, std::string_view why, std::vector<Verdict>& out);
