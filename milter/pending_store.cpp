@@ -3,11 +3,15 @@
 #include "pending_store.hpp"
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "retryguard/ledger.hpp"
 
@@ -60,7 +64,13 @@ class LedgerStore final : public PendingStore {
 
 // Records off the end-of-message path: the decision for this message needs
 // only the lookup, and a record is needed only once the message has been
-// deferred (seconds later at the earliest), so a worker thread writes them.
+// deferred (seconds later at the earliest), so a worker thread writes them, in
+// batches gathered for up to kGather: the ledger's indexes are keyed by
+// random-looking values (Message-ID, fingerprint), so a transaction costs what
+// its distinct pages cost, and bigger batches share pages.
+// A lookup that meets a copy still waiting for its batch has the batch
+// committed first, so a resend that follows its original within milliseconds
+// is still recognised (the ledger then answers, with what it knows of the copy).
 // Bounded: when the queue is full the record is dropped and counted (fail
 // open: a later resend of that message is then not recognised).
 class AsyncRecorder final : public PendingStore {
@@ -77,6 +87,17 @@ class AsyncRecorder final : public PendingStore {
         if (worker_.joinable()) worker_.join();
     }
     Result<std::vector<PendingCopy>> find_pending(const MessageFacts& msg) override {
+        {
+            // Rare: a copy of this message was accepted moments ago and is still
+            // waiting for its batch. Have the batch committed now (bounded wait),
+            // so the ledger answers with that copy and what it knows of it.
+            std::unique_lock lock(mu_);
+            if (!unwritten_.empty() && unwritten_copy(msg)) {
+                flush_now_ = true;
+                cv_.notify_one();
+                written_.wait_for(lock, kFlushWait, [&] { return stop_ || !unwritten_copy(msg); });
+            }
+        }
         return inner_->find_pending(msg);
     }
     Status record(const MessageFacts& msg, TimePoint when) override {
@@ -86,7 +107,12 @@ class AsyncRecorder final : public PendingStore {
                 ++dropped_;
                 return make_error(ErrorKind::limit, "record queue full: identity not recorded");
             }
-            queue_.emplace_back(msg, when);
+            auto entry = std::make_shared<const Entry>(Entry{msg, when});
+            for (const auto& key : keys(msg)) unwritten_.emplace(key, entry);
+            queue_.push_back(std::move(entry));
+            // wake the writer only when there is something new for it to do:
+            // the first record of a batch, or a full batch
+            if (queue_.size() != 1 && queue_.size() != kMaxBatch) return {};
         }
         cv_.notify_one();
         return {};
@@ -95,30 +121,75 @@ class AsyncRecorder final : public PendingStore {
     std::uint64_t failed_records() const override { return dropped_ + failed_; }
 
   private:
+    struct Entry {
+        MessageFacts msg;
+        TimePoint when;
+    };
+
+    static std::vector<std::string> keys(const MessageFacts& msg) {
+        std::vector<std::string> k;
+        if (auto mid = normalize_message_id(msg.message_id); !mid.empty()) k.push_back("m " + mid);
+        if (!msg.fingerprint.empty()) k.push_back("f " + msg.fingerprint);
+        return k;
+    }
+
+    // Whether a record not yet committed has one of msg's identities (and is
+    // not msg itself).
+    bool unwritten_copy(const MessageFacts& msg) const {
+        for (const auto& key : keys(msg)) {
+            auto [lo, hi] = unwritten_.equal_range(key);
+            for (auto it = lo; it != hi; ++it)
+                if (it->second->msg.queue_id != msg.queue_id) return true;
+        }
+        return false;
+    }
+
+    void forget(const std::vector<std::shared_ptr<const Entry>>& batch) {
+        for (const auto& entry : batch)
+            for (const auto& key : keys(entry->msg)) {
+                auto [lo, hi] = unwritten_.equal_range(key);
+                for (auto it = lo; it != hi; ++it)
+                    if (it->second == entry) {
+                        unwritten_.erase(it);
+                        break;
+                    }
+            }
+    }
+
     void run() {
         std::unique_lock lock(mu_);
         for (;;) {
             cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
             if (queue_.empty() && stop_) return;  // drained: every accepted record written
-            // everything waiting goes in one transaction (bounded), so a busy
-            // milter writes less often, not more
-            std::vector<std::pair<MessageFacts, TimePoint>> batch;
+            cv_.wait_for(lock, kGather, [this] { return stop_ || flush_now_ || queue_.size() >= kMaxBatch; });
+            flush_now_ = false;
+            std::vector<std::shared_ptr<const Entry>> batch;
             while (!queue_.empty() && batch.size() < kMaxBatch) {
                 batch.push_back(std::move(queue_.front()));
                 queue_.pop_front();
             }
             lock.unlock();
-            if (!inner_->record_many(batch)) failed_ += batch.size();
+            std::vector<std::pair<MessageFacts, TimePoint>> items;
+            items.reserve(batch.size());
+            for (const auto& e : batch) items.emplace_back(e->msg, e->when);
+            if (!inner_->record_many(items)) failed_ += batch.size();
             lock.lock();
+            forget(batch);  // committed (or counted as failed): the ledger answers for them now
+            written_.notify_all();
         }
     }
 
-    static constexpr std::size_t kMaxBatch = 500;
+    static constexpr std::size_t kMaxBatch = 5000;
+    static constexpr std::chrono::milliseconds kGather{100};
+    static constexpr std::chrono::milliseconds kFlushWait{1000};
     std::unique_ptr<PendingStore> inner_;
     std::size_t limit_;
     std::mutex mu_;
-    std::condition_variable cv_;
-    std::deque<std::pair<MessageFacts, TimePoint>> queue_;
+    std::condition_variable cv_;       // to the writer: records waiting, flush, stop
+    std::condition_variable written_;  // from the writer: a batch is committed
+    bool flush_now_ = false;
+    std::deque<std::shared_ptr<const Entry>> queue_;
+    std::unordered_multimap<std::string, std::shared_ptr<const Entry>> unwritten_;  // by "m "/"f " key
     bool stop_ = false;
     std::atomic<std::uint64_t> dropped_{0}, failed_{0};
     std::thread worker_;  // last: starts once everything above exists

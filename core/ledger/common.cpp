@@ -275,6 +275,7 @@ LedgerCounters Counters::snapshot() const noexcept {
     c.reconnects = reconnects.load(std::memory_order_relaxed);
     c.duplicates = duplicates.load(std::memory_order_relaxed);
     c.events = events.load(std::memory_order_relaxed);
+    c.shared_reads = shared_reads.load(std::memory_order_relaxed);
     return c;
 }
 

@@ -61,7 +61,7 @@ std::string key_hex(std::uint64_t key);
 // Counters shared by both backends.
 struct Counters {
     std::atomic<std::uint64_t> operations{0}, failures{0}, unavailable{0}, reconnects{0}, duplicates{0},
-        events{0};
+        events{0}, shared_reads{0};
     LedgerCounters snapshot() const noexcept;
     template <typename R>
     R&& count(R&& result) noexcept {

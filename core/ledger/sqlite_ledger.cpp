@@ -165,6 +165,31 @@ class Query {
     int n_ = 0;
 };
 
+// A read-only connection of its own. In WAL mode readers never wait for the
+// writer (and the writer never waits for them), so lookups on the milter's
+// end-of-message path do not queue behind an ingest or record transaction.
+struct ReadConn {
+    sqlite3* db = nullptr;
+    std::unordered_map<const char*, sqlite3_stmt*> cache;
+    ReadConn() = default;
+    ReadConn(const ReadConn&) = delete;
+    ReadConn& operator=(const ReadConn&) = delete;
+    ~ReadConn() {
+        for (auto& [sql, s] : cache) sqlite3_finalize(s);
+        if (db) sqlite3_close_v2(db);
+    }
+    Query stmt(const char* sql) {
+        auto it = cache.find(sql);
+        if (it == cache.end()) {
+            sqlite3_stmt* s = nullptr;
+            int rc = sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr);
+            if (rc != SQLITE_OK) throw SqlError{rc, sqlite3_errmsg(db)};
+            it = cache.emplace(sql, s).first;
+        }
+        return Query(db, it->second);
+    }
+};
+
 MessageInfo read_message(const Query& q) {
     MessageInfo m;
     m.queue_id = q.str(0);
@@ -248,10 +273,11 @@ Flag read_flag(const Query& q) {
 class SqliteLedger final : public Ledger {
   public:
     SqliteLedger(std::string path, LedgerOptions options)
-        : path_(std::move(path)), options_(std::move(options)) {
+        : path_(std::move(path)), options_(std::move(options)), separate_readers_(!in_memory(path_)) {
         if (!options_.warn) options_.warn = default_warn();
     }
     ~SqliteLedger() override {
+        idle_readers_.clear();  // before the main connection: the last one to close checkpoints
         for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
         if (db_) sqlite3_close_v2(db_);
     }
@@ -382,7 +408,7 @@ class SqliteLedger final : public Ledger {
     Result<std::vector<PendingCopy>> find_pending_copies(const PendingCopyQuery& query) override {
         if (auto st = check_query(query); !st)
             return counters_.count(Result<std::vector<PendingCopy>>(st.error()));
-        return read<std::vector<PendingCopy>>([&] {
+        return read_concurrent<std::vector<PendingCopy>>([&](auto& conn) {
             std::vector<std::string> wanted;
             std::unordered_map<std::string_view, std::size_t> index;
             wanted.reserve(query.recipients.size());
@@ -391,7 +417,7 @@ class SqliteLedger final : public Ledger {
             std::vector<std::optional<PendingCopy>> best(wanted.size());
             auto consider = [&](const char* sql, const std::string& identity, bool by_mid) {
                 if (identity.empty()) return;
-                Query q = stmt(sql);
+                Query q = conn.stmt(sql);
                 q.text(identity).text(query.exclude_queue_id);
                 while (q.row()) {
                     auto it = index.find(q.str(10));
@@ -810,6 +836,81 @@ class SqliteLedger final : public Ledger {
         return counters_.count(Result<T>(std::move(*value)));
     }
 
+    // The main connection, for read_concurrent's fallback.
+    struct MainConn {
+        SqliteLedger& ledger;
+        Query stmt(const char* sql) { return ledger.stmt(sql); }
+    };
+
+    // A read on a pooled read-only connection (see ReadConn), so it runs
+    // alongside writes and other reads. An in-memory database has no second
+    // connection; there, and when no read-only connection can be opened
+    // (counted in shared_reads, warned once), it runs on the main connection
+    // under its mutex like read().
+    template <typename T, typename F>
+    Result<T> read_concurrent(F&& f) noexcept {
+        std::unique_ptr<ReadConn> conn = take_reader();
+        if (!conn) {
+            return read<T>([&] {
+                MainConn main{*this};
+                return f(main);
+            });
+        }
+        std::optional<T> value;
+        auto st = guard([&] {
+            // one read transaction (one snapshot, one set of WAL locks) for all of f's queries
+            conn->stmt("BEGIN").run();
+            try {
+                value.emplace(f(*conn));
+            } catch (...) {
+                sqlite3_exec(conn->db, "ROLLBACK", nullptr, nullptr, nullptr);
+                throw;
+            }
+            conn->stmt("COMMIT").run();
+        });
+        if (!st) return counters_.count(Result<T>(st.error()));  // that connection is dropped
+        give_back(std::move(conn));
+        return counters_.count(Result<T>(std::move(*value)));
+    }
+
+    std::unique_ptr<ReadConn> take_reader() noexcept {
+        if (!separate_readers_) return nullptr;
+        {
+            std::lock_guard lock(pool_mutex_);
+            if (!idle_readers_.empty()) {
+                auto conn = std::move(idle_readers_.back());
+                idle_readers_.pop_back();
+                return conn;
+            }
+        }
+        try {
+            auto conn = std::make_unique<ReadConn>();
+            int rc = sqlite3_open_v2(path_.c_str(), &conn->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
+                                     nullptr);
+            if (rc == SQLITE_OK) {
+                sqlite3_busy_timeout(conn->db, static_cast<int>(options_.busy_timeout.count()));
+                return conn;
+            }
+            std::string msg = conn->db ? sqlite3_errmsg(conn->db) : sqlite3_errstr(rc);
+            if (counters_.shared_reads.fetch_add(1, std::memory_order_relaxed) == 0)
+                options_.warn("cannot open a read-only connection to " + path_ + " (" + msg +
+                              "); lookups share the main connection");
+        } catch (...) {
+            counters_.shared_reads.fetch_add(1, std::memory_order_relaxed);
+        }
+        return nullptr;
+    }
+
+    void give_back(std::unique_ptr<ReadConn> conn) noexcept {
+        std::lock_guard lock(pool_mutex_);
+        if (idle_readers_.size() < kMaxIdleReaders) idle_readers_.push_back(std::move(conn));
+    }
+
+    static bool in_memory(const std::string& path) {
+        return path.empty() || path == ":memory:" ||
+               (path.starts_with("file:") && path.find("mode=memory") != std::string::npos);
+    }
+
     void store_position(const FollowerPosition& p) {
         Query q = stmt(
             "INSERT INTO positions(source, device, inode, offset, head_fingerprint, cursor, lines) "
@@ -1147,6 +1248,12 @@ class SqliteLedger final : public Ledger {
     std::unordered_set<std::string> deferred_in_batch_;  // per batch
     std::mutex mutex_;
     Counters counters_;
+    // Read-only connections for read_concurrent; idle ones are kept up to a
+    // bound (one per concurrent lookup thread in practice).
+    static constexpr std::size_t kMaxIdleReaders = 16;
+    bool separate_readers_ = false;
+    std::mutex pool_mutex_;
+    std::vector<std::unique_ptr<ReadConn>> idle_readers_;
 };
 
 }  // namespace

@@ -234,11 +234,12 @@ struct LedgerStats {
 // Failures and fallbacks, readable at any time from any thread.
 struct LedgerCounters {
     std::uint64_t operations = 0;
-    std::uint64_t failures = 0;     // operations that returned an error
-    std::uint64_t unavailable = 0;  // of which: backend unavailable (callers fail open)
-    std::uint64_t reconnects = 0;   // Redis reconnect attempts
-    std::uint64_t duplicates = 0;   // replayed events ignored by ingest
-    std::uint64_t events = 0;       // events applied by ingest
+    std::uint64_t failures = 0;      // operations that returned an error
+    std::uint64_t unavailable = 0;   // of which: backend unavailable (callers fail open)
+    std::uint64_t reconnects = 0;    // Redis reconnect attempts
+    std::uint64_t duplicates = 0;    // replayed events ignored by ingest
+    std::uint64_t events = 0;        // events applied by ingest
+    std::uint64_t shared_reads = 0;  // SQLite lookups that could not get a read-only connection
 };
 
 // ---------------------------------------------------------------------------

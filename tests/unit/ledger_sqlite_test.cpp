@@ -2,7 +2,9 @@
 // schema versions, lock timeouts, the backend spec.
 #include <sqlite3.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include "ledger/ledger_contract.hpp"
 
@@ -88,6 +90,118 @@ TEST(LedgerSqlite, AWriteLockHeldTooLongIsUnavailableNotAHang) {
     r = (*l)->ingest(std::vector<IngestItem>{deferred("Q1", 1, "a@b.test")}, std::nullopt);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->applied, 1u) << "the failed batch left nothing behind";
+}
+
+// The milter's lookup must not queue behind a write of the same process (an
+// ingest batch or a batch of recorded identities): lookups run on read-only
+// connections of their own. Here a write is stuck waiting for another
+// process's lock while holding the ledger's write path; the lookup still
+// answers, from the committed data, before that write ends.
+TEST(LedgerSqlite, PendingLookupsDoNotWaitForTheLedgersOwnWriter) {
+    auto path = db_path("readers");
+    LedgerOptions options;
+    options.spec = "sqlite:" + path;
+    options.busy_timeout = std::chrono::milliseconds(20000);
+    auto l = open_ledger(options);
+    ASSERT_TRUE(l.ok());
+    MessageIdentity id;
+    id.queue_id = "A1";
+    id.message_id = "<m1@client.test>";
+    id.recipients = {"r@dest.test"};
+    id.time = at(100);
+    ASSERT_TRUE((*l)->record_identity(id).ok());
+    ASSERT_TRUE((*l)->ingest(std::vector<IngestItem>{deferred("A1", 102, "r@dest.test")}, std::nullopt).ok());
+
+    sqlite3* other = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &other), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+    std::atomic<bool> writer_started{false}, writer_done{false};
+    Status writer_status;
+    std::thread writer([&] {
+        MessageIdentity next = id;
+        next.queue_id = "B2";
+        next.message_id = "<m2@client.test>";
+        writer_started = true;
+        writer_status = (*l)->record_identity(next);  // waits for `other`
+        writer_done = true;
+    });
+    while (!writer_started) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the writer is in its busy wait
+
+    PendingCopyQuery q;
+    q.message_id = "<m1@client.test>";
+    q.recipients = {"r@dest.test"};
+    auto r = (*l)->find_pending_copies(q);
+    bool answered_during_write = !writer_done;
+    sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
+    sqlite3_close(other);
+    writer.join();
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_EQ(r->size(), 1u);
+    EXPECT_EQ((*r)[0].queue_id, "A1");
+    EXPECT_TRUE(answered_during_write) << "the lookup waited for the write to end";
+    EXPECT_TRUE(writer_status.ok()) << writer_status.error().message;
+    EXPECT_EQ((*l)->counters().shared_reads, 0u);
+}
+
+// Many lookups on several threads while another thread writes: every lookup
+// answers correctly, and writes made before a lookup are visible to it.
+TEST(LedgerSqlite, ConcurrentLookupsSeeCommittedWrites) {
+    auto l = open_ledger("sqlite:" + db_path("concurrent"));
+    ASSERT_TRUE(l.ok());
+    std::atomic<int> recorded{0};
+    std::atomic<bool> failed{false};
+    std::thread writer([&] {
+        for (int i = 0; i < 200; ++i) {
+            MessageIdentity id;
+            id.queue_id = "Q" + std::to_string(i);
+            id.message_id = "<m" + std::to_string(i) + "@client.test>";
+            id.recipients = {"r@dest.test"};
+            id.time = at(100 + i);
+            if (!(*l)->record_identity(id).ok()) failed = true;
+            recorded = i + 1;
+        }
+    });
+    std::vector<std::thread> readers;
+    std::atomic<int> lookups{0};
+    for (int t = 0; t < 4; ++t)
+        readers.emplace_back([&, t] {
+            for (int k = 0; k < 300; ++k) {
+                int n = recorded;
+                if (n == 0) continue;
+                int i = (k * 7 + t) % n;  // recorded before this lookup began
+                PendingCopyQuery q;
+                q.message_id = "<m" + std::to_string(i) + "@client.test>";
+                q.recipients = {"r@dest.test", "other@dest.test"};
+                auto r = (*l)->find_pending_copies(q);
+                if (!r.ok() || r->size() != 1 || (*r)[0].queue_id != "Q" + std::to_string(i)) failed = true;
+                ++lookups;
+            }
+        });
+    writer.join();
+    for (auto& r : readers) r.join();
+    EXPECT_FALSE(failed);
+    EXPECT_GT(lookups.load(), 0);
+    EXPECT_EQ((*l)->counters().shared_reads, 0u);
+}
+
+// An in-memory database has no second connection: lookups share the main one.
+TEST(LedgerSqlite, InMemoryLedgerAnswersLookupsOnItsOnlyConnection) {
+    auto l = open_ledger("sqlite::memory:");
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    MessageIdentity id;
+    id.queue_id = "A1";
+    id.message_id = "<m1@client.test>";
+    id.recipients = {"r@dest.test"};
+    id.time = at(100);
+    ASSERT_TRUE((*l)->record_identity(id).ok());
+    PendingCopyQuery q;
+    q.message_id = "<m1@client.test>";
+    q.recipients = {"r@dest.test"};
+    auto r = (*l)->find_pending_copies(q);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->size(), 1u);
+    EXPECT_EQ((*l)->counters().shared_reads, 0u);
 }
 
 TEST(LedgerSqlite, BadSpecsAreConfigErrors) {
