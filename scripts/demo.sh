@@ -29,8 +29,7 @@ fi
 export RETRYGUARD_CLI=$build/tools/retryguard
 export RETRYGUARD_MILTER=$build/milter/retryguard-milter
 export RETRYGUARD_POLICYD=$build/policyd/retryguard-policyd
-export RETRYGUARD_E2E_FEED=$build/tests/retryguard_e2e_feed
-for p in "$RETRYGUARD_CLI" "$RETRYGUARD_MILTER" "$RETRYGUARD_POLICYD" "$RETRYGUARD_E2E_FEED"; do
+for p in "$RETRYGUARD_CLI" "$RETRYGUARD_MILTER" "$RETRYGUARD_POLICYD"; do
   [ -x "$p" ] || { echo "demo: $p is not built (scripts/build.sh)" >&2; exit 2; }
 done
 
@@ -39,14 +38,10 @@ say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 . "$root/tests/e2e/milter_lib.sh"
 milter_e2e_begin demo 240
 
-# The policy service, consulted by the sender's smtpd for every recipient.
-policy_port=$(e2e_free_port)
-e2e_start_daemon policyd setpriv --reuid=nobody --regid=postdrop --clear-groups \
-  "$RETRYGUARD_POLICYD" --foreground --listen "tcp:127.0.0.1:$policy_port" \
-  --verdict-log "postlog:$E2E_DIR/sender/spool/public/postlog"
-e2e_wait_port "$policy_port" 10
+# The policy service, consulted by the sender's smtpd for every recipient:
+# the same retryguard-policyd that follows the sender's log (milter_lib.sh).
 postconf -c "$(e2e_etc sender)" -e \
-  "smtpd_recipient_restrictions = check_policy_service { inet:127.0.0.1:$policy_port, default_action=DUNNO }, permit_mynetworks, reject"
+  "smtpd_recipient_restrictions = check_policy_service { inet:127.0.0.1:$POLICY_PORT, default_action=DUNNO }, permit_mynetworks, reject"
 postfix -c "$(e2e_etc sender)" reload >/dev/null 2>&1
 sleep 1
 
@@ -72,14 +67,10 @@ say "3. The policy service's answers for these recipients"
 grep -E 'retryguard[/-]policyd' "$(e2e_logfile sender)" | tail -3 ||
   echo "(no policy verdict lines: every answer was DUNNO, no destination is flagged yet)"
 
-say "4. What retryguard recorded: the sender's log replayed into a ledger (retryguard import)"
-"$RETRYGUARD_CLI" import -q -c "$root/conf/retryguard.yaml" --ledger "sqlite:$E2E_DIR/import.db" --utc \
-  "$(e2e_logfile sender)" || true
+say "4. retryguard destinations (the ledger the policy daemon's log follower keeps)"
+"$RETRYGUARD_CLI" destinations -c "$E2E_DIR/retryguard.yaml" --no-color
 
-say "5. retryguard destinations"
-"$RETRYGUARD_CLI" destinations -c "$root/conf/retryguard.yaml" --ledger "sqlite:$E2E_DIR/import.db" --no-color || true
-
-say "6. retryguard explain $q1"
-"$RETRYGUARD_CLI" explain -c "$root/conf/retryguard.yaml" --ledger "sqlite:$E2E_DIR/import.db" --no-color "$q1" || true
+say "5. retryguard explain $q1"
+"$RETRYGUARD_CLI" explain -c "$E2E_DIR/retryguard.yaml" --no-color "$q1"
 
 say "Done: stopping the demo's Postfix instances and daemons"

@@ -31,7 +31,7 @@ TEST_PKGS=(
   chromium                            # renders the HTML report headless in its test
 )
 BENCH_PKGS=(pflogsumm postfwd postgrey)
-PACKAGE_PKGS=(debhelper dpkg-dev fakeroot lintian rsync util-linux)  # packaging/build-deb.sh, tests/packaging
+PACKAGE_PKGS=(debhelper dpkg-dev fakeroot lintian rsync util-linux debootstrap)  # packaging/build-deb.sh, tests/packaging
 
 want=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}")
 for opt in "$@"; do

@@ -16,6 +16,8 @@
 #include <charconv>
 #include <cstring>
 #include <optional>
+#include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -147,7 +149,8 @@ class FileFollower final : public LineSource {
         // Rotated files still to read, and the new file at the path, are lag as well.
         if (draining_ && cur_fd_ >= 0) {
             std::vector<std::string> later;
-            if (auto rotated = find_rotated(cur_dev_, cur_ino_)) later = rotated->newer;
+            if (auto rotated = find_rotated(cur_dev_, cur_ino_))
+                for (const auto& e : rotated->newer) later.push_back(e.name);
             later.push_back(path_);
             for (const auto& name : later) {
                 struct stat sb {};
@@ -164,11 +167,16 @@ class FileFollower final : public LineSource {
         cur_fd_ = -1;
     }
 
-    bool open_at(const std::string& name, std::uint64_t offset, bool at_path) {
+    // expect: the (device, inode) the caller saw under that name; when the name
+    // now holds another file (renamed since), nothing changes and false is returned.
+    bool open_at(const std::string& name, std::uint64_t offset, bool at_path,
+                 std::optional<std::pair<std::uint64_t, std::uint64_t>> expect = std::nullopt) {
         int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
         if (fd < 0) return false;
         struct stat sb {};
-        if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) ||
+            (expect && (static_cast<std::uint64_t>(sb.st_dev) != expect->first ||
+                        static_cast<std::uint64_t>(sb.st_ino) != expect->second))) {
             ::close(fd);
             return false;
         }
@@ -214,16 +222,36 @@ class FileFollower final : public LineSource {
     // The committed file is no longer at the path: look for it under a rotated
     // name (path.N or path-SUFFIX, uncompressed) and list the rotated files newer
     // than it, oldest first.
-    struct Rotated {
-        std::string found;
-        std::vector<std::string> newer;
-    };
     struct Entry {
         std::string name;
         bool numbered;
         std::uint32_t number;
         std::uint64_t dev, ino, size;
+        std::pair<std::uint64_t, std::uint64_t> id() const { return {dev, ino}; }
     };
+    struct Rotated {
+        Entry found;
+        std::vector<Entry> newer;
+    };
+    // The rotated files as one consistent view: logrotate renames path.N to
+    // path.N+1 one file at a time, and a directory read during those renames
+    // may miss a name or see one twice; two reads that agree are taken as the
+    // view. nullopt while rotation is still shuffling names (look again later).
+    std::optional<std::vector<Entry>> list_rotated_stable() {
+        auto key = [](const std::vector<Entry>& v) {
+            std::vector<std::tuple<std::string, std::uint64_t, std::uint64_t>> k;
+            for (const auto& e : v) k.emplace_back(e.name, e.dev, e.ino);
+            std::sort(k.begin(), k.end());
+            return k;
+        };
+        auto a = list_rotated();
+        for (int attempt = 0; attempt < 3; ++attempt) {
+            auto b = list_rotated();
+            if (key(a) == key(b)) return a;
+            a = std::move(b);
+        }
+        return std::nullopt;
+    }
     std::vector<Entry> list_rotated() {
         std::vector<Entry> entries;
         DIR* d = ::opendir(dir_.c_str());
@@ -273,11 +301,13 @@ class FileFollower final : public LineSource {
     }
 
     std::optional<Rotated> find_rotated(std::uint64_t dev, std::uint64_t ino) {
-        auto entries = list_rotated();
+        auto stable = list_rotated_stable();
+        if (!stable) return std::nullopt;
+        auto& entries = *stable;
         auto hit = std::find_if(entries.begin(), entries.end(),
                                 [&](const Entry& e) { return e.dev == dev && e.ino == ino; });
         if (hit == entries.end()) return std::nullopt;
-        Rotated r{hit->name, {}};
+        Rotated r{*hit, {}};
         std::vector<Entry> newer;
         for (const auto& e : entries) {
             if (e.ino == ino && e.dev == dev) continue;
@@ -288,7 +318,7 @@ class FileFollower final : public LineSource {
         std::sort(newer.begin(), newer.end(), [&](const Entry& a, const Entry& b) {
             return hit->numbered ? a.number > b.number : a.name < b.name;
         });
-        for (auto& e : newer) r.newer.push_back(std::move(e.name));
+        r.newer = std::move(newer);
         return r;
     }
 
@@ -328,8 +358,14 @@ class FileFollower final : public LineSource {
                 return;
             }
         }
-        if (auto rotated = find_rotated(saved.device, saved.inode)) {
-            if (open_at(rotated->found, 0, false)) {
+        auto rotated = find_rotated(saved.device, saved.inode);
+        for (int wait = 0; !rotated && wait < 100 && !list_rotated_stable(); ++wait) {
+            // a rotation is renaming files right now: let it finish
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            rotated = find_rotated(saved.device, saved.inode);
+        }
+        if (rotated) {
+            if (open_at(rotated->found.name, 0, false, rotated->found.id())) {
                 struct stat rb {};
                 ::fstat(cur_fd_, &rb);
                 if (static_cast<std::uint64_t>(rb.st_size) >= saved.offset &&
@@ -454,23 +490,32 @@ class FileFollower final : public LineSource {
         // Until a successor can be opened, stay on the drained file, so that the
         // next look is still relative to it (a new file that is rotated away
         // before we open the path must not be skipped).
-        if (auto rotated = find_rotated(cur_dev_, cur_ino_)) {
+        // The path's file is looked at before the rotated names: if it is rotated
+        // away after this, the listing shows it as the newest rotated file; if
+        // after the listing, opening the path finds another file and we look again.
+        struct stat pb {};
+        bool path_exists = ::stat(path_.c_str(), &pb) == 0;
+        auto rotated = find_rotated(cur_dev_, cur_ino_);
+        if (!rotated && !list_rotated_stable()) return;  // names still moving: look again
+        if (rotated) {
             if (!rotated->newer.empty()) {
-                if (open_at(rotated->newer.front(), 0, false)) {
+                if (open_at(rotated->newer.front().name, 0, false, rotated->newer.front().id())) {
                     ++counters_.rotations;
                     start_draining();
                 }
                 return;  // renamed under our feet: look again on the next round
             }
         }
-        struct stat pb {};
-        if (::stat(path_.c_str(), &pb) == 0 && static_cast<std::uint64_t>(pb.st_dev) == cur_dev_ &&
+        if (!path_exists) return;
+        if (static_cast<std::uint64_t>(pb.st_dev) == cur_dev_ &&
             static_cast<std::uint64_t>(pb.st_ino) == cur_ino_) {
             at_path_ = true;  // renamed back: it is the live file again, keep our place
             draining_ = false;
             return;
         }
-        if (open_at(path_, 0, true)) {
+        if (open_at(
+                path_, 0, true,
+                std::pair{static_cast<std::uint64_t>(pb.st_dev), static_cast<std::uint64_t>(pb.st_ino)})) {
             ++counters_.rotations;
             draining_ = false;
         }

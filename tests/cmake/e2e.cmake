@@ -2,14 +2,8 @@
 # tests/e2e/lib.sh). Each script is one ctest with label e2e; it exits 77 when
 # a prerequisite (root, postfix) is missing, which ctest reports as skipped.
 # The programs under test are passed in the environment by path.
-# The e2e tests' stand-in for the policy daemon's log follower: the real parser
-# feeding the real ledger from the sending Postfix's log file.
-add_executable(retryguard_e2e_feed ${CMAKE_CURRENT_SOURCE_DIR}/e2e/ledger_feed.cpp)
-target_link_libraries(retryguard_e2e_feed PRIVATE retryguard_core)
-
 file(GLOB RETRYGUARD_E2E_TESTS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/e2e/*_test.sh)
-set(RETRYGUARD_E2E_ENV "RETRYGUARD_CLI=$<TARGET_FILE:retryguard>"
-                       "RETRYGUARD_E2E_FEED=$<TARGET_FILE:retryguard_e2e_feed>")
+set(RETRYGUARD_E2E_ENV "RETRYGUARD_CLI=$<TARGET_FILE:retryguard>")
 if(TARGET retryguard-milter)
   list(APPEND RETRYGUARD_E2E_ENV "RETRYGUARD_MILTER=$<TARGET_FILE:retryguard-milter>")
 endif()

@@ -1,8 +1,10 @@
 # milter_lib.sh -- e2e setup for retryguard-milter on top of lib.sh: a receiver
 # that defers defer.e2e.test with 451 4.3.5, a sending Postfix with the milter
 # as smtpd_milters and non_smtpd_milters, the milter itself (unprivileged,
-# SQLite ledger, verdicts into the sender's log through postlogd), and the
-# ledger feed that stands in for the policy daemon's log follower.
+# SQLite ledger, verdicts into the sender's log through postlogd), and
+# retryguard-policyd following the sender's log into the same ledger (its
+# policy service listens on 127.0.0.1:$POLICY_PORT; wiring it into the sender
+# is up to the caller).
 #   . "$(dirname "$0")/milter_lib.sh"
 #   milter_e2e_begin NAME SECONDS [extra milter options...]
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -14,7 +16,7 @@ milter_e2e_begin() {
     shift 2
     e2e_begin "$name" "$limit"
     [ -x "${RETRYGUARD_MILTER:-}" ] || e2e_fail "RETRYGUARD_MILTER is not set to the built retryguard-milter"
-    [ -x "${RETRYGUARD_E2E_FEED:-}" ] || e2e_fail "RETRYGUARD_E2E_FEED is not set to the built retryguard_e2e_feed"
+    [ -x "${RETRYGUARD_POLICYD:-}" ] || e2e_fail "RETRYGUARD_POLICYD is not set to the built retryguard-policyd"
     id nobody >/dev/null 2>&1 || e2e_skip "no user nobody"
     mkdir -p "$E2E_DIR/milter" "$E2E_DIR/ledger"
     chmod 755 "$E2E_DIR/milter"
@@ -27,9 +29,25 @@ milter_e2e_begin() {
     e2e_start_receiver
     e2e_start_sender "unix:$MILTER_SOCK"
     milter_start
-    # the stand-in for retryguard-policyd's log follower, unprivileged like the milter
-    e2e_start_daemon feed setpriv --reuid=nobody --regid=nogroup --clear-groups \
-        "$RETRYGUARD_E2E_FEED" "$LEDGER" "$(e2e_logfile sender)" --follow
+    policyd_start
+}
+
+# retryguard-policyd as installed: its log follower feeds the ledger from the
+# sender's log, its rules engine's verdicts go to that log through postlogd.
+# Unprivileged like the milter (group postdrop: the postlog socket).
+policyd_start() {
+    POLICY_PORT=$(e2e_free_port)
+    cat >"$E2E_DIR/retryguard.yaml" <<EOF
+ledger: {backend: sqlite, sqlite: {path: $E2E_DIR/ledger/ledger.db}}
+sources:
+  - {type: file, path: $(e2e_logfile sender), start: beginning}
+ingest: {batch_max_delay: 50ms}
+metrics: {enabled: false}
+log: {verdicts: "postlog:$E2E_DIR/sender/spool/public/postlog"}
+EOF
+    e2e_start_daemon policyd setpriv --reuid=nobody --regid=postdrop --clear-groups \
+        "$RETRYGUARD_POLICYD" -c "$E2E_DIR/retryguard.yaml" --foreground --listen "tcp:127.0.0.1:$POLICY_PORT"
+    e2e_wait_port "$POLICY_PORT" 10
 }
 
 milter_start() {
@@ -51,8 +69,8 @@ last_verdict_since() {
     e2e_log_since sender "$1" | grep -E "retryguard/milter\[[0-9]+\]: [0-9A-Za-z]+: verdict=" | tail -1
 }
 
-# Waits until QID's deferral has been logged and the feed has had time to
-# carry it into the ledger.
+# Waits until QID's deferral has been logged and the log follower has had
+# time to carry it into the ledger (it commits within batch_max_delay).
 wait_deferred() {  # QID RCPT
     e2e_wait_log sender "$1: to=<$2>,.* status=deferred" 30
     sleep 1

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # miltertest_test.sh -- protocol-level test of the built retryguard-milter with
 # Debian's miltertest (tests/milter/protocol.lua) and a real SQLite ledger,
-# which the real log parser feeds. Starts and stops the milter itself (by pid).
+# which `retryguard import` feeds from a Postfix log (the real parser and
+# ingest). Starts and stops the milter itself (by pid).
 set -euo pipefail
 if ! command -v miltertest >/dev/null; then
     [ "${CI:-}" = true ] && { echo "FAIL: miltertest is not installed" >&2; exit 1; }
@@ -30,8 +31,10 @@ fi
     2>"$dir/milter.stderr" &
 pid=$!
 for _ in $(seq 100); do [ -S "$dir/milter.sock" ] && break; sleep 0.05; done
+conf=$(cd "$(dirname "$0")/../../conf" && pwd)/retryguard.yaml
+# protocol.lua runs: $RG_FEED LEDGER LOG
 export RG_SOCKET=$dir/milter.sock RG_LEDGER=sqlite:$dir/ledger.db RG_LOG=$dir/postfix.log \
-    RG_FEED="${run_as[*]} $RETRYGUARD_E2E_FEED"
+    RG_FEED="${run_as[*]} $RETRYGUARD_CLI import -q -c $conf --ledger"
 rc=0
 out=$(timeout -k 5 60 miltertest -s "$(dirname "$0")/protocol.lua" 2>&1) || rc=$?
 kill "$pid"

@@ -150,7 +150,7 @@ TEST(LedgerSqlite, ConcurrentLookupsSeeCommittedWrites) {
     auto l = open_ledger("sqlite:" + db_path("concurrent"));
     ASSERT_TRUE(l.ok());
     std::atomic<int> recorded{0};
-    std::atomic<bool> failed{false};
+    std::atomic<bool> failed{false}, writer_done{false};
     std::thread writer([&] {
         for (int i = 0; i < 200; ++i) {
             MessageIdentity id;
@@ -161,14 +161,20 @@ TEST(LedgerSqlite, ConcurrentLookupsSeeCommittedWrites) {
             if (!(*l)->record_identity(id).ok()) failed = true;
             recorded = i + 1;
         }
+        writer_done = true;
     });
     std::vector<std::thread> readers;
     std::atomic<int> lookups{0};
     for (int t = 0; t < 4; ++t)
         readers.emplace_back([&, t] {
-            for (int k = 0; k < 300; ++k) {
+            // while the writer writes, then some more
+            for (int k = 0, after = 0; after < 50; ++k) {
+                if (writer_done) ++after;
                 int n = recorded;
-                if (n == 0) continue;
+                if (n == 0) {
+                    std::this_thread::yield();
+                    continue;
+                }
                 int i = (k * 7 + t) % n;  // recorded before this lookup began
                 PendingCopyQuery q;
                 q.message_id = "<m" + std::to_string(i) + "@client.test>";
