@@ -19,7 +19,9 @@ namespace retryguard::milter {
 namespace {
 
 struct MessageContext {
-    MessageContext(const FilterConfig& c) : fingerprint(c.fingerprint, c.fingerprint_body_limit) {}
+    explicit MessageContext(std::shared_ptr<const FilterConfig> c)
+        : config(std::move(c)), fingerprint(config->fingerprint, config->fingerprint_body_limit) {}
+    std::shared_ptr<const FilterConfig> config;  // as when the message began
     MessageFacts facts;
     FingerprintBuilder fingerprint;
     std::optional<std::string> raw_message_id;
@@ -119,7 +121,7 @@ sfsistat on_envfrom(SMFICTX* ctx, char** argv) {
     return guarded(ctx, "mail", [&] {
         auto* c = conn(ctx);
         if (!c) return SMFIS_ACCEPT;  // connect never seen: nothing to decide on
-        c->msg = std::make_unique<MessageContext>(globals().config);
+        c->msg = std::make_unique<MessageContext>(globals().config.load());
         c->msg->facts.path = c->path;
         c->msg->facts.sender = strip_brackets(argv ? argv[0] : nullptr);
         c->msg->fingerprint.sender(c->msg->facts.sender);
@@ -131,9 +133,9 @@ sfsistat on_envrcpt(SMFICTX* ctx, char** argv) {
     return guarded(ctx, "rcpt", [&] {
         auto* m = message(ctx);
         if (!m) return SMFIS_CONTINUE;
-        if (m->facts.recipients.size() >= globals().config.max_recipients) {
+        if (m->facts.recipients.size() >= m->config->max_recipients) {
             m->over_limit = true;
-            m->over_limit_why = fmt::format("more than {} recipients", globals().config.max_recipients);
+            m->over_limit_why = fmt::format("more than {} recipients", m->config->max_recipients);
             return SMFIS_CONTINUE;
         }
         m->facts.recipients.push_back(strip_brackets(argv ? argv[0] : nullptr));
@@ -145,9 +147,9 @@ sfsistat on_header(SMFICTX* ctx, char* name, char* value) {
     return guarded(ctx, "header", [&] {
         auto* m = message(ctx);
         if (!m || !name || !value) return SMFIS_CONTINUE;
-        if (++m->headers > globals().config.max_headers) {
+        if (++m->headers > m->config->max_headers) {
             m->over_limit = true;
-            m->over_limit_why = fmt::format("more than {} headers", globals().config.max_headers);
+            m->over_limit_why = fmt::format("more than {} headers", m->config->max_headers);
             return SMFIS_CONTINUE;
         }
         if (!m->raw_message_id && strcasecmp(name, "Message-ID") == 0) m->raw_message_id = std::string(value);
@@ -210,7 +212,7 @@ sfsistat on_eom(SMFICTX* ctx) {
 
         std::vector<PendingCopy> pending;
         if (g.store) {
-            auto found = g.config.match_message_id ? g.store->find_pending(m->facts) : [&] {
+            auto found = m->config->match_message_id ? g.store->find_pending(m->facts) : [&] {
                 MessageFacts by_content = m->facts;
                 by_content.message_id.clear();
                 return g.store->find_pending(by_content);
@@ -220,8 +222,8 @@ sfsistat on_eom(SMFICTX* ctx) {
                                  fmt::format("{}: {}", to_string(found.error().kind), found.error().message));
             pending = std::move(*found);
         }
-        ResendDecision d = decide_resend(m->facts, pending, g.config.policy);
-        log_line(Severity::info, verdict_line(m->facts, d, g.config.policy));
+        ResendDecision d = decide_resend(m->facts, pending, m->config->policy);
+        log_line(Severity::info, verdict_line(m->facts, d, m->config->policy));
         sfsistat rc = apply(ctx, *m, d);
         // Remember what was accepted for delivery so later resends are recognised.
         if (g.store && d.result == MilterResult::accept && !m->facts.queue_id.empty()) {
@@ -284,10 +286,11 @@ std::string counters_line() {
     const auto& c = globals().counters;
     return fmt::format(
         "counters: messages={} accepted={} refused={} held={} discarded={} tagged={} recorded={} "
-        "failopen_ledger={} failopen_internal={} failopen_input={} record_errors={}",
+        "failopen_ledger={} failopen_internal={} failopen_input={} record_errors={} reloads={} "
+        "reload_errors={}",
         c.messages.load(), c.accepted.load(), c.refused.load(), c.held.load(), c.discarded.load(),
         c.tagged.load(), c.recorded.load(), c.failopen_ledger.load(), c.failopen_internal.load(),
-        c.failopen_input.load(), c.record_errors.load());
+        c.failopen_input.load(), c.record_errors.load(), c.reloads.load(), c.reload_errors.load());
 }
 
 }  // namespace retryguard::milter

@@ -20,7 +20,7 @@ struct FilterConfig {
     ResendPolicy policy;
     FingerprintParts fingerprint;
     std::size_t fingerprint_body_limit = kDefaultFingerprintBodyLimit;
-    bool match_message_id = true;  // reinjection.match_by: message_id
+    bool match_message_id = true;       // reinjection.match_by: message_id
     std::size_t max_recipients = 1000;  // more: accept without a lookup (fail open)
     std::size_t max_headers = 1000;
 };
@@ -28,12 +28,14 @@ struct FilterConfig {
 // Counted fallbacks and outcomes, logged at exit (and readable by tests).
 struct Counters {
     std::atomic<std::uint64_t> messages{0}, accepted{0}, refused{0}, held{0}, discarded{0}, tagged{0},
-        recorded{0}, failopen_ledger{0}, failopen_internal{0}, failopen_input{0}, record_errors{0};
+        recorded{0}, failopen_ledger{0}, failopen_internal{0}, failopen_input{0}, record_errors{0},
+        reloads{0}, reload_errors{0};
 };
 
-// Everything the callbacks need; set once before smfi_main().
+// Everything the callbacks need; set before smfi_main(). The settings are a
+// snapshot replaced as a whole on reload; a message keeps the one it started with.
 struct FilterGlobals {
-    FilterConfig config;
+    std::atomic<std::shared_ptr<const FilterConfig>> config{std::make_shared<const FilterConfig>()};
     std::unique_ptr<PendingStore> store;  // null: no ledger
     std::unique_ptr<LogSink> log;
     Counters counters;

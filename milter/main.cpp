@@ -11,10 +11,12 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <systemd/sd-daemon.h>
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "filter.hpp"
@@ -128,6 +130,58 @@ Result<FilterConfig> build_config(const Options& o) {
     return c;
 }
 
+// Which settings the command line gave (they win over the -c file, also on reload).
+struct Given {
+    bool action, header_name, fingerprint;
+};
+
+// The filter's settings: the command line's, and the -c file's reinjection
+// settings where the command line gave none.
+Result<FilterConfig> filter_settings(const Options& o, const std::optional<ResendSettings>& from_file,
+                                     const Given& given) {
+    auto config = build_config(o);
+    if (!config || !from_file) return config;
+    if (!given.action && o.destination_actions.empty())
+        config->policy.per_destination = from_file->policy.per_destination;
+    if (!given.action) config->policy.action = from_file->policy.action;
+    if (!given.header_name) config->policy.header_name = from_file->policy.header_name;
+    if (!given.fingerprint) config->fingerprint = from_file->fingerprint;
+    config->fingerprint_body_limit = from_file->fingerprint_body_limit;
+    config->match_message_id = from_file->match_message_id;
+    return config;
+}
+
+// SIGUSR1: read the -c file again and replace the reinjection settings (the
+// socket, user and ledger need a restart). libmilter owns SIGHUP, SIGTERM and
+// SIGINT (each of them stops it), so reload takes SIGUSR1, as OpenDKIM does.
+// A bad file keeps the running settings; both outcomes are counted and logged.
+void reload(const Options& o, const Given& given) {
+    if (o.config_file.empty()) {
+        globals().log->write(Severity::info, "reload: no configuration file (-c): nothing to reload");
+        return;
+    }
+    sd_notify(0, "RELOADING=1");
+    auto loaded = config::load_file(o.config_file);
+    std::string why;
+    if (!loaded.ok()) {
+        for (const auto& d : loaded.errors) why += (why.empty() ? "" : "; ") + d.to_string();
+    } else if (auto settings = filter_settings(o, resend_settings_from(*loaded.config), given); !settings) {
+        why = settings.error().message;
+    } else {
+        globals().config.store(std::make_shared<const FilterConfig>(std::move(*settings)));
+        ++globals().counters.reloads;
+        globals().log->write(Severity::info,
+                             fmt::format("reloaded {}: action={} destination_rules={}", o.config_file,
+                                         to_string(globals().config.load()->policy.action),
+                                         globals().config.load()->policy.per_destination.size()));
+    }
+    if (!why.empty()) {
+        ++globals().counters.reload_errors;
+        globals().log->write(Severity::warning, "reload failed, keeping the running settings: " + why);
+    }
+    sd_notify(0, "READY=1");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -186,7 +240,8 @@ int main(int argc, char** argv) {
         if (!given("--socket")) o.socket = c.milter.socket.text;
         if (!given("--socket-mode")) o.socket_mode = fmt::format("{:04o}", c.milter.socket_mode);
         if (!given("--user") && !c.milter.user.empty()) o.user = c.milter.user + ":" + c.milter.group;
-        if (!given("--socket-owner") && !c.milter.user.empty()) o.socket_owner = c.milter.user + ":" + c.milter.group;
+        if (!given("--socket-owner") && !c.milter.user.empty())
+            o.socket_owner = c.milter.user + ":" + c.milter.group;
         if (!given("--ledger")) o.ledger = ledger_options_from(c).spec;
         if (!given("--log")) o.log = c.log.target == config::LogTarget::stderr_ ? "stderr" : "syslog";
         from_file = resend_settings_from(c);
@@ -196,18 +251,11 @@ int main(int argc, char** argv) {
     std::string why;
     auto spec = config::parse_socket(o.socket, &why);
     if (!spec) die(2, "--socket " + o.socket + ": " + why);
-    auto config = build_config(o);
+    const Given given{app.count("--action") > 0, app.count("--header-name") > 0,
+                      app.count("--fingerprint") > 0};
+    auto config = filter_settings(o, from_file, given);
     if (!config) die(2, config.error().message);
-    if (from_file) {
-        // The file's reinjection settings, unless the command line set them.
-        if (!app.count("--action") && o.destination_actions.empty()) config->policy.per_destination = from_file->policy.per_destination;
-        if (!app.count("--action")) config->policy.action = from_file->policy.action;
-        if (!app.count("--header-name")) config->policy.header_name = from_file->policy.header_name;
-        if (!app.count("--fingerprint")) config->fingerprint = from_file->fingerprint;
-        config->fingerprint_body_limit = from_file->fingerprint_body_limit;
-        config->match_message_id = from_file->match_message_id;
-    }
-    globals().config = std::move(*config);
+    globals().config.store(std::make_shared<const FilterConfig>(std::move(*config)));
 
     if (o.log_hostname.empty()) {
         char host[256] = {};
@@ -269,17 +317,32 @@ int main(int argc, char** argv) {
     sigaddset(&stop_signals, SIGTERM);
     sigaddset(&stop_signals, SIGHUP);
     sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    // SIGUSR1 (reload) has a thread of its own; libmilter never waits for it.
+    std::thread([o, given] {
+        sigset_t usr1;
+        sigemptyset(&usr1);
+        sigaddset(&usr1, SIGUSR1);
+        for (;;) {
+            int sig = 0;
+            if (sigwait(&usr1, &sig) == 0 && sig == SIGUSR1) reload(o, given);
+        }
+    }).detach();
 
     auto store = open_pending_store(o.ledger, o.record_queue);
     if (!store) die(2, store.error().message);
     globals().store = std::move(*store);
 
-    globals().log->write(Severity::info,
-                         fmt::format("starting: socket={} ledger={} action={} fingerprint={} uid={}", conn,
-                                     globals().store ? globals().store->describe() : "none", o.action,
-                                     o.fingerprint, getuid()));
+    globals().log->write(
+        Severity::info,
+        fmt::format("starting: socket={} ledger={} action={} fingerprint={} uid={}", conn,
+                    globals().store ? globals().store->describe() : "none",
+                    to_string(globals().config.load()->policy.action), o.fingerprint, getuid()));
+    // Socket open, privileges dropped, ledger open: ready (systemd Type=notify).
+    sd_notify(0, "READY=1");
     int rc = smfi_main();
+    sd_notify(0, "STOPPING=1");
     if (globals().store) {
         globals().store->close();  // an asynchronous store writes what it still holds
         globals().counters.record_errors += globals().store->failed_records();

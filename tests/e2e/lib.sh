@@ -70,9 +70,13 @@ e2e_begin() {
     trap e2e_cleanup EXIT
     trap 'e2e_log "interrupted"; exit 1' INT TERM HUP
     # The watchdog runs in its own process group and signals only this shell.
+    # Stopped with SIGTERM by e2e_cleanup, it takes its sleep along.
     (
-        trap - EXIT INT TERM HUP
-        sleep "$limit"
+        trap - EXIT INT HUP
+        sleep "$limit" &
+        sleeper=$!
+        trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+        wait "$sleeper" || exit 0
         echo "e2e[$E2E_NAME]: watchdog: test exceeded ${limit}s" >&2
         kill -TERM $$ 2>/dev/null
     ) </dev/null >/dev/null 2>&1 &
@@ -95,8 +99,6 @@ e2e_cleanup() {
     fi
     if [ -n "$E2E_WATCHDOG" ]; then
         kill "$E2E_WATCHDOG" 2>/dev/null
-        # the watchdog's sleep child would otherwise linger until it expires
-        pkill -P "$E2E_WATCHDOG" 2>/dev/null
         wait "$E2E_WATCHDOG" 2>/dev/null
     fi
     if [ -n "$E2E_DIR" ] && [ "$E2E_KEEP" != 1 ]; then

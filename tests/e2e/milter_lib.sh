@@ -26,6 +26,13 @@ milter_e2e_begin() {
     MILTER_ARGS=(-s "unix:$MILTER_SOCK" --socket-owner nobody:postfix --socket-mode 0660 --user nobody:nogroup
         --ledger "$LEDGER" --log "postlog:$E2E_DIR/sender/spool/public/postlog" --log-hostname sender
         --minimal-backoff 3 --maximal-backoff 6 "$@")
+    # MILTER_CONFIG_TEXT: a retryguard.yaml for the milter's -c (MILTER_CONFIG)
+    if [ -n "${MILTER_CONFIG_TEXT:-}" ]; then
+        MILTER_CONFIG=$E2E_DIR/milter/retryguard.yaml
+        printf '%s\n' "$MILTER_CONFIG_TEXT" >"$MILTER_CONFIG"
+        chmod 644 "$MILTER_CONFIG"
+        MILTER_ARGS+=(-c "$MILTER_CONFIG")
+    fi
     e2e_start_receiver
     e2e_start_sender "unix:$MILTER_SOCK"
     milter_start

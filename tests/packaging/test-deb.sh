@@ -4,6 +4,8 @@
 # and directories, starts the units' ExecStart commands as systemd would (as
 # user retryguard) and talks to them, then checks that a reinstall keeps an
 # edited conffile and the ledger and that purge removes what install created.
+# In between, the milter and policy end-to-end checks (tests/e2e/) run against
+# the installed programs.
 #
 # It changes the real system (a package, a system user): it refuses to run when
 # retryguard is already installed, and purges the package on any exit. It
@@ -77,13 +79,16 @@ cmp -s /etc/retryguard/retryguard.yaml "$src/conf/retryguard.yaml" || fail "inst
 dpkg-query -W -f='${Conffiles}\n' retryguard | grep -q '/etc/retryguard/retryguard.yaml' ||
   fail "/etc/retryguard/retryguard.yaml is not a conffile"
 for u in /lib/systemd/system/retryguard-milter.service /lib/systemd/system/retryguard-policyd.service; do
-  for want in 'ExecReload=/bin/kill -HUP $MAINPID' 'User=retryguard' 'NoNewPrivileges=yes' \
+  for want in 'Type=notify' 'User=retryguard' 'NoNewPrivileges=yes' \
               'ProtectSystem=strict' 'ReadWritePaths=/var/lib/retryguard /var/spool/postfix/retryguard' \
               'PrivateTmp=yes' 'ProtectHome=yes'; do
     grep -qxF "$want" "$u" || fail "$u lacks $want"
   done
 done
-grep -qx 'Type=notify' /lib/systemd/system/retryguard-policyd.service || fail "policyd unit is not Type=notify"
+grep -qxF 'ExecReload=/bin/kill -HUP $MAINPID' /lib/systemd/system/retryguard-policyd.service ||
+  fail "policyd unit: no SIGHUP reload"
+grep -qxF 'ExecReload=/bin/kill -USR1 $MAINPID' /lib/systemd/system/retryguard-milter.service ||
+  fail "milter unit: no SIGUSR1 reload (libmilter stops on SIGHUP)"
 grep -q 'unix:retryguard/milter.sock' /usr/share/doc/retryguard/main.cf.snippet || fail "main.cf snippet: milter socket"
 grep -q 'unix:retryguard/policy.sock' /usr/share/doc/retryguard/main.cf.snippet || fail "main.cf snippet: policy socket"
 
@@ -153,9 +158,39 @@ log "policy answer: $answer"
 # The milter opened (created) its SQLite ledger in the state directory.
 for ((i = 0; i < 50; i++)); do [ -f /var/lib/retryguard/ledger.db ] && break; sleep 0.1; done
 [ -f /var/lib/retryguard/ledger.db ] || { cat "$work/milter.log" >&2; fail "milter created no ledger"; }
+# ExecReload, as `systemctl reload` sends it: both daemons keep running.
+i=0
+for u in retryguard-policyd retryguard-milter; do
+  sig=$(sed -n 's/^ExecReload=\/bin\/kill -\([A-Z0-9]*\) \$MAINPID$/\1/p' "/lib/systemd/system/$u.service")
+  [ -n "$sig" ] || fail "$u: no ExecReload=/bin/kill -SIG \$MAINPID"
+  kill -"$sig" "${pids[i]}" || fail "$u: cannot send SIG$sig"
+  i=$((i + 1))
+done
+sleep 1
 for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || fail "a daemon exited early (pid $p)"; done
+grep -q 'reloaded /etc/retryguard/retryguard.yaml' "$work/milter.log" 2>/dev/null ||
+  log "(the milter logs to syslog here; its reload line is checked by the e2e tests)"
 for p in "${pids[@]}"; do kill "$p"; wait "$p" 2>/dev/null || true; done
 pids=()
+
+# The end-to-end checks, with real Postfix, against the installed programs
+# (the same scripts the build's e2e tests run): milter (resend refused over
+# SMTP and sendmail, by Message-ID and by content; fail open when killed) and
+# policy service (live log follower, escalation, WARN in Postfix's log).
+e2e() {  # NAME COMMAND...
+  local name=$1 rc=0
+  shift
+  log "e2e against the installed programs: $name"
+  RETRYGUARD_MILTER=/usr/sbin/retryguard-milter RETRYGUARD_POLICYD=/usr/sbin/retryguard-policyd \
+    RETRYGUARD_CLI=/usr/bin/retryguard "$@" >"$work/$name.log" 2>&1 || rc=$?
+  [ "$rc" = 0 ] && return 0
+  cat "$work/$name.log" >&2
+  [ "$rc" = 77 ] && skip "$name: a prerequisite is missing (postfix, swaks?)"
+  fail "$name failed against the installed programs"
+}
+e2e milter_resend bash "$src/tests/e2e/milter_resend_test.sh"
+e2e milter_failopen bash "$src/tests/e2e/milter_failopen_test.sh"
+e2e policyd_live bash "$src/tests/e2e/policyd_live_postfix.sh" /usr/sbin/retryguard-policyd
 
 log "upgrade: reinstall over an edited conffile and a ledger"
 echo "# edited by the administrator" >>/etc/retryguard/retryguard.yaml
