@@ -9,6 +9,7 @@ const char* to_string(ErrorKind kind) noexcept {
         case ErrorKind::config: return "configuration error";
         case ErrorKind::io: return "I/O error";
         case ErrorKind::unavailable: return "unavailable";
+        case ErrorKind::timeout: return "deadline passed";
         case ErrorKind::limit: return "limit exceeded";
         case ErrorKind::internal: return "internal error";
     }

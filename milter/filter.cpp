@@ -61,22 +61,40 @@ void log_line(Severity s, const std::string& text) {
     if (globals().log) globals().log->write(s, text);
 }
 
-// Fail open for this message: log why, count it, accept. The line is a verdict
-// line ("QID: verdict=accept ... failopen=..."), so it carries no "warning:"
-// prefix that would hide the queue id from log parsers.
+// A failure of ours for this message: log why, count it, and accept it, or,
+// when the errors.* setting for this kind of failure says tempfail, answer
+// 451 4.3.0 so the client retries. Never tempfail on the sendmail path: there
+// pickup would retry the message forever. The line is a verdict line ("QID:
+// verdict=accept ... failopen=..."), so it carries no "warning:" prefix that
+// would hide the queue id from log parsers.
 sfsistat fail_open(SMFICTX* ctx, std::atomic<std::uint64_t>& counter, std::string_view reason,
-                   std::string_view detail) noexcept {
+                   std::string_view detail,
+                   config::ErrorAction action = config::ErrorAction::accept) noexcept {
     try {
         ++counter;
-        ++globals().counters.accepted;
         auto* c = conn(ctx);
         SubmissionPath path = c ? c->path : SubmissionPath::smtp;
-        log_line(Severity::info, failopen_line(queue_id(ctx), path, reason, detail));
+        bool tempfail = action == config::ErrorAction::tempfail && path == SubmissionPath::smtp;
+        log_line(Severity::info, failopen_line(queue_id(ctx), path, reason, detail, tempfail));
         if (c) c->msg.reset();
+        if (tempfail) {
+            ++globals().counters.tempfailed;
+            std::string text =
+                fmt::format("retryguard: cannot check this message now ({}), try again later", reason);
+            smfi_setreply(ctx, const_cast<char*>("451"), const_cast<char*>("4.3.0"), text.data());
+            return SMFIS_TEMPFAIL;
+        }
+        ++globals().counters.accepted;
     } catch (...) {
     }
     return SMFIS_ACCEPT;
 }
+
+config::ErrorAction action_for(const MessageContext* m, config::ErrorAction config::Config::Errors::*which) {
+    return m ? m->config->errors.*which : globals().config.load()->errors.*which;
+}
+
+MessageContext* message(SMFICTX* ctx);
 
 template <typename F>
 sfsistat guarded(SMFICTX* ctx, const char* where, F&& f) noexcept {
@@ -84,10 +102,12 @@ sfsistat guarded(SMFICTX* ctx, const char* where, F&& f) noexcept {
         return f();
     } catch (const std::exception& e) {
         return fail_open(ctx, globals().counters.failopen_internal, "internal-error",
-                         fmt::format("{}: {}", where, e.what()));
+                         fmt::format("{}: {}", where, e.what()),
+                         action_for(message(ctx), &config::Config::Errors::internal));
     } catch (...) {
         return fail_open(ctx, globals().counters.failopen_internal, "internal-error",
-                         fmt::format("{}: unknown exception", where));
+                         fmt::format("{}: unknown exception", where),
+                         action_for(message(ctx), &config::Config::Errors::internal));
     }
 }
 
@@ -208,18 +228,27 @@ sfsistat on_eom(SMFICTX* ctx) {
         m->facts.queue_id = queue_id(ctx);
         if (m->raw_message_id) m->facts.message_id = parse_message_id_header(*m->raw_message_id).value_or("");
         m->facts.fingerprint = m->fingerprint.finish();
-        if (m->over_limit) return fail_open(ctx, g.counters.failopen_input, "input-limit", m->over_limit_why);
+        if (m->over_limit)
+            return fail_open(ctx, g.counters.failopen_input, "input-limit", m->over_limit_why,
+                             m->config->errors.bad_input);
 
         std::vector<PendingCopy> pending;
         if (g.store) {
-            auto found = m->config->match_message_id ? g.store->find_pending(m->facts) : [&] {
+            auto deadline = std::chrono::steady_clock::now() + m->config->deadline;
+            auto found = m->config->match_message_id ? g.store->find_pending(m->facts, deadline) : [&] {
                 MessageFacts by_content = m->facts;
                 by_content.message_id.clear();
-                return g.store->find_pending(by_content);
+                return g.store->find_pending(by_content, deadline);
             }();
+            if (!found && found.error().kind == ErrorKind::timeout)
+                return fail_open(ctx, g.counters.failopen_timeout, "ledger-timeout",
+                                 fmt::format("no answer within {} ms: {}", m->config->deadline.count(),
+                                             found.error().message),
+                                 m->config->errors.timeout);
             if (!found)
                 return fail_open(ctx, g.counters.failopen_ledger, "ledger-error",
-                                 fmt::format("{}: {}", to_string(found.error().kind), found.error().message));
+                                 fmt::format("{}: {}", to_string(found.error().kind), found.error().message),
+                                 m->config->errors.ledger_unavailable);
             pending = std::move(*found);
         }
         ResendDecision d = decide_resend(m->facts, pending, m->config->policy);
@@ -286,11 +315,12 @@ std::string counters_line() {
     const auto& c = globals().counters;
     return fmt::format(
         "counters: messages={} accepted={} refused={} held={} discarded={} tagged={} recorded={} "
-        "failopen_ledger={} failopen_internal={} failopen_input={} record_errors={} reloads={} "
-        "reload_errors={}",
+        "failopen_ledger={} failopen_timeout={} failopen_internal={} failopen_input={} tempfailed={} "
+        "record_errors={} reloads={} reload_errors={}",
         c.messages.load(), c.accepted.load(), c.refused.load(), c.held.load(), c.discarded.load(),
-        c.tagged.load(), c.recorded.load(), c.failopen_ledger.load(), c.failopen_internal.load(),
-        c.failopen_input.load(), c.record_errors.load(), c.reloads.load(), c.reload_errors.load());
+        c.tagged.load(), c.recorded.load(), c.failopen_ledger.load(), c.failopen_timeout.load(),
+        c.failopen_internal.load(), c.failopen_input.load(), c.tempfailed.load(), c.record_errors.load(),
+        c.reloads.load(), c.reload_errors.load());
 }
 
 }  // namespace retryguard::milter

@@ -5,12 +5,14 @@
 
 #include <libmilter/mfapi.h>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "log_sink.hpp"
 #include "pending_store.hpp"
+#include "retryguard/config.hpp"
 #include "retryguard/identity.hpp"
 #include "retryguard/resend.hpp"
 
@@ -23,13 +25,15 @@ struct FilterConfig {
     bool match_message_id = true;       // reinjection.match_by: message_id
     std::size_t max_recipients = 1000;  // more: accept without a lookup (fail open)
     std::size_t max_headers = 1000;
+    std::chrono::milliseconds deadline{500};  // milter.deadline: budget of the ledger lookup
+    config::Config::Errors errors;            // errors.*: accept, or tempfail (SMTP path only)
 };
 
 // Counted fallbacks and outcomes, logged at exit (and readable by tests).
 struct Counters {
     std::atomic<std::uint64_t> messages{0}, accepted{0}, refused{0}, held{0}, discarded{0}, tagged{0},
-        recorded{0}, failopen_ledger{0}, failopen_internal{0}, failopen_input{0}, record_errors{0},
-        reloads{0}, reload_errors{0};
+        recorded{0}, failopen_ledger{0}, failopen_timeout{0}, failopen_internal{0}, failopen_input{0},
+        tempfailed{0}, record_errors{0}, reloads{0}, reload_errors{0};
 };
 
 // Everything the callbacks need; set before smfi_main(). The settings are a

@@ -148,6 +148,8 @@ Result<FilterConfig> filter_settings(const Options& o, const std::optional<Resen
     if (!given.fingerprint) config->fingerprint = from_file->fingerprint;
     config->fingerprint_body_limit = from_file->fingerprint_body_limit;
     config->match_message_id = from_file->match_message_id;
+    config->deadline = std::chrono::duration_cast<std::chrono::milliseconds>(from_file->deadline);
+    config->errors = from_file->errors;
     return config;
 }
 

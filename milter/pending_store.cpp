@@ -35,8 +35,10 @@ class LedgerStore final : public PendingStore {
     LedgerStore(std::unique_ptr<Ledger> ledger, std::string spec)
         : ledger_(std::move(ledger)), spec_(std::move(spec)) {}
 
-    Result<std::vector<PendingCopy>> find_pending(const MessageFacts& msg) override {
+    Result<std::vector<PendingCopy>> find_pending(const MessageFacts& msg,
+                                                  std::chrono::steady_clock::time_point deadline) override {
         PendingCopyQuery q;
+        q.deadline = deadline;
         q.message_id = msg.message_id;
         q.fingerprint = msg.fingerprint;
         q.recipients = msg.recipients;
@@ -86,7 +88,8 @@ class AsyncRecorder final : public PendingStore {
         cv_.notify_one();
         if (worker_.joinable()) worker_.join();
     }
-    Result<std::vector<PendingCopy>> find_pending(const MessageFacts& msg) override {
+    Result<std::vector<PendingCopy>> find_pending(const MessageFacts& msg,
+                                                  std::chrono::steady_clock::time_point deadline) override {
         {
             // Rare: a copy of this message was accepted moments ago and is still
             // waiting for its batch. Have the batch committed now (bounded wait),
@@ -95,10 +98,11 @@ class AsyncRecorder final : public PendingStore {
             if (!unwritten_.empty() && unwritten_copy(msg)) {
                 flush_now_ = true;
                 cv_.notify_one();
-                written_.wait_for(lock, kFlushWait, [&] { return stop_ || !unwritten_copy(msg); });
+                written_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + kFlushWait),
+                                    [&] { return stop_ || !unwritten_copy(msg); });
             }
         }
-        return inner_->find_pending(msg);
+        return inner_->find_pending(msg, deadline);
     }
     Status record(const MessageFacts& msg, TimePoint when) override {
         {

@@ -4,6 +4,7 @@
 // implementations must be safe to call from several libmilter threads at once.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,7 +22,9 @@ class PendingStore {
     virtual ~PendingStore() = default;
     // Every pending copy (deferred or being retried) of this message -- same
     // Message-ID or same fingerprint -- for any of msg.recipients.
-    virtual Result<std::vector<PendingCopy>> find_pending(const MessageFacts& msg) = 0;
+    // Past the deadline the lookup ends with ErrorKind::timeout.
+    virtual Result<std::vector<PendingCopy>> find_pending(const MessageFacts& msg,
+                                                          std::chrono::steady_clock::time_point deadline) = 0;
     // The message was accepted under msg.queue_id for msg.recipients.
     virtual Status record(const MessageFacts& msg, TimePoint when) = 0;
     // Several at once (one ledger transaction where the backend allows it).

@@ -212,7 +212,9 @@ ResendDecision decide_resend(const MessageFacts& msg, const std::vector<PendingC
 
 // The verdict quoting is verdict.hpp's, shared with the engine and the log
 // parser that reads these lines back.
-std::string quote_value(std::string_view v) { return quote_verdict_value(v); }
+std::string quote_value(std::string_view v) {
+    return quote_verdict_value(v);
+}
 
 std::string verdict_line(const MessageFacts& msg, const ResendDecision& d, const ResendPolicy& policy) {
     std::string line = fmt::format("{}: verdict={} path={}", msg.queue_id.empty() ? "NOQUEUE" : msg.queue_id,
@@ -255,10 +257,10 @@ std::string verdict_line(const MessageFacts& msg, const ResendDecision& d, const
 }
 
 std::string failopen_line(std::string_view queue_id, SubmissionPath path, std::string_view reason,
-                          std::string_view detail) {
-    return fmt::format("{}: verdict=accept path={} failopen={} detail={}",
-                       queue_id.empty() ? "NOQUEUE" : queue_id, to_string(path), quote_value(reason),
-                       quote_value(printable(detail, 300)));
+                          std::string_view detail, bool tempfail) {
+    return fmt::format("{}: verdict={} path={} failopen={} detail={}",
+                       queue_id.empty() ? "NOQUEUE" : queue_id, tempfail ? "tempfail" : "accept",
+                       to_string(path), quote_value(reason), quote_value(printable(detail, 300)));
 }
 
 }  // namespace retryguard

@@ -23,17 +23,22 @@ ResendSettings resend_settings_from(const config::Config& c) {
     s.policy.action = to_resend_action(r.action);
     s.policy.header_name = r.tag_header;
     auto has = [&](config::FingerprintPart p) {
-        return std::find(r.fingerprint_parts.begin(), r.fingerprint_parts.end(), p) != r.fingerprint_parts.end();
+        return std::find(r.fingerprint_parts.begin(), r.fingerprint_parts.end(), p) !=
+               r.fingerprint_parts.end();
     };
-    s.fingerprint = FingerprintParts{has(config::FingerprintPart::sender), has(config::FingerprintPart::subject),
-                                     has(config::FingerprintPart::body)};
-    if (r.fingerprint_body_limit > 0) s.fingerprint_body_limit = static_cast<std::size_t>(r.fingerprint_body_limit);
+    s.fingerprint =
+        FingerprintParts{has(config::FingerprintPart::sender), has(config::FingerprintPart::subject),
+                         has(config::FingerprintPart::body)};
+    if (r.fingerprint_body_limit > 0)
+        s.fingerprint_body_limit = static_cast<std::size_t>(r.fingerprint_body_limit);
     auto by = [&](config::ReinjectionMatch m) {
         return std::find(r.match_by.begin(), r.match_by.end(), m) != r.match_by.end();
     };
     s.match_message_id = by(config::ReinjectionMatch::message_id);
     s.match_fingerprint = by(config::ReinjectionMatch::fingerprint);
     if (!s.match_fingerprint) s.fingerprint = FingerprintParts{false, false, false};
+    if (c.milter.deadline.count() > 0) s.deadline = c.milter.deadline;
+    s.errors = c.errors;
     for (const auto& rule : c.destinations) {
         if (rule.kind == config::DestinationRule::Kind::mx) continue;
         const auto act = to_resend_action(rule.settings.reinjection.action);

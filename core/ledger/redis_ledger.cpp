@@ -321,6 +321,11 @@ class RedisLedger final : public Ledger {
         if (auto st = check_query(q); !st)
             return counters_.count(Result<std::vector<PendingCopy>>(st.error()));
         return run<std::vector<PendingCopy>>([&] {
+            // The connection is shared: a lookup that waited its turn past the
+            // caller's deadline is not sent (the command itself is bounded by
+            // ledger.redis.timeout).
+            if (q.deadline && std::chrono::steady_clock::now() >= *q.deadline)
+                throw Failure{make_error(ErrorKind::timeout, "ledger (redis): lookup deadline passed")};
             std::vector<std::string> args = {P_, q.exclude_queue_id};
             for (const auto& r : q.recipients) args.push_back(normalize_address(r));
             auto r = eval("find_pending",

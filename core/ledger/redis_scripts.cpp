@@ -436,7 +436,8 @@ end
 local seen = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[5])
 return {messages, recipients, episodes, flags, seen, more}
 )lua"},
-        {"record_identity", R"lua(-- record_identity.lua -- the milter records an accepted message's identity and
+        {"record_identity",
+         R"lua(-- record_identity.lua -- the milter records an accepted message's identity and
 -- recipients under its queue id, so later resends can be recognised.
 --
 -- KEYS[1]  <prefix>msg:<queue_id>
@@ -491,7 +492,8 @@ end
 redis.call('EXPIRE', rk, MTTL)
 return added
 )lua"},
-        {"set_destination_state", R"lua(-- set_destination_state.lua -- the rules engine sets a destination's ladder state.
+        {"set_destination_state",
+         R"lua(-- set_destination_state.lua -- the rules engine sets a destination's ladder state.
 --
 -- KEYS[1]  <prefix>dest:<kind>:<name>
 -- ARGV[1]  key prefix; ARGV[2] TTL of long-lived keys (s); ARGV[3] kind; ARGV[4] name;

@@ -408,7 +408,7 @@ class SqliteLedger final : public Ledger {
     Result<std::vector<PendingCopy>> find_pending_copies(const PendingCopyQuery& query) override {
         if (auto st = check_query(query); !st)
             return counters_.count(Result<std::vector<PendingCopy>>(st.error()));
-        return read_concurrent<std::vector<PendingCopy>>([&](auto& conn) {
+        return read_concurrent<std::vector<PendingCopy>>(query.deadline, [&](auto& conn) {
             std::vector<std::string> wanted;
             std::unordered_map<std::string_view, std::size_t> index;
             wanted.reserve(query.recipients.size());
@@ -788,6 +788,8 @@ class SqliteLedger final : public Ledger {
 
     static Error to_error(const SqlError& e) {
         int primary = e.code & 0xff;
+        if (primary == SQLITE_INTERRUPT)
+            return make_error(ErrorKind::timeout, "ledger (sqlite): lookup deadline passed");
         auto kind = (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) ? ErrorKind::unavailable
                     : (primary == SQLITE_MISMATCH)                       ? ErrorKind::config
                                                                          : ErrorKind::io;
@@ -848,7 +850,10 @@ class SqliteLedger final : public Ledger {
     // (counted in shared_reads, warned once), it runs on the main connection
     // under its mutex like read().
     template <typename T, typename F>
-    Result<T> read_concurrent(F&& f) noexcept {
+    Result<T> read_concurrent(std::optional<std::chrono::steady_clock::time_point> deadline, F&& f) noexcept {
+        if (deadline && std::chrono::steady_clock::now() >= *deadline)
+            return counters_.count(
+                Result<T>(make_error(ErrorKind::timeout, "ledger (sqlite): lookup deadline passed")));
         std::unique_ptr<ReadConn> conn = take_reader();
         if (!conn) {
             return read<T>([&] {
@@ -856,6 +861,20 @@ class SqliteLedger final : public Ledger {
                 return f(main);
             });
         }
+        // The deadline: SQLite calls this every kProgressSteps virtual machine
+        // steps and interrupts the statement when it returns non-zero.
+        if (deadline)
+            sqlite3_progress_handler(
+                conn->db, kProgressSteps,
+                [](void* d) -> int {
+                    return std::chrono::steady_clock::now() >=
+                           *static_cast<const std::chrono::steady_clock::time_point*>(d);
+                },
+                &*deadline);
+        struct ClearHandler {
+            sqlite3* db;
+            ~ClearHandler() { sqlite3_progress_handler(db, 0, nullptr, nullptr); }
+        } clear{conn->db};
         std::optional<T> value;
         auto st = guard([&] {
             // one read transaction (one snapshot, one set of WAL locks) for all of f's queries
@@ -1251,6 +1270,7 @@ class SqliteLedger final : public Ledger {
     // Read-only connections for read_concurrent; idle ones are kept up to a
     // bound (one per concurrent lookup thread in practice).
     static constexpr std::size_t kMaxIdleReaders = 16;
+    static constexpr int kProgressSteps = 1000;  // a few microseconds of work between deadline checks
     bool separate_readers_ = false;
     std::mutex pool_mutex_;
     std::vector<std::unique_ptr<ReadConn>> idle_readers_;

@@ -28,10 +28,10 @@ enum class Category {
 
 struct CategoryInfo {
     Category category;
-    std::string_view name;       // spelling in config, JSON, logs: "receiver-config"
-    std::string_view fault;      // whose fault it is
-    std::string_view guidance;   // what the guidance says to do
-    bool system_condition;       // never suppress the address, never a reputation signal
+    std::string_view name;      // spelling in config, JSON, logs: "receiver-config"
+    std::string_view fault;     // whose fault it is
+    std::string_view guidance;  // what the guidance says to do
+    bool system_condition;      // never suppress the address, never a reputation signal
 };
 
 std::span<const CategoryInfo> all_categories() noexcept;

@@ -58,11 +58,11 @@ struct Event {
     int relay_port = 0;
     std::string dsn;
     DeliveryStatus status = DeliveryStatus::none;
-    double delay = 0;          // delay=
-    std::string delays;        // delays=a/b/c/d
-    std::string conn_use;      // conn_use=N
-    std::string tls;           // tls=... when logged (Postfix >= 3.10 / smtp_tls_loglevel)
-    std::string reason;        // the text in parentheses after status=..., verbatim
+    double delay = 0;            // delay=
+    std::string delays;          // delays=a/b/c/d
+    std::string conn_use;        // conn_use=N
+    std::string tls;             // tls=... when logged (Postfix >= 3.10 / smtp_tls_loglevel)
+    std::string reason;          // the text in parentheses after status=..., verbatim
     std::optional<Reply> reply;  // reason parsed by parse_postfix_reason()
 
     // queue_active, pickup, expired, smtpd_action, milter_action

@@ -183,6 +183,10 @@ struct PendingCopyQuery {
     std::string fingerprint;  // may be empty; either identity matches
     std::vector<std::string> recipients;
     std::string exclude_queue_id;  // the message being checked itself, if already recorded
+    // Past this the lookup stops and returns ErrorKind::timeout (SQLite: the
+    // query is interrupted; Redis: not sent when the deadline passed while it
+    // waited for the connection, the command itself bounded by the Redis timeout).
+    std::optional<std::chrono::steady_clock::time_point> deadline;
 };
 
 // An earlier copy of a message still pending in the queue for one recipient.

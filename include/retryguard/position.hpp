@@ -15,12 +15,12 @@ struct FollowerPosition {
     // file sources
     std::uint64_t device = 0;
     std::uint64_t inode = 0;
-    std::uint64_t offset = 0;       // byte offset just past the last consumed line
-    std::string head_fingerprint;   // hex hash of the file's first bytes: detects a reused inode
+    std::uint64_t offset = 0;      // byte offset just past the last consumed line
+    std::string head_fingerprint;  // hex hash of the file's first bytes: detects a reused inode
     // journal sources
     std::string cursor;
     // bookkeeping
-    std::uint64_t lines = 0;        // lines consumed from this source since it was first seen
+    std::uint64_t lines = 0;  // lines consumed from this source since it was first seen
 };
 
 }  // namespace retryguard

@@ -37,9 +37,9 @@ std::optional<EnhancedCode> parse_enhanced_code(std::string_view text) noexcept;
 
 // The SMTP command the reply answered (Postfix: "(in reply to X command)").
 enum class SmtpStage {
-    none,         // not known / not logged
-    connect,      // greeting / initial connection
-    helo,         // HELO or EHLO
+    none,     // not known / not logged
+    connect,  // greeting / initial connection
+    helo,     // HELO or EHLO
     starttls,
     auth,
     mail_from,

@@ -105,9 +105,11 @@ std::string resend_reply_text(const std::vector<PendingCopy>& duplicates, const 
 // key=value, values with spaces, quotes or '=' double-quoted with \" and \\.
 std::string verdict_line(const MessageFacts& msg, const ResendDecision& d, const ResendPolicy& policy);
 
-// A verdict line for a fail-open accept (ledger error, internal error, bad input).
+// A verdict line for a fail-open accept (ledger error, internal error, bad input),
+// or, when errors.* says tempfail (SMTP path only), for a temporary failure
+// (verdict=tempfail).
 std::string failopen_line(std::string_view queue_id, SubmissionPath path, std::string_view reason,
-                          std::string_view detail);
+                          std::string_view detail, bool tempfail = false);
 
 // key=value quoting used in verdict lines: bare when safe, else "..." escaped.
 std::string quote_value(std::string_view v);

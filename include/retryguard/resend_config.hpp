@@ -18,6 +18,8 @@ struct ResendSettings {
     std::size_t fingerprint_body_limit = kDefaultFingerprintBodyLimit;
     bool match_message_id = true;
     bool match_fingerprint = true;
+    Duration deadline = std::chrono::milliseconds(500);  // milter.deadline: budget of the ledger lookup
+    config::Config::Errors errors;                       // errors.*: accept or tempfail per kind of failure
 };
 
 // Exact-domain rules map to "example.org", wildcard rules to ".example.org"

@@ -17,6 +17,7 @@ enum class ErrorKind {
     config,         // bad configuration: refuse to start / keep the old config
     io,             // file, socket or store I/O failed
     unavailable,    // a backend (Redis, SQLite busy) did not answer in time
+    timeout,        // the caller's deadline passed before the answer
     limit,          // input exceeded a documented limit
     internal,       // a broken invariant of our own
 };
@@ -28,12 +29,14 @@ struct Error {
     std::string message;
 };
 
-inline Error make_error(ErrorKind kind, std::string message) { return Error{kind, std::move(message)}; }
+inline Error make_error(ErrorKind kind, std::string message) {
+    return Error{kind, std::move(message)};
+}
 
 template <typename T>
 class [[nodiscard]] Result {
-public:
-    Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT: implicit by design
+  public:
+    Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}      // NOLINT: implicit by design
     Result(Error error) : v_(std::in_place_index<1>, std::move(error)) {}  // NOLINT
 
     bool ok() const noexcept { return v_.index() == 0; }
@@ -55,13 +58,13 @@ public:
         return ok() ? value() : static_cast<T>(std::forward<U>(fallback));
     }
 
-private:
+  private:
     std::variant<T, Error> v_;
 };
 
 template <>
 class [[nodiscard]] Result<void> {
-public:
+  public:
     Result() = default;
     Result(Error error) : error_(std::move(error)), ok_(false) {}  // NOLINT
 
@@ -69,7 +72,7 @@ public:
     explicit operator bool() const noexcept { return ok_; }
     const Error& error() const& { return error_; }
 
-private:
+  private:
     Error error_;
     bool ok_ = true;
 };

@@ -19,7 +19,7 @@ namespace retryguard {
 struct VerdictLogTarget {
     enum class Kind { syslog, postlog, file, stderr_stream, none };
     Kind kind = Kind::syslog;
-    std::string path;                 // postlog socket or file
+    std::string path;                  // postlog socket or file
     std::string ident = "retryguard";  // syslog tag, e.g. "retryguard/milter"
     std::string facility = "mail";
 };
@@ -29,7 +29,7 @@ struct VerdictLogTarget {
 Result<VerdictLogTarget> parse_verdict_log_target(std::string_view spec);
 
 class VerdictLog {
-public:
+  public:
     VerdictLog() = default;
     ~VerdictLog();
     VerdictLog(const VerdictLog&) = delete;
@@ -42,7 +42,7 @@ public:
     std::uint64_t written() const noexcept { return written_.load(); }
     std::uint64_t failures() const noexcept { return failures_.load(); }
 
-private:
+  private:
     std::mutex mu_;
     VerdictLogTarget target_;
     int fd_ = -1;

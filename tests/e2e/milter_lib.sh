@@ -24,8 +24,9 @@ milter_e2e_begin() {
     MILTER_SOCK=$E2E_DIR/milter/milter.sock
     LEDGER=sqlite:$E2E_DIR/ledger/ledger.db
     MILTER_ARGS=(-s "unix:$MILTER_SOCK" --socket-owner nobody:postfix --socket-mode 0660 --user nobody:nogroup
-        --ledger "$LEDGER" --log "postlog:$E2E_DIR/sender/spool/public/postlog" --log-hostname sender
+        --ledger "${MILTER_LEDGER:-$LEDGER}" --log "postlog:$E2E_DIR/sender/spool/public/postlog" --log-hostname sender
         --minimal-backoff 3 --maximal-backoff 6 "$@")
+    # MILTER_LEDGER: another ledger for the milter only (default: $LEDGER)
     # MILTER_CONFIG_TEXT: a retryguard.yaml for the milter's -c (MILTER_CONFIG)
     if [ -n "${MILTER_CONFIG_TEXT:-}" ]; then
         MILTER_CONFIG=$E2E_DIR/milter/retryguard.yaml

@@ -54,7 +54,7 @@ check 'BBB0000005: verdict=tag '
 check 'BBB0000006: verdict=drop_duplicates '
 check 'BBB0000007: verdict=log_only '
 check 'BBB0000008: verdict=accept '
-check 'stopping: counters: messages=15 accepted=11 refused=2 held=1 discarded=1 tagged=1 recorded=11 failopen_ledger=0 failopen_internal=0 failopen_input=0 record_errors=0'
+check 'stopping: counters: messages=15 accepted=11 refused=2 held=1 discarded=1 tagged=1 recorded=11 failopen_ledger=0 failopen_timeout=0 failopen_internal=0 failopen_input=0 tempfailed=0 record_errors=0 reloads=0 reload_errors=0'
 
 # Second milter: its ledger (Redis) does not answer. Every message is accepted
 # and each fail-open is logged and counted.

@@ -191,6 +191,47 @@ TEST(LedgerSqlite, ConcurrentLookupsSeeCommittedWrites) {
     EXPECT_EQ((*l)->counters().shared_reads, 0u);
 }
 
+// A lookup with a deadline stops there (the milter's milter.deadline): a
+// query that would read many rows is interrupted, and one whose deadline has
+// passed before it starts is not run. Both are ErrorKind::timeout.
+TEST(LedgerSqlite, LookupsStopAtTheirDeadline) {
+    auto l = open_ledger("sqlite:" + db_path("deadline"));
+    ASSERT_TRUE(l.ok());
+    std::vector<MessageIdentity> ids;
+    for (int i = 0; i < 30000; ++i) {  // one Message-ID, many pending copies: a long scan
+        MessageIdentity id;
+        id.queue_id = "Q" + std::to_string(i);
+        id.message_id = "<same@client.test>";
+        id.recipients = {"r@dest.test"};
+        id.time = at(100 + i);
+        ids.push_back(std::move(id));
+    }
+    ASSERT_TRUE((*l)->record_identities(ids).ok());
+    PendingCopyQuery q;
+    q.message_id = "<same@client.test>";
+    q.recipients = {"r@dest.test"};
+    auto start = std::chrono::steady_clock::now();
+    auto full = (*l)->find_pending_copies(q);
+    auto took = std::chrono::steady_clock::now() - start;
+    ASSERT_TRUE(full.ok()) << full.error().message;
+    ASSERT_EQ(full->size(), 1u);
+
+    q.deadline = std::chrono::steady_clock::now() + took / 20;  // far less than the scan needs
+    auto cut = (*l)->find_pending_copies(q);
+    ASSERT_FALSE(cut.ok());
+    EXPECT_EQ(cut.error().kind, ErrorKind::timeout) << cut.error().message;
+
+    q.deadline = std::chrono::steady_clock::now() - std::chrono::milliseconds(1);
+    auto late = (*l)->find_pending_copies(q);
+    ASSERT_FALSE(late.ok());
+    EXPECT_EQ(late.error().kind, ErrorKind::timeout);
+
+    q.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);  // ample: answers
+    auto ok = (*l)->find_pending_copies(q);
+    ASSERT_TRUE(ok.ok()) << ok.error().message;
+    EXPECT_EQ(ok->size(), 1u);
+}
+
 // An in-memory database has no second connection: lookups share the main one.
 TEST(LedgerSqlite, InMemoryLedgerAnswersLookupsOnItsOnlyConnection) {
     auto l = open_ledger("sqlite::memory:");
