@@ -296,6 +296,14 @@ int main(int argc, char** argv) {
     PolicyMetrics metrics;
     metrics.set_destinations(destinations);
     PolicyService service(*stages, metrics);
+    // errors.timeout / errors.internal: DUNNO (accept) or DEFER_IF_PERMIT (tempfail).
+    auto apply_error_settings = [&] {
+        if (!config_holder) return;
+        const auto cfg = config_holder->current();
+        service.set_tempfail(cfg->errors.timeout == config::ErrorAction::tempfail,
+                             cfg->errors.internal == config::ErrorAction::tempfail);
+    };
+    apply_error_settings();
     asio::io_context io(1);
     asio::thread_pool workers(worker_threads);
     Server server(io, opt, service, decider, workers, log, verdicts);
@@ -341,8 +349,9 @@ int main(int argc, char** argv) {
                             std::string all;
                             for (const auto& e : errors) all += (all.empty() ? "" : "\n") + e.to_string();
                             st = make_error(ErrorKind::config, all);
-                        } else if (live) {
-                            live->request_reload();
+                        } else {
+                            apply_error_settings();
+                            if (live) live->request_reload();
                         }
                     }
                     asio::post(io, [&, st = std::move(st)] {

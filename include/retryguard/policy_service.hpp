@@ -133,8 +133,18 @@ class PolicyService {
     // Appends the answer for `decision` to `out` and counts its action.
     void answer(std::string& out, const Decision& decision) noexcept;
     void answer_dunno(std::string& out) noexcept;
-    // Appends DUNNO and counts why the decision was abandoned.
+    // Appends the fallback answer and counts why the decision was abandoned:
+    // DUNNO, or with tempfail set for that reason (errors.timeout for a
+    // deadline or overload, errors.internal for a failed decider)
+    // "DEFER_IF_PERMIT retryguard: ...", counted as tempfailed too.
     void answer_fail_open(std::string& out, FailOpenReason reason) noexcept;
+    // errors.timeout and errors.internal: true = tempfail. Safe to call while
+    // requests are answered (reload).
+    void set_tempfail(bool on_timeout, bool on_internal) noexcept {
+        tempfail_timeout_.store(on_timeout, std::memory_order_relaxed);
+        tempfail_internal_.store(on_internal, std::memory_order_relaxed);
+    }
+    std::uint64_t tempfailed() const noexcept { return tempfailed_.load(std::memory_order_relaxed); }
 
     // Asks `decider` inline, containing any exception it lets escape.
     Decision decide_contained(PolicyDecider& decider, const PolicyRequest& request, PolicyDeadline deadline,
@@ -146,6 +156,8 @@ class PolicyService {
   private:
     PolicyStageSet stages_;
     PolicyMetrics& metrics_;
+    std::atomic<bool> tempfail_timeout_{false}, tempfail_internal_{false};
+    std::atomic<std::uint64_t> tempfailed_{0};
 };
 
 }  // namespace retryguard

@@ -802,3 +802,31 @@ TEST(PolicydLive, FollowedDeferralsEscalateTheDomainAndItsMailGetsTheConfiguredA
         << again.log();
     fs::remove_all(dir);
 }
+
+// errors.timeout: tempfail turns the fail-open DUNNO of a decision past its
+// deadline into DEFER_IF_PERMIT (counted as a fail-open and as the action);
+// a reload back to accept answers DUNNO again.
+TEST(PolicydLive, ErrorsTimeoutTempfailDefersInsteadOfDunnoAndFollowsReload) {
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-errors-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "retryguard.yaml") << live_config(dir, "errors: {timeout: tempfail}\n");
+    std::ofstream(dir / "mail.log").flush();
+    Daemon d({"-c", (dir / "retryguard.yaml").string(), "--simulate-slow-decider", "300",
+              "--decision-timeout-ms", "50"},
+             {}, false);
+    ASSERT_TRUE(d.ready()) << d.log();
+    const std::string answer = ask_rcpt(d.port(), "user@example.test");
+    EXPECT_EQ(answer.rfind("action=DEFER_IF_PERMIT retryguard: policy check not completed in time", 0), 0u)
+        << answer;
+    std::string m = d.metrics();
+    EXPECT_EQ(metric(m, "retryguard_policy_fail_open_total{reason=\"timeout\"}"), 1) << m;
+    EXPECT_EQ(metric(m, "retryguard_policy_actions_total{action=\"defer_if_permit\"}"), 1) << m;
+
+    std::ofstream(dir / "retryguard.yaml", std::ios::trunc)
+        << live_config(dir, "errors: {timeout: accept}\n");
+    ::kill(d.pid(), SIGHUP);
+    EXPECT_TRUE(eventually([&] { return d.log().find("reload done") != std::string::npos; })) << d.log();
+    EXPECT_EQ(ask_rcpt(d.port(), "user@example.test"), kDunno);
+    fs::remove_all(dir);
+}
