@@ -165,6 +165,19 @@ class Query {
     int n_ = 0;
 };
 
+// Statements are prepared once per connection and kept, keyed by their SQL
+// text's address (every statement is a string literal).
+Query cached_statement(sqlite3* db, std::unordered_map<const char*, sqlite3_stmt*>& cache, const char* sql) {
+    auto it = cache.find(sql);
+    if (it == cache.end()) {
+        sqlite3_stmt* s = nullptr;
+        int rc = sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr);
+        if (rc != SQLITE_OK) throw SqlError{rc, sqlite3_errmsg(db)};
+        it = cache.emplace(sql, s).first;
+    }
+    return Query(db, it->second);
+}
+
 // A read-only connection of its own. In WAL mode readers never wait for the
 // writer (and the writer never waits for them), so lookups on the milter's
 // end-of-message path do not queue behind an ingest or record transaction.
@@ -178,16 +191,7 @@ struct ReadConn {
         for (auto& [sql, s] : cache) sqlite3_finalize(s);
         if (db) sqlite3_close_v2(db);
     }
-    Query stmt(const char* sql) {
-        auto it = cache.find(sql);
-        if (it == cache.end()) {
-            sqlite3_stmt* s = nullptr;
-            int rc = sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr);
-            if (rc != SQLITE_OK) throw SqlError{rc, sqlite3_errmsg(db)};
-            it = cache.emplace(sql, s).first;
-        }
-        return Query(db, it->second);
-    }
+    Query stmt(const char* sql) { return cached_statement(db, cache, sql); }
 };
 
 MessageInfo read_message(const Query& q) {
@@ -734,16 +738,7 @@ class SqliteLedger final : public Ledger {
         return a.queue_id < b.queue_id;
     }
 
-    Query stmt(const char* sql) {
-        auto it = cache_.find(sql);
-        if (it == cache_.end()) {
-            sqlite3_stmt* s = nullptr;
-            int rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr);
-            if (rc != SQLITE_OK) throw SqlError{rc, sqlite3_errmsg(db_)};
-            it = cache_.emplace(sql, s).first;
-        }
-        return Query(db_, it->second);
-    }
+    Query stmt(const char* sql) { return cached_statement(db_, cache_, sql); }
 
     std::int64_t exec_bound(const char* sql, std::initializer_list<std::int64_t> args) {
         Query q = stmt(sql);
