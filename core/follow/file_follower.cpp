@@ -300,10 +300,9 @@ class FileFollower final : public LineSource {
         return std::nullopt;
     }
 
-    std::optional<Rotated> find_rotated(std::uint64_t dev, std::uint64_t ino) {
-        auto stable = list_rotated_stable();
-        if (!stable) return std::nullopt;
-        auto& entries = *stable;
+    // Where (dev, ino) is in one consistent listing, and the files newer than it.
+    static std::optional<Rotated> locate(const std::vector<Entry>& entries, std::uint64_t dev,
+                                         std::uint64_t ino) {
         auto hit = std::find_if(entries.begin(), entries.end(),
                                 [&](const Entry& e) { return e.dev == dev && e.ino == ino; });
         if (hit == entries.end()) return std::nullopt;
@@ -322,6 +321,12 @@ class FileFollower final : public LineSource {
         return r;
     }
 
+    std::optional<Rotated> find_rotated(std::uint64_t dev, std::uint64_t ino) {
+        auto stable = list_rotated_stable();
+        if (!stable) return std::nullopt;
+        return locate(*stable, dev, ino);
+    }
+
     void start_draining() {
         draining_ = true;
         drain_since_ = Clock::now();
@@ -337,7 +342,9 @@ class FileFollower final : public LineSource {
         bool exists = ::stat(path_.c_str(), &sb) == 0;
         if (exists && static_cast<std::uint64_t>(sb.st_dev) == saved.device &&
             static_cast<std::uint64_t>(sb.st_ino) == saved.inode) {
-            if (open_at(path_, 0, true)) {
+            // Only the file stat() saw: if it was rotated away since, the path holds
+            // another file (or none) and the saved file is among the rotated names.
+            if (open_at(path_, 0, true, std::pair{saved.device, saved.inode})) {
                 if (static_cast<std::uint64_t>(sb.st_size) >= saved.offset &&
                     same_head(cur_fd_, saved.offset, saved.head_fingerprint)) {
                     reset_reader(saved.offset);
@@ -358,25 +365,30 @@ class FileFollower final : public LineSource {
                 return;
             }
         }
-        auto rotated = find_rotated(saved.device, saved.inode);
-        for (int wait = 0; !rotated && wait < 100 && !list_rotated_stable(); ++wait) {
-            // a rotation is renaming files right now: let it finish
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-            rotated = find_rotated(saved.device, saved.inode);
-        }
-        if (rotated) {
-            if (open_at(rotated->found.name, 0, false, rotated->found.id())) {
-                struct stat rb {};
-                ::fstat(cur_fd_, &rb);
-                if (static_cast<std::uint64_t>(rb.st_size) >= saved.offset &&
-                    same_head(cur_fd_, saved.offset, saved.head_fingerprint)) {
-                    reset_reader(saved.offset);
-                    ++counters_.rotations;
-                    start_draining();
-                    return;
-                }
-                close_current();
+        // A rotation may be renaming files right now: a listing taken during it is
+        // not used (look again once it settled), and a file renamed between the
+        // listing and the open is looked up again. Only a settled listing without
+        // the saved file means that it is gone.
+        for (int attempt = 0; attempt < 200; ++attempt) {
+            auto stable = list_rotated_stable();
+            if (!stable) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                continue;
             }
+            auto rotated = locate(*stable, saved.device, saved.inode);
+            if (!rotated) break;
+            if (!open_at(rotated->found.name, 0, false, rotated->found.id())) continue;  // renamed since
+            struct stat rb {};
+            ::fstat(cur_fd_, &rb);
+            if (static_cast<std::uint64_t>(rb.st_size) >= saved.offset &&
+                same_head(cur_fd_, saved.offset, saved.head_fingerprint)) {
+                reset_reader(saved.offset);
+                ++counters_.rotations;
+                start_draining();
+                return;
+            }
+            close_current();
+            break;
         }
         note_error(
             fmt::format("saved file {}:{} of {} not found (rotated away and compressed or removed?); "
@@ -495,8 +507,9 @@ class FileFollower final : public LineSource {
         // after the listing, opening the path finds another file and we look again.
         struct stat pb {};
         bool path_exists = ::stat(path_.c_str(), &pb) == 0;
-        auto rotated = find_rotated(cur_dev_, cur_ino_);
-        if (!rotated && !list_rotated_stable()) return;  // names still moving: look again
+        auto stable = list_rotated_stable();
+        if (!stable) return;  // names still moving: look again
+        auto rotated = locate(*stable, cur_dev_, cur_ino_);
         if (rotated) {
             if (!rotated->newer.empty()) {
                 if (open_at(rotated->newer.front().name, 0, false, rotated->newer.front().id())) {

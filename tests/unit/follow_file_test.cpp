@@ -264,6 +264,56 @@ TEST(FollowFile, ReadsEveryRotatedGenerationAfterTwoRotationsWhileStopped) {
     EXPECT_EQ(texts(drain(*src, 1, 300ms)), Lines{});
 }
 
+// A restart while logrotate is renaming path.N to path.N+1: a listing taken
+// during the renames is unusable, and the saved file may move between the
+// listing and the open. Neither may make the follower give the saved file up
+// and start over at the path, which would skip the rest of it and every newer
+// generation.
+TEST(FollowFile, RestartWhileRotationRenamesFilesResumesInTheSavedFile) {
+    TempDir dir;
+    auto log = dir / "mail.log";
+    auto s = fast_settings();
+    s.batch_max_lines = 1;
+    append(log, "saved-1\nsaved-2\n");
+    FollowerPosition pos;
+    {
+        auto src = follow(log, {}, s);
+        ASSERT_EQ(texts(drain(*src, 1)), (Lines{"saved-1"}));
+        pos = src->committed();
+    }
+    int generations = 0;
+    auto rotate = [&] {
+        for (int k = generations; k >= 1; --k)
+            ::rename(fmt::format("{}.{}", log, k).c_str(), fmt::format("{}.{}", log, k + 1).c_str());
+        ::rename(log.c_str(), (log + ".1").c_str());
+        ++generations;
+        append(log, fmt::format("gen {}\n", generations));
+    };
+    for (int i = 0; i < 30; ++i) rotate();
+    std::atomic<bool> stop{false};
+    std::thread rotator([&] {
+        while (!stop.load()) {
+            rotate();
+            std::this_thread::sleep_for(std::chrono::microseconds(300));
+        }
+    });
+    int restarts = 0;
+    std::string wrong;
+    for (auto until = std::chrono::steady_clock::now() + 1500ms;
+         std::chrono::steady_clock::now() < until && wrong.empty(); ++restarts) {
+        auto src = follow(log, pos, s);
+        if (!src) break;
+        auto got = drain(*src, 1, 3000ms);
+        if (texts(got) != Lines{"saved-2"} || !src->status().last_error.empty())
+            wrong = fmt::format("restart {}: got '{}', {}", restarts, got.empty() ? "" : got.front().text,
+                                format_status(src->status()));
+    }
+    stop = true;
+    rotator.join();
+    EXPECT_EQ(wrong, "");
+    EXPECT_GE(restarts, 3);
+}
+
 TEST(FollowFile, DatedRotationNamesAreFollowedInOrder) {
     TempDir dir;
     auto log = dir / "mail.log";
