@@ -8,6 +8,7 @@
 // name, and never guess: no rule means `unknown`.
 #include "retryguard/classifier.hpp"
 
+#include <fmt/format.h>
 #include <re2/re2.h>
 #include <re2/set.h>
 #include <yaml-cpp/depthguard.h>
@@ -71,16 +72,15 @@ Result<std::vector<std::pair<std::string, YAML::Mark>>> scalar_list(const YAML::
         return out;
     }
     if (!node.IsSequence())
-        return config_error(file, node.Mark(),
-                            "`" + std::string(key) + "` must be a value or a list of values");
+        return config_error(file, node.Mark(), fmt::format("`{}` must be a value or a list of values", key));
     if (node.size() > 1000)
-        return config_error(file, node.Mark(), "`" + std::string(key) + "` has too many entries");
+        return config_error(file, node.Mark(), fmt::format("`{}` has too many entries", key));
     for (const auto& item : node) {
         if (!item.IsScalar())
-            return config_error(file, item.Mark(), "`" + std::string(key) + "` entries must be plain values");
+            return config_error(file, item.Mark(), fmt::format("`{}` entries must be plain values", key));
         out.emplace_back(item.Scalar(), item.Mark());
     }
-    if (out.empty()) return config_error(file, node.Mark(), "`" + std::string(key) + "` is empty");
+    if (out.empty()) return config_error(file, node.Mark(), fmt::format("`{}` is empty", key));
     return out;
 }
 
