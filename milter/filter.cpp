@@ -61,10 +61,9 @@ void log_line(Severity s, const std::string& text) {
     if (globals().log) globals().log->write(s, text);
 }
 
-// A failure of ours for this message: log why, count it, and accept it, or,
-// when the errors.* setting for this kind of failure says tempfail, answer
-// 451 4.3.0 so the client retries. Never tempfail on the sendmail path: there
-// pickup would retry the message forever. The line is a verdict line ("QID:
+// A failure of ours for this message: log why, count it, and accept it, or
+// answer 451 4.3.0 so the client retries when errors.* says so (tempfails():
+// never on the sendmail path). The line is a verdict line ("QID:
 // verdict=accept ... failopen=..."), so it carries no "warning:" prefix that
 // would hide the queue id from log parsers.
 sfsistat fail_open(SMFICTX* ctx, std::atomic<std::uint64_t>& counter, std::string_view reason,
@@ -74,7 +73,7 @@ sfsistat fail_open(SMFICTX* ctx, std::atomic<std::uint64_t>& counter, std::strin
         ++counter;
         auto* c = conn(ctx);
         SubmissionPath path = c ? c->path : SubmissionPath::smtp;
-        bool tempfail = action == config::ErrorAction::tempfail && path == SubmissionPath::smtp;
+        bool tempfail = tempfails(action, path);
         log_line(Severity::info, failopen_line(queue_id(ctx), path, reason, detail, tempfail));
         if (c) c->msg.reset();
         if (tempfail) {
@@ -94,7 +93,10 @@ config::ErrorAction action_for(const MessageContext* m, config::ErrorAction conf
     return m ? m->config->errors.*which : globals().config.load()->errors.*which;
 }
 
-MessageContext* message(SMFICTX* ctx);
+MessageContext* message(SMFICTX* ctx) {
+    auto* c = conn(ctx);
+    return c ? c->msg.get() : nullptr;
+}
 
 template <typename F>
 sfsistat guarded(SMFICTX* ctx, const char* where, F&& f) noexcept {
@@ -109,11 +111,6 @@ sfsistat guarded(SMFICTX* ctx, const char* where, F&& f) noexcept {
                          fmt::format("{}: unknown exception", where),
                          action_for(message(ctx), &config::Config::Errors::internal));
     }
-}
-
-MessageContext* message(SMFICTX* ctx) {
-    auto* c = conn(ctx);
-    return c ? c->msg.get() : nullptr;
 }
 
 int port_of(const sockaddr* sa) {

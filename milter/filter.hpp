@@ -15,6 +15,7 @@
 #include "retryguard/config.hpp"
 #include "retryguard/identity.hpp"
 #include "retryguard/resend.hpp"
+#include "retryguard/resend_config.hpp"
 
 namespace retryguard::milter {
 

@@ -105,14 +105,14 @@ class AsyncRecorder final : public PendingStore {
         return inner_->find_pending(msg, deadline);
     }
     Status record(const MessageFacts& msg, TimePoint when) override {
+        auto entry = std::make_shared<const Entry>(Entry{msg, when, keys(msg)});  // outside the lock
         {
             std::lock_guard lock(mu_);
             if (stop_ || queue_.size() >= limit_) {
                 ++dropped_;
                 return make_error(ErrorKind::limit, "record queue full: identity not recorded");
             }
-            auto entry = std::make_shared<const Entry>(Entry{msg, when});
-            for (const auto& key : keys(msg)) unwritten_.emplace(key, entry);
+            for (const auto& key : entry->keys) unwritten_.emplace(key, entry);
             queue_.push_back(std::move(entry));
             // wake the writer only when there is something new for it to do:
             // the first record of a batch, or a full batch
@@ -128,6 +128,7 @@ class AsyncRecorder final : public PendingStore {
     struct Entry {
         MessageFacts msg;
         TimePoint when;
+        std::vector<std::string> keys;  // keys(msg): where unwritten_ lists it
     };
 
     static std::vector<std::string> keys(const MessageFacts& msg) {
@@ -150,7 +151,7 @@ class AsyncRecorder final : public PendingStore {
 
     void forget(const std::vector<std::shared_ptr<const Entry>>& batch) {
         for (const auto& entry : batch)
-            for (const auto& key : keys(entry->msg)) {
+            for (const auto& key : entry->keys) {
                 auto [lo, hi] = unwritten_.equal_range(key);
                 for (auto it = lo; it != hi; ++it)
                     if (it->second == entry) {

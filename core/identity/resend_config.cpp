@@ -17,6 +17,10 @@ ResendAction to_resend_action(config::ReinjectionAction a) noexcept {
     return ResendAction::reject;
 }
 
+bool tempfails(config::ErrorAction action, SubmissionPath path) noexcept {
+    return action == config::ErrorAction::tempfail && path == SubmissionPath::smtp;
+}
+
 ResendSettings resend_settings_from(const config::Config& c) {
     ResendSettings s;
     const auto& r = c.global.reinjection;

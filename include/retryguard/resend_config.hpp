@@ -27,6 +27,11 @@ struct ResendSettings {
 // message (the MX is not known before delivery) and are skipped.
 ResendSettings resend_settings_from(const config::Config& config);
 
+// Whether a failure of ours answers the client with a temporary failure: only
+// when errors.* says tempfail and the message came over SMTP. On the sendmail
+// path pickup would retry a tempfailed message forever, so it is accepted.
+bool tempfails(config::ErrorAction action, SubmissionPath path) noexcept;
+
 ResendAction to_resend_action(config::ReinjectionAction a) noexcept;
 
 }  // namespace retryguard

@@ -40,5 +40,14 @@ destinations:
     EXPECT_EQ(s.policy.per_destination.size(), 2u) << "MX groups cannot apply at end of message";
 }
 
+// errors.* tempfail applies to SMTP submissions only; the sendmail path is
+// always accepted (pickup would retry a tempfailed message forever).
+TEST(ResendConfig, TempfailOnlyOnTheSmtpPath) {
+    EXPECT_TRUE(tempfails(config::ErrorAction::tempfail, SubmissionPath::smtp));
+    EXPECT_FALSE(tempfails(config::ErrorAction::tempfail, SubmissionPath::sendmail));
+    EXPECT_FALSE(tempfails(config::ErrorAction::accept, SubmissionPath::smtp));
+    EXPECT_FALSE(tempfails(config::ErrorAction::accept, SubmissionPath::sendmail));
+}
+
 }  // namespace
 }  // namespace retryguard
