@@ -291,13 +291,16 @@ TEST(FollowFile, RestartWhileRotationRenamesFilesResumesInTheSavedFile) {
     };
     for (int i = 0; i < 30; ++i) rotate();
     std::atomic<bool> stop{false};
-    // Rotations back to back, each followed by a short quiet spell as after a
-    // real logrotate run: a directory that never stops changing is not a
-    // rotation, and after about 2 s of it the follower does give up (reported).
+    // Rotations back to back, each followed by a quiet spell longer than the
+    // rotation itself took, as after a real logrotate run: a directory that
+    // never stops changing is not a rotation, and after about 2 s of it the
+    // follower does give up (reported). At most 200 of them, so that the
+    // generations (and the time each rotation takes) stay bounded.
     std::thread rotator([&] {
-        while (!stop.load()) {
+        for (int n = 0; n < 200 && !stop.load(); ++n) {
+            auto began = std::chrono::steady_clock::now();
             rotate();
-            std::this_thread::sleep_for(std::chrono::milliseconds(3));
+            std::this_thread::sleep_for(3ms + 2 * (std::chrono::steady_clock::now() - began));
         }
     });
     int restarts = 0;
