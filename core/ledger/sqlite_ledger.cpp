@@ -405,13 +405,17 @@ class SqliteLedger final : public Ledger {
         }
     }
 
-    // Two indexed queries whatever the number of recipients: the pending
-    // recipients of the messages with this Message-ID, then of those with this
-    // fingerprint; the wanted addresses are picked out here. Earlier copies are
-    // few (usually none), so the rows read stay few.
+    // One indexed query whatever the number of recipients: the pending
+    // recipients of the messages with this Message-ID or this fingerprint
+    // (SQLite's OR optimisation seeks both indexes); the wanted addresses are
+    // picked out here. Earlier copies are few (usually none), so the rows read
+    // stay few. One statement is one read transaction of its own, so no
+    // BEGIN/COMMIT round: this runs on every message's end-of-message path.
     Result<std::vector<PendingCopy>> find_pending_copies(const PendingCopyQuery& query) override {
         if (auto st = check_query(query); !st)
             return counters_.count(Result<std::vector<PendingCopy>>(st.error()));
+        const std::string message_id = normalize_message_id(query.message_id);
+        if (message_id.empty() && query.fingerprint.empty()) return std::vector<PendingCopy>{};
         return read_concurrent<std::vector<PendingCopy>>(query.deadline, [&](auto& conn) {
             std::vector<std::string> wanted;
             std::unordered_map<std::string_view, std::size_t> index;
@@ -419,42 +423,35 @@ class SqliteLedger final : public Ledger {
             for (const auto& raw : query.recipients) wanted.push_back(normalize_address(raw));
             for (std::size_t i = 0; i < wanted.size(); ++i) index.emplace(wanted[i], i);
             std::vector<std::optional<PendingCopy>> best(wanted.size());
-            auto consider = [&](const char* sql, const std::string& identity, bool by_mid) {
-                if (identity.empty()) return;
-                Query q = conn.stmt(sql);
-                q.text(identity).text(query.exclude_queue_id);
-                while (q.row()) {
-                    auto it = index.find(q.str(10));
-                    if (it == index.end()) continue;
-                    PendingCopy c;
-                    c.recipient = wanted[it->second];
-                    c.queue_id = q.str(0);
-                    c.first_queue_id = q.str(1);
-                    c.destination = q.str(2);
-                    c.relay = q.str(3);
-                    c.last_reply = q.str(4);
-                    c.first_deferral = q.time(5);
-                    c.last_attempt = q.time(6);
-                    c.arrival = q.time(7);
-                    c.attempts = static_cast<int>(q.col(8));
-                    c.message_state = message_state_from_string(q.str(9)).value_or(MessageState::incoming);
-                    c.matched_by_message_id = by_mid;
-                    auto& slot = best[it->second];
-                    if (!slot || older(c, *slot)) slot = std::move(c);
-                }
-            };
-            consider(
+            Query q = conn.stmt(
                 "SELECT m.queue_id, m.first_queue_id, r.domain, r.relay, r.reply_text, r.first_deferral, "
-                "r.last_attempt, m.arrival, r.attempts, m.state, r.address FROM messages m JOIN recipients r "
-                "ON r.queue_id = m.queue_id WHERE m.message_id = ?1 AND m.queue_id <> ?2 "
-                "AND m.state IN ('incoming','active','deferred','hold') AND r.state = 'pending'",
-                normalize_message_id(query.message_id), true);
-            consider(
-                "SELECT m.queue_id, m.first_queue_id, r.domain, r.relay, r.reply_text, r.first_deferral, "
-                "r.last_attempt, m.arrival, r.attempts, m.state, r.address FROM messages m JOIN recipients r "
-                "ON r.queue_id = m.queue_id WHERE m.fingerprint = ?1 AND m.queue_id <> ?2 "
-                "AND m.state IN ('incoming','active','deferred','hold') AND r.state = 'pending'",
-                query.fingerprint, false);
+                "r.last_attempt, m.arrival, r.attempts, m.state, r.address, m.message_id IS ?1 "
+                "FROM messages m JOIN recipients r ON r.queue_id = m.queue_id "
+                "WHERE (m.message_id = ?1 OR m.fingerprint = ?2) AND m.queue_id <> ?3 "
+                "AND m.state IN ('incoming','active','deferred','hold') AND r.state = 'pending'");
+            q.text_or_null(message_id).text_or_null(query.fingerprint).text(query.exclude_queue_id);
+            while (q.row()) {
+                auto it = index.find(q.str(10));
+                if (it == index.end()) continue;
+                PendingCopy c;
+                c.recipient = wanted[it->second];
+                c.queue_id = q.str(0);
+                c.first_queue_id = q.str(1);
+                c.destination = q.str(2);
+                c.relay = q.str(3);
+                c.last_reply = q.str(4);
+                c.first_deferral = q.time(5);
+                c.last_attempt = q.time(6);
+                c.arrival = q.time(7);
+                c.attempts = static_cast<int>(q.col(8));
+                c.message_state = message_state_from_string(q.str(9)).value_or(MessageState::incoming);
+                c.matched_by_message_id = q.col(11) != 0;
+                auto& slot = best[it->second];
+                // the oldest copy; of one copy, its Message-ID match first
+                if (!slot || older(c, *slot) ||
+                    (c.queue_id == slot->queue_id && c.matched_by_message_id && !slot->matched_by_message_id))
+                    slot = std::move(c);
+            }
             std::vector<PendingCopy> out;
             for (auto& b : best)
                 if (b) out.push_back(std::move(*b));
@@ -843,7 +840,8 @@ class SqliteLedger final : public Ledger {
     // alongside writes and other reads. An in-memory database has no second
     // connection; there, and when no read-only connection can be opened
     // (counted in shared_reads, warned once), it runs on the main connection
-    // under its mutex like read().
+    // under its mutex like read(). f runs one statement, so that statement is the
+    // read transaction (one snapshot).
     template <typename T, typename F>
     Result<T> read_concurrent(std::optional<std::chrono::steady_clock::time_point> deadline, F&& f) noexcept {
         if (deadline && std::chrono::steady_clock::now() >= *deadline)
@@ -871,17 +869,8 @@ class SqliteLedger final : public Ledger {
             ~ClearHandler() { sqlite3_progress_handler(db, 0, nullptr, nullptr); }
         } clear{conn->db};
         std::optional<T> value;
-        auto st = guard([&] {
-            // one read transaction (one snapshot, one set of WAL locks) for all of f's queries
-            conn->stmt("BEGIN").run();
-            try {
-                value.emplace(f(*conn));
-            } catch (...) {
-                sqlite3_exec(conn->db, "ROLLBACK", nullptr, nullptr, nullptr);
-                throw;
-            }
-            conn->stmt("COMMIT").run();
-        });
+        // f runs one statement: its read transaction (snapshot, WAL locks) is that statement's
+        auto st = guard([&] { value.emplace(f(*conn)); });
         if (!st) return counters_.count(Result<T>(st.error()));  // that connection is dropped
         give_back(std::move(conn));
         return counters_.count(Result<T>(std::move(*value)));
@@ -903,6 +892,11 @@ class SqliteLedger final : public Ledger {
                                      nullptr);
             if (rc == SQLITE_OK) {
                 sqlite3_busy_timeout(conn->db, static_cast<int>(options_.busy_timeout.count()));
+                // Lookups read a few pages of indexes keyed by random-looking values, spread
+                // over the whole file: through a memory map a page costs a memory access
+                // instead of a read() into the page cache, and every writer commit empties
+                // that cache. Best effort: without it SQLite reads as before.
+                sqlite3_exec(conn->db, "PRAGMA mmap_size=1073741824", nullptr, nullptr, nullptr);
                 return conn;
             }
             std::string msg = conn->db ? sqlite3_errmsg(conn->db) : sqlite3_errstr(rc);
