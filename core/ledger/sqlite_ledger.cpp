@@ -892,11 +892,6 @@ class SqliteLedger final : public Ledger {
                                      nullptr);
             if (rc == SQLITE_OK) {
                 sqlite3_busy_timeout(conn->db, static_cast<int>(options_.busy_timeout.count()));
-                // Lookups read a few pages of indexes keyed by random-looking values, spread
-                // over the whole file: through a memory map a page costs a memory access
-                // instead of a read() into the page cache, and every writer commit empties
-                // that cache. Best effort: without it SQLite reads as before.
-                sqlite3_exec(conn->db, "PRAGMA mmap_size=1073741824", nullptr, nullptr, nullptr);
                 return conn;
             }
             std::string msg = conn->db ? sqlite3_errmsg(conn->db) : sqlite3_errstr(rc);
