@@ -405,12 +405,12 @@ class SqliteLedger final : public Ledger {
         }
     }
 
-    // One indexed query whatever the number of recipients: the pending
-    // recipients of the messages with this Message-ID or this fingerprint
-    // (SQLite's OR optimisation seeks both indexes); the wanted addresses are
-    // picked out here. Earlier copies are few (usually none), so the rows read
-    // stay few. One statement is one read transaction of its own, so no
-    // BEGIN/COMMIT round: this runs on every message's end-of-message path.
+    // One statement whatever the number of recipients: the pending recipients
+    // of the messages with this Message-ID, then of those with this
+    // fingerprint (one index seek each); the wanted addresses are picked out
+    // here. Earlier copies are few (usually none), so the rows read stay few.
+    // One statement is its own read transaction: no BEGIN/COMMIT on the
+    // end-of-message path.
     Result<std::vector<PendingCopy>> find_pending_copies(const PendingCopyQuery& query) override {
         if (auto st = check_query(query); !st)
             return counters_.count(Result<std::vector<PendingCopy>>(st.error()));
@@ -423,11 +423,20 @@ class SqliteLedger final : public Ledger {
             for (const auto& raw : query.recipients) wanted.push_back(normalize_address(raw));
             for (std::size_t i = 0; i < wanted.size(); ++i) index.emplace(wanted[i], i);
             std::vector<std::optional<PendingCopy>> best(wanted.size());
+            // UNION ALL of two single-index queries: SQLite's OR optimisation over both
+            // indexes builds a temporary table to drop duplicates and was slower (7.1 against
+            // 3.6-5.1 us per miss on a 100k-message ledger).
             Query q = conn.stmt(
                 "SELECT m.queue_id, m.first_queue_id, r.domain, r.relay, r.reply_text, r.first_deferral, "
-                "r.last_attempt, m.arrival, r.attempts, m.state, r.address, m.message_id IS ?1 "
-                "FROM messages m JOIN recipients r ON r.queue_id = m.queue_id "
-                "WHERE (m.message_id = ?1 OR m.fingerprint = ?2) AND m.queue_id <> ?3 "
+                "r.last_attempt, m.arrival, r.attempts, m.state, r.address, 1 "
+                "FROM messages m JOIN recipients r ON r.queue_id = m.queue_id WHERE m.message_id = ?1 AND "
+                "m.queue_id <> ?3 "
+                "AND m.state IN ('incoming','active','deferred','hold') AND r.state = 'pending' "
+                "UNION ALL "
+                "SELECT m.queue_id, m.first_queue_id, r.domain, r.relay, r.reply_text, r.first_deferral, "
+                "r.last_attempt, m.arrival, r.attempts, m.state, r.address, 0 "
+                "FROM messages m JOIN recipients r ON r.queue_id = m.queue_id WHERE m.fingerprint = ?2 AND "
+                "m.queue_id <> ?3 "
                 "AND m.state IN ('incoming','active','deferred','hold') AND r.state = 'pending'");
             q.text_or_null(message_id).text_or_null(query.fingerprint).text(query.exclude_queue_id);
             while (q.row()) {
