@@ -73,8 +73,8 @@ void BM_IngestSqlite(benchmark::State& state) {
     int run = 0;
     for (auto _ : state) {
         state.PauseTiming();
-        fs::path dir = fs::temp_directory_path() / ("rg-bench-ingest-" + std::to_string(::getpid()) + "-" +
-                                                    std::to_string(run++));
+        fs::path dir = fs::temp_directory_path() /
+                       ("rg-bench-ingest-" + std::to_string(::getpid()) + "-" + std::to_string(run++));
         fs::remove_all(dir);
         fs::create_directories(dir);
         auto ledger = std::move(open_ledger("sqlite:" + (dir / "ledger.db").string()).value());

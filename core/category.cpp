@@ -36,8 +36,7 @@ constexpr std::array kCategories = {
                  "Retry; watch whether the failures spread across unrelated destinations.", true},
     CategoryInfo{Category::routing, "routing", "DNS or routing of the destination",
                  "Check the destination's MX and address records.", false},
-    CategoryInfo{Category::content, "content", "the message", "Check the message's size and content.",
-                 false},
+    CategoryInfo{Category::content, "content", "the message", "Check the message's size and content.", false},
     CategoryInfo{Category::expired, "expired", "the retry window ran out",
                  "The message was returned; escalation should have happened before this.", false},
     CategoryInfo{Category::local, "local", "your own Postfix",
@@ -47,7 +46,9 @@ constexpr std::array kCategories = {
 
 }  // namespace
 
-std::span<const CategoryInfo> all_categories() noexcept { return kCategories; }
+std::span<const CategoryInfo> all_categories() noexcept {
+    return kCategories;
+}
 
 const CategoryInfo& info(Category c) noexcept {
     for (const auto& entry : kCategories)
@@ -55,7 +56,9 @@ const CategoryInfo& info(Category c) noexcept {
     return kCategories.back();
 }
 
-std::string_view to_string(Category c) noexcept { return info(c).name; }
+std::string_view to_string(Category c) noexcept {
+    return info(c).name;
+}
 
 std::optional<Category> category_from_string(std::string_view name) noexcept {
     for (const auto& entry : kCategories)

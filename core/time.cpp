@@ -13,9 +13,9 @@ std::string format_rfc3339(TimePoint t) {
     auto days = floor<std::chrono::days>(secs);
     year_month_day ymd{days};
     hh_mm_ss hms{secs - days};
-    std::string out = fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}", int(ymd.year()), unsigned(ymd.month()),
-                                  unsigned(ymd.day()), hms.hours().count(), hms.minutes().count(),
-                                  hms.seconds().count());
+    std::string out =
+        fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}", int(ymd.year()), unsigned(ymd.month()),
+                    unsigned(ymd.day()), hms.hours().count(), hms.minutes().count(), hms.seconds().count());
     if (micros != 0) out += fmt::format(".{:06}", micros);
     out += 'Z';
     return out;

@@ -14,9 +14,10 @@ RuleSettings to_rule_settings(const Settings& s, std::string rule_name) {
         const auto& t = s.thresholds(info.category);
         auto& out = r.thresholds(info.category);
         out.watch_after_deferrals = static_cast<int>(t.watch_after_deferrals);
-        out.escalate_after = t.escalate_after.count() > 0
-                                 ? std::optional(std::chrono::duration_cast<retryguard::Duration>(t.escalate_after))
-                                 : std::nullopt;
+        out.escalate_after =
+            t.escalate_after.count() > 0
+                ? std::optional(std::chrono::duration_cast<retryguard::Duration>(t.escalate_after))
+                : std::nullopt;
     }
     r.min_retry_interval = s.retry.min_interval;
     r.greylist_min_retry = s.retry.min_interval_after_greylisting;

@@ -42,8 +42,10 @@ Resolution Config::resolve(std::string_view domain_in, std::string_view mx_in) c
     const std::string& domain = res.domain;
     const DestinationRule* win = nullptr;
     auto consider = [&](const DestinationRule* r) {
-        if (!win) win = r;
-        else res.also_matched.push_back(r);
+        if (!win)
+            win = r;
+        else
+            res.also_matched.push_back(r);
     };
     if (!exact_rules.empty())
         if (auto it = exact_rules.find(domain); it != exact_rules.end()) consider(&destinations[it->second]);

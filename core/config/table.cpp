@@ -452,7 +452,9 @@ const std::vector<Entry>& table() {
                   "Distinct destinations (by MX host) within spread.window that open a local incident.",
                   spread.min_destinations),
         RG_GLOBAL("spread.quiet_period", duration, "2h", "duration", kNone, kMin, 7 * kDay,
-                  "An incident closes after this long without a deferral of its category (longer than Postfix's maximal_backoff_time, so retry gaps do not end it), or earlier when its destinations deliver again.",
+                  "An incident closes after this long without a deferral of its category (longer than "
+                  "Postfix's maximal_backoff_time, so retry gaps do not end it), or earlier when its "
+                  "destinations deliver again.",
                   spread.quiet_period),
         RG_GLOBAL("spread.categories", enum_list,
                   "[network, routing, policy, receiver_system, local, unknown]", "", kCategories, 0, 0,

@@ -26,10 +26,12 @@ struct FacilityName {
     int value;
 };
 constexpr std::array kFacilities = {
-    FacilityName{"mail", LOG_MAIL},     FacilityName{"daemon", LOG_DAEMON}, FacilityName{"user", LOG_USER},
-    FacilityName{"local0", LOG_LOCAL0}, FacilityName{"local1", LOG_LOCAL1}, FacilityName{"local2", LOG_LOCAL2},
-    FacilityName{"local3", LOG_LOCAL3}, FacilityName{"local4", LOG_LOCAL4}, FacilityName{"local5", LOG_LOCAL5},
-    FacilityName{"local6", LOG_LOCAL6}, FacilityName{"local7", LOG_LOCAL7},
+    FacilityName{"mail", LOG_MAIL},     FacilityName{"daemon", LOG_DAEMON},
+    FacilityName{"user", LOG_USER},     FacilityName{"local0", LOG_LOCAL0},
+    FacilityName{"local1", LOG_LOCAL1}, FacilityName{"local2", LOG_LOCAL2},
+    FacilityName{"local3", LOG_LOCAL3}, FacilityName{"local4", LOG_LOCAL4},
+    FacilityName{"local5", LOG_LOCAL5}, FacilityName{"local6", LOG_LOCAL6},
+    FacilityName{"local7", LOG_LOCAL7},
 };
 
 int facility_value(std::string_view name) {
@@ -117,7 +119,8 @@ Status VerdictLog::open(const VerdictLogTarget& target) {
         }
         case VerdictLogTarget::Kind::file:
             fd_ = ::open(target.path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
-            if (fd_ < 0) return make_error(ErrorKind::io, "open " + target.path + ": " + std::strerror(errno));
+            if (fd_ < 0)
+                return make_error(ErrorKind::io, "open " + target.path + ": " + std::strerror(errno));
             return {};
         case VerdictLogTarget::Kind::stderr_stream:
         case VerdictLogTarget::Kind::none: return {};
@@ -125,7 +128,9 @@ Status VerdictLog::open(const VerdictLogTarget& target) {
     return {};
 }
 
-void VerdictLog::write(const Verdict& v) { write_line(format_verdict(v)); }
+void VerdictLog::write(const Verdict& v) {
+    write_line(format_verdict(v));
+}
 
 void VerdictLog::write_line(std::string_view message) {
     std::string text = printable(message);
@@ -154,7 +159,8 @@ void VerdictLog::write_line(std::string_view message) {
             record += text;
             if (target_.kind == VerdictLogTarget::Kind::file) {
                 record += '\n';
-                ok = fd_ >= 0 && ::write(fd_, record.data(), record.size()) == static_cast<ssize_t>(record.size());
+                ok = fd_ >= 0 &&
+                     ::write(fd_, record.data(), record.size()) == static_cast<ssize_t>(record.size());
             } else {
                 ok = fd_ >= 0 && ::send(fd_, record.data(), record.size(), MSG_DONTWAIT | MSG_NOSIGNAL) ==
                                      static_cast<ssize_t>(record.size());

@@ -28,7 +28,8 @@ Result<std::shared_ptr<const Classifier>> classifier_from(const config::Config& 
     if (!shipped) return shipped.error();
     std::vector<RuleFile> user;
     if (c.classifier.rules && c.classifier.rules.IsSequence() && c.classifier.rules.size() > 0) {
-        auto layer = parse_rules(c.classifier.rules, c.classifier.file.empty() ? c.source : c.classifier.file);
+        auto layer =
+            parse_rules(c.classifier.rules, c.classifier.file.empty() ? c.source : c.classifier.file);
         if (!layer) return layer.error();
         user.push_back(std::move(layer.value()));
     }

@@ -136,7 +136,8 @@ TEST(RulesEngine, RepeatedReceiverConfigEpisodesFlagTheDestination) {
     for (int ep = 0; ep < 3; ++ep) {
         TimePoint start = T0 + ep * 5 * 24h;
         for (int k = 0; k < 3; ++k)
-            feed(deferred(start + k * 40min, "E" + std::to_string(ep), "u@flaky.example"), Category::receiver_config);
+            feed(deferred(start + k * 40min, "E" + std::to_string(ep), "u@flaky.example"),
+                 Category::receiver_config);
         if (ep < 2) {
             EXPECT_EQ(feed.count("flagged", "flaky.example"), 0) << [&] {
                 std::string all;

@@ -35,7 +35,8 @@ TEST(VerdictLog, ParsesTargetSpecs) {
     EXPECT_EQ(parse_verdict_log_target("postlog:/var/spool/postfix/public/postlog")->path,
               "/var/spool/postfix/public/postlog");
     EXPECT_EQ(parse_verdict_log_target("stderr")->kind, VerdictLogTarget::Kind::stderr_stream);
-    for (std::string_view bad : {"", "syslog:nosuch", "postlog:relative", "file:", "stderr:x", "carrier-pigeon"})
+    for (std::string_view bad :
+         {"", "syslog:nosuch", "postlog:relative", "file:", "stderr:x", "carrier-pigeon"})
         EXPECT_FALSE(parse_verdict_log_target(bad).ok()) << bad;
 }
 
@@ -55,7 +56,10 @@ TEST(VerdictLog, FileTargetWritesPostfixShapedLinesWithoutForgedNewlines) {
     std::string line, extra;
     ASSERT_TRUE(std::getline(in, line));
     EXPECT_FALSE(std::getline(in, extra)) << "a newline in a value must not start a new log line";
-    EXPECT_TRUE(std::regex_match(line, std::regex(R"([A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \S+ retryguard/policyd\[\d+\]: 1E661116375: verdict=escalate destination=example.com reply=".*forged line")")))
+    EXPECT_TRUE(std::regex_match(
+        line,
+        std::regex(
+            R"([A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \S+ retryguard/policyd\[\d+\]: 1E661116375: verdict=escalate destination=example.com reply=".*forged line")")))
         << line;
     std::filesystem::remove_all(dir);
 }
