@@ -163,7 +163,7 @@ void LiveIngest::refresh_flags(TimePoint now) {
 void LiveIngest::publish() {
     // The engine's view wins; flags set elsewhere (another host of a Redis
     // fleet, or before this engine state existed) fill the gaps.
-    auto mine = std::make_shared<PolicySnapshot>(*snapshot_from_engine(ingest_->engine()));
+    auto mine = snapshot_from_engine(ingest_->engine());  // built for us: filled in place, no copy
     const auto from_flags = snapshot_from_flags(flags_);
     for (const auto& [domain, view] : from_flags->by_domain) mine->by_domain.try_emplace(domain, view);
     mine->origin = sources_.empty() ? "ledger flags" : "engine and ledger flags";
@@ -288,9 +288,13 @@ void LiveIngest::run() {
         } else if (now - last_line >= options_.quiet_advance &&
                    now - last_advance >= options_.quiet_advance) {
             // A quiet log: time-based rules (escalation by age, flag expiry) still run.
+            // Republish and save only when they changed something (a verdict): both
+            // cost a pass over every destination, and with 100k destinations in
+            // watch doing it every quiet_advance held requests back by milliseconds.
+            const auto verdicts_before = ingest_->stats().verdicts;
             if (auto st = ingest_->advance(wall_now()); !st) log_.warning("advance: " + st.error().message);
             last_advance = now;
-            dirty = got_lines = true;
+            if (ingest_->stats().verdicts != verdicts_before) dirty = got_lines = true;
         }
         if (now - last_flags >= options_.flags_every) {
             refresh_flags(wall_now());

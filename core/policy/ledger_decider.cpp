@@ -35,7 +35,7 @@ bool is_domain_destination(std::string_view name) {
 
 }  // namespace
 
-std::shared_ptr<const PolicySnapshot> snapshot_from_engine(const Engine& engine) {
+std::shared_ptr<PolicySnapshot> snapshot_from_engine(const Engine& engine) {
     auto snap = std::make_shared<PolicySnapshot>();
     snap->origin = "engine";
     snap->local_incident = engine.local_incident_open();

@@ -48,7 +48,7 @@ struct PolicySnapshot {
 
 // Destinations the engine tracks that deserve an answer (watch, escalate, or
 // flagged); MX and local pseudo-destinations are left out.
-std::shared_ptr<const PolicySnapshot> snapshot_from_engine(const Engine& engine);
+std::shared_ptr<PolicySnapshot> snapshot_from_engine(const Engine& engine);
 // Active flags only (a second daemon without the engine in memory).
 std::shared_ptr<const PolicySnapshot> snapshot_from_flags(const std::vector<Flag>& flags);
 
