@@ -80,17 +80,22 @@ std::unique_ptr<rg::Ledger> open_backend(const std::string& backend, const std::
     return std::move(l).value();
 }
 
-// Reference for SQLite ingest: the same rows, one plain INSERT each, one transaction.
-double raw_sqlite_rows_per_second(const std::vector<rg::IngestItem>& events) {
-    auto path = bench_dir() / "raw.db";
+// A fresh file for a raw-insert reference: WAL and synchronous=NORMAL, as the ledger.
+sqlite3* open_raw_db(const char* file, const char* create_table) {
+    auto path = bench_dir() / file;
     std::filesystem::remove(path);
     sqlite3* db = nullptr;
     sqlite3_open(path.c_str(), &db);
     sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", nullptr, nullptr, nullptr);
-    sqlite3_exec(db,
-                 "CREATE TABLE raw(key INTEGER PRIMARY KEY, time INTEGER, queue_id TEXT, recipient TEXT, "
-                 "reason TEXT)",
-                 nullptr, nullptr, nullptr);
+    sqlite3_exec(db, create_table, nullptr, nullptr, nullptr);
+    return db;
+}
+
+// Reference for SQLite ingest: the same rows, one plain INSERT each, one transaction.
+double raw_sqlite_rows_per_second(const std::vector<rg::IngestItem>& events) {
+    sqlite3* db = open_raw_db("raw.db",
+                              "CREATE TABLE raw(key INTEGER PRIMARY KEY, time INTEGER, queue_id TEXT, "
+                              "recipient TEXT, reason TEXT)");
     sqlite3_stmt* s = nullptr;
     sqlite3_prepare_v2(db, "INSERT OR IGNORE INTO raw VALUES(?, ?, ?, ?, ?)", -1, &s, nullptr);
     auto start = Clock::now();
@@ -279,14 +284,9 @@ void BM_Lookup(benchmark::State& state, const std::string& backend) {
 // gather at 7500 messages per second). Reference: the same rows as plain INSERTs
 // into a one-table file in one transaction per batch (ratio of CPU per row).
 double raw_identity_cpu_us(const std::vector<rg::MessageIdentity>& ids, std::size_t batch) {
-    auto path = bench_dir() / "raw-identities.db";
-    std::filesystem::remove(path);
-    sqlite3* db = nullptr;
-    sqlite3_open(path.c_str(), &db);
-    sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", nullptr, nullptr, nullptr);
-    sqlite3_exec(db,
-                 "CREATE TABLE raw(queue_id TEXT, message_id TEXT, fingerprint TEXT, sender TEXT, rcpt TEXT)",
-                 nullptr, nullptr, nullptr);
+    sqlite3* db = open_raw_db(
+        "raw-identities.db",
+        "CREATE TABLE raw(queue_id TEXT, message_id TEXT, fingerprint TEXT, sender TEXT, rcpt TEXT)");
     sqlite3_stmt* s = nullptr;
     sqlite3_prepare_v2(db, "INSERT INTO raw VALUES(?, ?, ?, ?, ?)", -1, &s, nullptr);
     double cpu_start = cpu_seconds();
