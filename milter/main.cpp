@@ -46,6 +46,7 @@ struct Options {
     int timeout = 30;
     int minimal_backoff = 300;
     std::size_t record_queue = 10000;
+    int filter_rescan = 60;
     int maximal_backoff = 4000;
     bool check_only = false;
     std::string config_file;
@@ -220,6 +221,11 @@ int main(int argc, char** argv) {
     app.add_option("--record-queue", o.record_queue,
                    "identities waiting to be recorded by the writer thread (0: record at end of message)")
         ->capture_default_str();
+    app.add_option("--filter-rescan", o.filter_rescan,
+                   "seconds between rebuilds of the identity filter from the ledger (0: no filter, every "
+                   "message is looked up)")
+        ->check(CLI::Range(0, 86400))
+        ->capture_default_str();
     app.add_option("--timeout", o.timeout, "libmilter I/O timeout, seconds")->capture_default_str();
     app.add_flag("-n,--check", o.check_only, "check the options, open the ledger, and exit");
     try {
@@ -276,7 +282,10 @@ int main(int argc, char** argv) {
     if (geteuid() == 0 && (o.user.empty() || run_uid == 0)) die(2, "refusing to run as root: give --user");
 
     if (o.check_only) {
-        auto store = open_pending_store(o.ledger, o.record_queue);
+        auto store = open_pending_store(o.ledger, o.record_queue, std::chrono::seconds(o.filter_rescan),
+                                        [](Severity s, const std::string& text) {
+                                            if (globals().log) globals().log->write(s, text);
+                                        });
         if (!store) die(2, store.error().message);
         std::printf("retryguard-milter: configuration ok\n");
         return 0;
@@ -332,7 +341,10 @@ int main(int argc, char** argv) {
         }
     }).detach();
 
-    auto store = open_pending_store(o.ledger, o.record_queue);
+    auto store = open_pending_store(o.ledger, o.record_queue, std::chrono::seconds(o.filter_rescan),
+                                    [](Severity s, const std::string& text) {
+                                        if (globals().log) globals().log->write(s, text);
+                                    });
     if (!store) die(2, store.error().message);
     globals().store = std::move(*store);
 
@@ -348,6 +360,8 @@ int main(int argc, char** argv) {
     if (globals().store) {
         globals().store->close();  // an asynchronous store writes what it still holds
         globals().counters.record_errors += globals().store->failed_records();
+        globals().counters.lookups_filtered += globals().store->filtered_lookups();
+        globals().counters.filter_errors += globals().store->filter_errors();
     }
     globals().log->write(Severity::info, "stopping: " + counters_line());
     return rc == MI_SUCCESS ? 0 : 1;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "retryguard/identity_filter.hpp"
 #include "retryguard/ledger.hpp"
 
 namespace retryguard::milter {
@@ -30,13 +31,41 @@ MessageIdentity identity(const MessageFacts& msg, TimePoint when) {
     return id;
 }
 
+// The ledger behind an identity filter (identity_filter.hpp): a message none
+// of whose keys the ledger holds is answered "no pending copy" without a
+// lookup. The filter is built at start and rebuilt every `rescan` by a thread
+// of its own, which is how keys written by other processes (the follower's
+// `message-id=` lines) reach it; the milter's own records are added as they
+// are written. rescan 0, or a ledger that cannot list its identities: every
+// message is looked up.
 class LedgerStore final : public PendingStore {
   public:
-    LedgerStore(std::unique_ptr<Ledger> ledger, std::string spec)
-        : ledger_(std::move(ledger)), spec_(std::move(spec)) {}
+    LedgerStore(std::unique_ptr<Ledger> ledger, std::string spec, std::chrono::seconds rescan, StoreLog log)
+        : ledger_(std::move(ledger)),
+          spec_(std::move(spec)),
+          rescan_(rescan),
+          log_(std::move(log)),
+          filtered_(rescan.count() > 0 && ledger_->can_list_identities()) {
+        if (!filtered_) return;
+        rebuild();  // before the first message, so the first lookups are filtered too
+        rescanner_ = std::thread([this] { rescan_loop(); });
+    }
+    ~LedgerStore() override { close(); }
+    void close() override {
+        {
+            std::lock_guard lock(mu_);
+            stop_ = true;
+        }
+        cv_.notify_one();
+        if (rescanner_.joinable()) rescanner_.join();
+    }
 
     Result<std::vector<PendingCopy>> find_pending(const MessageFacts& msg,
                                                   std::chrono::steady_clock::time_point deadline) override {
+        if (filtered_ && !filter_.may_have_copy(msg.message_id, msg.fingerprint)) {
+            ++filtered_lookups_;
+            return std::vector<PendingCopy>{};
+        }
         PendingCopyQuery q;
         q.deadline = deadline;
         q.message_id = msg.message_id;
@@ -47,21 +76,72 @@ class LedgerStore final : public PendingStore {
     }
 
     Status record(const MessageFacts& msg, TimePoint when) override {
-        return ledger_->record_identity(identity(msg, when));
+        auto st = ledger_->record_identity(identity(msg, when));
+        // after the write (see IdentityFilter::rebuild), and even after a failed
+        // one: a key too many costs a lookup, a key too few a missed resend
+        if (filtered_) filter_.add(msg.message_id, msg.fingerprint);
+        return st;
     }
 
     Status record_many(const std::vector<std::pair<MessageFacts, TimePoint>>& batch) override {
         std::vector<MessageIdentity> ids;
         ids.reserve(batch.size());
         for (const auto& [msg, when] : batch) ids.push_back(identity(msg, when));
-        return ledger_->record_identities(ids);
+        auto st = ledger_->record_identities(ids);
+        if (filtered_)
+            for (const auto& [msg, when] : batch) filter_.add(msg.message_id, msg.fingerprint);
+        return st;
     }
 
-    std::string describe() const override { return fmt::format("{}({})", ledger_->backend(), spec_); }
+    std::string describe() const override {
+        return fmt::format("{}({}){}", ledger_->backend(), spec_,
+                           filtered_ ? fmt::format(" filter-rescan={}s", rescan_.count()) : "");
+    }
+    std::uint64_t filtered_lookups() const override { return filtered_lookups_; }
+    std::uint64_t filter_errors() const override { return filter_errors_; }
 
   private:
+    void rebuild() {
+        auto t0 = std::chrono::steady_clock::now();
+        auto r = filter_.rebuild(
+            [this](const IdentityFilter::Visitor& v) { return ledger_->for_each_open_identity(v); });
+        auto ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+        if (!r) {
+            ++filter_errors_;
+            if (!failing_)
+                log_(Severity::warning,
+                     fmt::format("identity filter: rebuild failed, every message is looked up until one "
+                                 "succeeds: {}",
+                                 r.error().message));
+            failing_ = true;
+            return;
+        }
+        if (failing_ || first_)
+            log_(Severity::info, fmt::format("identity filter: {} keys read in {} ms", *r, ms.count()));
+        failing_ = first_ = false;
+    }
+    void rescan_loop() {
+        std::unique_lock lock(mu_);
+        while (!cv_.wait_for(lock, rescan_, [this] { return stop_; })) {
+            lock.unlock();
+            rebuild();
+            lock.lock();
+        }
+    }
+
     std::unique_ptr<Ledger> ledger_;
     std::string spec_;
+    std::chrono::seconds rescan_;
+    StoreLog log_;
+    bool filtered_;
+    IdentityFilter filter_;
+    std::atomic<std::uint64_t> filtered_lookups_{0}, filter_errors_{0};
+    bool failing_ = false, first_ = true;  // rebuild()'s, which runs on one thread at a time
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool stop_ = false;
+    std::thread rescanner_;
 };
 
 // Records off the end-of-message path: the decision for this message needs
@@ -87,6 +167,7 @@ class AsyncRecorder final : public PendingStore {
         }
         cv_.notify_one();
         if (worker_.joinable()) worker_.join();
+        inner_->close();
     }
     Result<std::vector<PendingCopy>> find_pending(const MessageFacts& msg,
                                                   std::chrono::steady_clock::time_point deadline) override {
@@ -123,6 +204,8 @@ class AsyncRecorder final : public PendingStore {
     }
     std::string describe() const override { return inner_->describe(); }
     std::uint64_t failed_records() const override { return dropped_ + failed_; }
+    std::uint64_t filtered_lookups() const override { return inner_->filtered_lookups(); }
+    std::uint64_t filter_errors() const override { return inner_->filter_errors(); }
 
   private:
     struct Entry {
@@ -202,11 +285,14 @@ class AsyncRecorder final : public PendingStore {
 
 }  // namespace
 
-Result<std::unique_ptr<PendingStore>> open_pending_store(const std::string& spec, std::size_t record_queue) {
+Result<std::unique_ptr<PendingStore>> open_pending_store(const std::string& spec, std::size_t record_queue,
+                                                         std::chrono::seconds filter_rescan, StoreLog log) {
     if (spec == "none") return std::unique_ptr<PendingStore>();
     auto ledger = open_ledger(spec);
     if (!ledger) return std::move(ledger).error();
-    std::unique_ptr<PendingStore> store(new LedgerStore(std::move(*ledger), spec));
+    if (!log) log = [](Severity, const std::string&) {};
+    std::unique_ptr<PendingStore> store(
+        new LedgerStore(std::move(*ledger), spec, filter_rescan, std::move(log)));
     if (record_queue == 0) return store;
     return std::unique_ptr<PendingStore>(new AsyncRecorder(std::move(store), record_queue));
 }

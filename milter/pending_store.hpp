@@ -6,11 +6,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "log_sink.hpp"
 #include "retryguard/resend.hpp"
 #include "retryguard/result.hpp"
 #include "retryguard/time.hpp"
@@ -38,12 +40,21 @@ class PendingStore {
     virtual std::uint64_t failed_records() const { return 0; }
     // Writes what is still queued and stops accepting records.
     virtual void close() {}
+    // Lookups the identity filter answered without the ledger, and its failed rebuilds.
+    virtual std::uint64_t filtered_lookups() const { return 0; }
+    virtual std::uint64_t filter_errors() const { return 0; }
 };
+
+// Where a store reports what it does on its own (the filter's rebuilds).
+using StoreLog = std::function<void(Severity, const std::string&)>;
 
 // spec: a ledger spec ("sqlite:/var/lib/retryguard/ledger.db", "redis://...",
 // see ledger.hpp), or "none": no lookups, every message accepted and logged.
 // record_queue > 0: records are written by a worker thread through a queue of
 // that many entries (see AsyncRecorder); 0: written at end of message.
-Result<std::unique_ptr<PendingStore>> open_pending_store(const std::string& spec, std::size_t record_queue);
+// filter_rescan > 0: lookups go through an identity filter rebuilt that often
+// (see LedgerStore); 0: every message is looked up in the ledger.
+Result<std::unique_ptr<PendingStore>> open_pending_store(const std::string& spec, std::size_t record_queue,
+                                                         std::chrono::seconds filter_rescan, StoreLog log);
 
 }  // namespace retryguard::milter

@@ -309,6 +309,12 @@ std::function<void(std::string_view)> default_warn() {
 
 }  // namespace ledger_detail
 
+Status Ledger::for_each_open_identity(
+    const std::function<void(std::string_view message_id, std::string_view fingerprint)>&) {
+    return make_error(ErrorKind::unavailable,
+                      "ledger (" + std::string(backend()) + "): cannot list its identities");
+}
+
 Result<std::unique_ptr<Ledger>> open_ledger(const LedgerOptions& options) {
     std::string_view spec = trim(options.spec);
     if (spec.empty()) return make_error(ErrorKind::config, "ledger: empty backend spec");

@@ -468,6 +468,23 @@ class SqliteLedger final : public Ledger {
         });
     }
 
+    // A scan of messages (no index on state): run at milter start and every
+    // few minutes, on a read connection of its own, so no writer waits for it.
+    bool can_list_identities() const noexcept override { return true; }
+    Status for_each_open_identity(
+        const std::function<void(std::string_view message_id, std::string_view fingerprint)>& f) override {
+        auto r = read_concurrent<bool>(std::nullopt, [&](auto& conn) {
+            Query q = conn.stmt(
+                "SELECT message_id, fingerprint FROM messages "
+                "WHERE state IN ('incoming','active','deferred','hold') "
+                "AND (message_id IS NOT NULL OR fingerprint IS NOT NULL)");
+            while (q.row()) f(q.str(0), q.str(1));
+            return true;
+        });
+        if (!r) return r.error();
+        return {};
+    }
+
     Result<std::optional<MessageInfo>> get_message(std::string_view queue_id) override {
         return read<std::optional<MessageInfo>>([&]() -> std::optional<MessageInfo> {
             Query q = stmt(

@@ -276,6 +276,15 @@ class Ledger {
     // One entry per requested recipient whose earlier copy is still pending
     // (the oldest copy when several are).
     virtual Result<std::vector<PendingCopy>> find_pending_copies(const PendingCopyQuery& query) = 0;
+    // Calls f with the (normalised) Message-ID and the fingerprint of every
+    // message not yet finished, i.e. every message find_pending_copies could
+    // match (either may be empty): the milter's identity filter is built from
+    // it. A backend that cannot list them cheaply answers ErrorKind::unavailable
+    // and the milter asks it about every message instead (SQLite lists; Redis
+    // does not, its lookup being one round trip).
+    virtual bool can_list_identities() const noexcept { return false; }
+    virtual Status for_each_open_identity(
+        const std::function<void(std::string_view message_id, std::string_view fingerprint)>& f);
 
     // Reads for `retryguard explain` and the rules engine.
     virtual Result<std::optional<MessageInfo>> get_message(std::string_view queue_id) = 0;

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -344,6 +345,35 @@ TEST_P(LedgerContract, RecordedButNotYetAttemptedMessageIsPending) {
     EXPECT_FALSE((*r)[0].first_deferral.has_value());
     EXPECT_EQ((*r)[0].arrival, at(50));
     EXPECT_TRUE(l->record_identity(MessageIdentity{}).error().kind == ErrorKind::invalid_input);
+}
+
+// The milter's identity filter is built from this list: it must hold every
+// Message-ID and fingerprint find_pending_copies could match (recorded by the
+// milter or learnt from the log), normalised, and nothing of finished messages.
+TEST_P(LedgerContract, OpenIdentitiesListEveryMessageALookupCouldMatch) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    std::vector<MessageIdentity> ids = {{"F1", "<f1@Client.Example>", "fp-f1", "s@x", {"r@d.test"}, at(10)},
+                                        {"F2", "", "fp-f2", "s@x", {"r@d.test"}, at(11)}};
+    ASSERT_TRUE(l->record_identities(ids).ok());
+    ingest(*l, {message_id("F3", 12, "<f3@x>"), queue_active("F3", 12, "s@x.test"),
+                deferred("F3", 13, "r@d.test"), message_id("F4", 14, "<f4@x>"),
+                queue_active("F4", 14, "s@x.test"), deferred("F4", 15, "r@d.test"),
+                expired("F4", 500000, "s@x.test")});
+    std::set<std::string> seen;
+    auto st = l->for_each_open_identity([&](std::string_view mid, std::string_view fp) {
+        if (!mid.empty()) seen.insert("m " + std::string(mid));
+        if (!fp.empty()) seen.insert("f " + std::string(fp));
+    });
+    if (!l->can_list_identities()) {
+        // this backend is asked about every message instead: it must say so, not list nothing
+        ASSERT_FALSE(st.ok());
+        EXPECT_EQ(st.error().kind, ErrorKind::unavailable);
+        EXPECT_TRUE(seen.empty());
+        return;
+    }
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    EXPECT_EQ(seen, (std::set<std::string>{"m f1@client.example", "f fp-f1", "f fp-f2", "m f3@x"}));
 }
 
 TEST_P(LedgerContract, IdentitiesRecordedInABatchAreAllFound) {

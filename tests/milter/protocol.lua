@@ -68,8 +68,20 @@ for _, o in ipairs(originals) do
     "status=deferred (host mx." .. domain .. "[192.0.2.1] said: 451 4.3.5 System config error " ..
     "(in reply to RCPT TO command))\n")
 end
+-- and a message that reached the queue without passing through the milter
+-- (it was down): the ledger knows its Message-ID from cleanup's log line only
+local stamp = os.date("%b %e %H:%M:%S")
+f:write(stamp .. " sender postfix/cleanup[4243]: CCC0000001: message-id=<foreign-1@client.example>\n")
+f:write(stamp .. " sender postfix/qmgr[4244]: CCC0000001: from=<alice@example.org>, size=600, nrcpt=1 " ..
+  "(queue active)\n")
+f:write(stamp .. " sender postfix/smtp[4242]: CCC0000001: to=<bob@defer.example>, " ..
+  "relay=mx.defer.example[192.0.2.1]:25, delay=1.2, delays=0.1/0/0.6/0.5, dsn=4.3.5, status=deferred " ..
+  "(host mx.defer.example[192.0.2.1] said: 451 4.3.5 System config error (in reply to RCPT TO command))\n")
 f:close()
 if not os.execute(feed .. " " .. ledger .. " " .. plog) then fail("ledger feed failed") end
+-- the milter runs with --filter-rescan 1: its identity filter reads that
+-- Message-ID within a second
+os.execute("sleep 2.5")
 
 -- same Message-ID (other case in the domain, other comment): refused with the explanation
 local r = message(conn, "BBB0000001", "alice@example.org", { "bob@defer.example" },
@@ -121,6 +133,11 @@ if mt.eom_check(conn, MT_HDRADD) or mt.eom_check(conn, MT_QUARANTINE) then fail(
 r = message(conn, "BBB0000008", "alice@example.org", { "bob@defer.example" }, "<other@client.example>",
   "Something else", "Different words.\r\n")
 if r ~= SMFIR_ACCEPT then fail("unrelated mail not accepted: " .. tostring(r)) end
+
+-- a resend of the message the milter never saw: refused (found through the rescanned filter)
+r = message(conn, "BBB0000011", "alice@example.org", { "bob@defer.example" }, "<foreign-1@client.example>",
+  "Foreign", "It arrived while the milter was down.\r\n")
+if r ~= SMFIR_REPLYCODE then fail("resend of a message known from the log only not refused: " .. tostring(r)) end
 
 -- bad input: no Message-ID, an unbalanced one, a long subject: never a crash, never a tempfail
 r = message(conn, "BBB0000009", "alice@example.org", { "dave@else.example" }, nil, "No id", "x\r\n")

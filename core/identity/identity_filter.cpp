@@ -1,0 +1,117 @@
+// identity_filter.cpp -- the milter's negative cache of ledger identities
+// (identity_filter.hpp). Owns hashing and the rebuild protocol; must never
+// answer "no copy" for a key it was given, whatever a rebuild does.
+#include "retryguard/identity_filter.hpp"
+
+#include <exception>
+#include <functional>
+#include <string>
+
+#include "retryguard/ledger.hpp"
+
+namespace retryguard {
+namespace {
+
+// Message-IDs and fingerprints share one set; a Message-ID equal to some
+// fingerprint would only cost a lookup, but the mask keeps the two apart.
+constexpr std::uint64_t kFingerprintMask = 0x9e3779b97f4a7c15ULL;
+
+std::uint64_t message_id_key(std::string_view normalised) {
+    return std::hash<std::string_view>{}(normalised);
+}
+std::uint64_t fingerprint_key(std::string_view fingerprint) {
+    return std::hash<std::string_view>{}(fingerprint) ^ kFingerprintMask;
+}
+
+}  // namespace
+
+bool IdentityFilter::ready() const {
+    std::lock_guard lock(mu_);
+    return ready_;
+}
+
+bool IdentityFilter::may_have_copy(std::string_view message_id, std::string_view fingerprint) const {
+    std::string mid;
+    try {
+        if (!message_id.empty()) mid = normalize_message_id(message_id);
+    } catch (...) {
+        return true;  // cannot tell: ask the ledger
+    }
+    std::lock_guard lock(mu_);
+    if (!ready_) return true;
+    if (!mid.empty() && keys_.contains(message_id_key(mid))) return true;
+    if (!fingerprint.empty() && keys_.contains(fingerprint_key(fingerprint))) return true;
+    return false;
+}
+
+void IdentityFilter::insert(std::unordered_set<std::uint64_t>& into, std::vector<std::uint64_t>* also,
+                            std::string_view message_id, std::string_view fingerprint) {
+    if (!message_id.empty()) {
+        into.insert(message_id_key(message_id));
+        if (also) also->push_back(message_id_key(message_id));
+    }
+    if (!fingerprint.empty()) {
+        into.insert(fingerprint_key(fingerprint));
+        if (also) also->push_back(fingerprint_key(fingerprint));
+    }
+}
+
+void IdentityFilter::add(std::string_view message_id, std::string_view fingerprint) {
+    try {
+        std::string mid = message_id.empty() ? std::string() : normalize_message_id(message_id);
+        std::lock_guard lock(mu_);
+        insert(keys_, rebuilding_ ? &added_during_rebuild_ : nullptr, mid, fingerprint);
+    } catch (...) {
+        // Out of memory: the key may be missing, so no answer from the set can be trusted.
+        std::lock_guard lock(mu_);
+        ready_ = false;
+        lost_during_rebuild_ = rebuilding_;
+    }
+}
+
+Result<std::size_t> IdentityFilter::rebuild(const Scan& scan) {
+    {
+        std::lock_guard lock(mu_);
+        if (rebuilding_) return make_error(ErrorKind::internal, "identity filter: a rebuild is running");
+        rebuilding_ = true;
+        lost_during_rebuild_ = false;
+        added_during_rebuild_.clear();
+    }
+    std::unordered_set<std::uint64_t> fresh;
+    Status st;
+    try {
+        // The ledger stores Message-IDs normalised: they are hashed as they come.
+        st = scan([&](std::string_view mid, std::string_view fp) { insert(fresh, nullptr, mid, fp); });
+    } catch (const std::exception& e) {
+        st = make_error(ErrorKind::internal, std::string("identity filter: ") + e.what());
+    } catch (...) {
+        st = make_error(ErrorKind::internal, "identity filter: unknown exception");
+    }
+    std::lock_guard lock(mu_);
+    rebuilding_ = false;
+    if (st && lost_during_rebuild_)
+        st = make_error(ErrorKind::internal, "identity filter: a key could not be kept (out of memory)");
+    if (st) {
+        try {
+            fresh.insert(added_during_rebuild_.begin(), added_during_rebuild_.end());
+        } catch (...) {
+            st = make_error(ErrorKind::internal, "identity filter: out of memory");
+        }
+    }
+    if (!st) {
+        added_during_rebuild_.clear();
+        ready_ = false;
+        return st.error();
+    }
+    added_during_rebuild_.clear();
+    keys_.swap(fresh);
+    ready_ = true;
+    return keys_.size();
+}
+
+std::size_t IdentityFilter::size() const {
+    std::lock_guard lock(mu_);
+    return keys_.size();
+}
+
+}  // namespace retryguard

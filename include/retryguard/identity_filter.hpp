@@ -1,0 +1,60 @@
+// identity_filter.hpp -- a negative cache in front of the milter's ledger
+// lookup: 64-bit hashes of every Message-ID and fingerprint the ledger holds
+// for messages not yet finished. A message none of whose keys is in the set
+// has no pending copy, so the ledger need not be asked; a message with a key
+// in it (a resend, or a hash collision) is looked up as before. The filter
+// therefore never changes an answer; it only skips lookups that must come
+// back empty, which is nearly every message.
+//
+// Complete only while every key the ledger gains either is add()ed after its
+// write, or is read by a rebuild: keys written by another process (the log
+// follower's `message-id=` lines, another milter) arrive with the next
+// rebuild. Never throws; thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "retryguard/result.hpp"
+
+namespace retryguard {
+
+class IdentityFilter {
+  public:
+    // Calls its argument once per message with that message's Message-ID and
+    // fingerprint (either may be empty); Ledger::for_each_open_identity.
+    using Visitor = std::function<void(std::string_view message_id, std::string_view fingerprint)>;
+    using Scan = std::function<Status(const Visitor&)>;
+
+    // False until the first rebuild succeeds; until then every message may
+    // have a copy (every lookup goes to the ledger).
+    bool ready() const;
+    // Whether the ledger may hold a copy with this Message-ID (as the message
+    // carries it; normalised here) or this fingerprint.
+    bool may_have_copy(std::string_view message_id, std::string_view fingerprint) const;
+    // A message the ledger now holds (call after the write).
+    void add(std::string_view message_id, std::string_view fingerprint);
+    // Replaces the set with the keys scan reports, plus every key added while
+    // it ran. On error the filter is no longer ready (keys the scan would have
+    // brought may be missing) until a rebuild succeeds. Returns the keys held.
+    Result<std::size_t> rebuild(const Scan& scan);
+    std::size_t size() const;
+
+  private:
+    static void insert(std::unordered_set<std::uint64_t>& into, std::vector<std::uint64_t>* also,
+                       std::string_view message_id, std::string_view fingerprint);
+
+    mutable std::mutex mu_;
+    std::unordered_set<std::uint64_t> keys_;
+    std::vector<std::uint64_t> added_during_rebuild_;
+    bool ready_ = false;
+    bool rebuilding_ = false;
+    bool lost_during_rebuild_ = false;
+};
+
+}  // namespace retryguard

@@ -1,0 +1,93 @@
+// identity_filter_test.cpp -- the milter's negative cache: it may say "maybe"
+// too often, never "no" for a key it was given or a rebuild read.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "retryguard/identity_filter.hpp"
+
+using namespace retryguard;
+
+namespace {
+
+using Pairs = std::vector<std::pair<std::string, std::string>>;
+
+IdentityFilter::Scan listing(Pairs pairs) {
+    return [pairs = std::move(pairs)](const IdentityFilter::Visitor& v) -> Status {
+        for (const auto& [mid, fp] : pairs) v(mid, fp);
+        return {};
+    };
+}
+
+TEST(IdentityFilter, BeforeTheFirstRebuildEveryMessageMayHaveACopy) {
+    IdentityFilter f;
+    EXPECT_FALSE(f.ready());
+    EXPECT_TRUE(f.may_have_copy("never@seen", "never-seen"));
+    f.add("a@b", "fp-a");  // adds alone do not make it complete
+    EXPECT_TRUE(f.may_have_copy("other@b", "fp-other"));
+}
+
+TEST(IdentityFilter, AnswersFromTheKeysTheLedgerListed) {
+    IdentityFilter f;
+    auto r = f.rebuild(listing({{"m1@client.example", "fp-1"}, {"", "fp-2"}, {"m3@x", ""}}));
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(*r, 4u);
+    EXPECT_TRUE(f.ready());
+    EXPECT_TRUE(f.may_have_copy("m1@client.example", "new-fp"));  // by Message-ID
+    EXPECT_TRUE(f.may_have_copy("new@x", "fp-2"));                // by fingerprint
+    EXPECT_TRUE(f.may_have_copy("m3@x", ""));
+    EXPECT_FALSE(f.may_have_copy("new@x", "new-fp"));
+    EXPECT_FALSE(f.may_have_copy("", ""));
+    // the header's form is normalised as the ledger normalises it
+    EXPECT_TRUE(f.may_have_copy("<m1@Client.EXAMPLE>", ""));
+    // a Message-ID and a fingerprint with the same text are different keys
+    EXPECT_FALSE(f.may_have_copy("fp-1", ""));
+    EXPECT_FALSE(f.may_have_copy("", "m3@x"));
+}
+
+TEST(IdentityFilter, AddedKeysCountAtOnceAndSurviveARebuildThatDidNotSeeThem) {
+    IdentityFilter f;
+    ASSERT_TRUE(f.rebuild(listing({})).ok());
+    f.add("<New@Client.Example>", "fp-new");
+    EXPECT_TRUE(f.may_have_copy("New@client.example", ""));
+    EXPECT_TRUE(f.may_have_copy("", "fp-new"));
+    // a key written while the scan runs, and missed by it, is kept
+    auto r = f.rebuild([&](const IdentityFilter::Visitor& v) -> Status {
+        v("listed@x", "");
+        f.add("during@x", "fp-during");
+        return {};
+    });
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(f.may_have_copy("listed@x", ""));
+    EXPECT_TRUE(f.may_have_copy("during@x", ""));
+    EXPECT_TRUE(f.may_have_copy("", "fp-during"));
+    // keys added before the scan began are the ledger's to list: a message
+    // finished since then is dropped
+    EXPECT_FALSE(f.may_have_copy("New@client.example", "fp-new"));
+}
+
+TEST(IdentityFilter, AFailedRebuildSendsEveryMessageToTheLedgerUntilOneSucceeds) {
+    IdentityFilter f;
+    ASSERT_TRUE(f.rebuild(listing({{"a@x", ""}})).ok());
+    EXPECT_FALSE(f.may_have_copy("b@x", ""));
+    auto r = f.rebuild([](const IdentityFilter::Visitor& v) -> Status {
+        v("half@x", "");
+        return make_error(ErrorKind::unavailable, "ledger gone");
+    });
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().kind, ErrorKind::unavailable);
+    EXPECT_FALSE(f.ready());
+    EXPECT_TRUE(f.may_have_copy("b@x", ""));
+    // a scan that throws is a failed rebuild too, not an escaped exception
+    r = f.rebuild([](const IdentityFilter::Visitor&) -> Status { throw std::runtime_error("boom"); });
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message.find("boom"), std::string::npos);
+    ASSERT_TRUE(f.rebuild(listing({{"b@x", ""}})).ok());
+    EXPECT_TRUE(f.ready());
+    EXPECT_TRUE(f.may_have_copy("b@x", ""));
+    EXPECT_FALSE(f.may_have_copy("a@x", ""));
+}
+
+}  // namespace
