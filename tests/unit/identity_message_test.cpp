@@ -81,6 +81,18 @@ TEST(IdentityFingerprint, IsHexAndStable) {
     EXPECT_EQ(a, fp(m));
 }
 
+// Ledgers in the field hold fingerprints computed by earlier versions: the
+// digest must not change with the SHA-1 implementation (this value came from
+// the Boost.UUID SHA-1 the fingerprint used before libcrypto's).
+TEST(IdentityFingerprint, DigestIsTheOneEarlierVersionsStored) {
+    FingerprintBuilder b(FingerprintParts{}, 1 << 20);
+    b.sender("<Alice@Example.org>");
+    b.header("Subject", "  Quarterly   figures");
+    b.header("Content-Type", "multipart/mixed; boundary=\"abc\"");
+    b.body("--abc\r\nHello Bob,\r\n\r\nthe figures follow. =\r\nmore\r\n--abc--\r\n");
+    EXPECT_EQ(b.finish(), "692281e2c83bfa620aba1e068c86c0140779fa8b");
+}
+
 TEST(IdentityFingerprint, ChunkingDoesNotMatter) {
     Msg m;
     EXPECT_EQ(fp(m), fp(m, {}, 1));
