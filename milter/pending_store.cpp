@@ -7,11 +7,13 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "retryguard/identity_filter.hpp"
 #include "retryguard/ledger.hpp"
@@ -155,6 +157,9 @@ class LedgerStore final : public PendingStore {
 // is still recognised (the ledger then answers, with what it knows of the copy).
 // Bounded: when the queue is full the record is dropped and counted (fail
 // open: a later resend of that message is then not recognised).
+// Every libmilter thread takes mu_ twice per message, so nothing slow happens
+// under it: keys are hashed before, and a written batch's keys are released
+// by swapping maps, their memory freed after.
 class AsyncRecorder final : public PendingStore {
   public:
     AsyncRecorder(std::unique_ptr<PendingStore> inner, std::size_t limit)
@@ -171,30 +176,32 @@ class AsyncRecorder final : public PendingStore {
     }
     Result<std::vector<PendingCopy>> find_pending(const MessageFacts& msg,
                                                   std::chrono::steady_clock::time_point deadline) override {
+        const Keys k = keys(msg);
         {
             // Rare: a copy of this message was accepted moments ago and is still
             // waiting for its batch. Have the batch committed now (bounded wait),
             // so the ledger answers with that copy and what it knows of it.
             std::unique_lock lock(mu_);
-            if (!unwritten_.empty() && unwritten_copy(msg)) {
+            if (unwritten_copy(k)) {
                 flush_now_ = true;
                 cv_.notify_one();
                 written_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + kFlushWait),
-                                    [&] { return stop_ || !unwritten_copy(msg); });
+                                    [&] { return stop_ || !unwritten_copy(k); });
             }
         }
         return inner_->find_pending(msg, deadline);
     }
     Status record(const MessageFacts& msg, TimePoint when) override {
-        auto entry = std::make_shared<const Entry>(Entry{msg, when, keys(msg)});  // outside the lock
+        const Keys k = keys(msg);  // outside the lock, like the copy
+        Item item{msg, when};
         {
             std::lock_guard lock(mu_);
             if (stop_ || queue_.size() >= limit_) {
                 ++dropped_;
                 return make_error(ErrorKind::limit, "record queue full: identity not recorded");
             }
-            for (const auto& key : entry->keys) unwritten_.emplace(key, entry);
-            queue_.push_back(std::move(entry));
+            for (std::size_t i = 0; i < k.n; ++i) queued_keys_.emplace(k.key[i], k.self);
+            queue_.push_back(std::move(item));
             // wake the writer only when there is something new for it to do:
             // the first record of a batch, or a full batch
             if (queue_.size() != 1 && queue_.size() != kMaxBatch) return {};
@@ -208,40 +215,37 @@ class AsyncRecorder final : public PendingStore {
     std::uint64_t filter_errors() const override { return inner_->filter_errors(); }
 
   private:
-    struct Entry {
-        MessageFacts msg;
-        TimePoint when;
-        std::vector<std::string> keys;  // keys(msg): where unwritten_ lists it
+    using Item = std::pair<MessageFacts, TimePoint>;
+    // key hash -> hash of the queue id that holds it. Hashes, not strings: a
+    // collision costs one early commit, never a missed copy.
+    using KeyMap = std::unordered_multimap<std::uint64_t, std::uint64_t>;
+    struct Keys {
+        std::uint64_t key[2] = {};
+        std::size_t n = 0;
+        std::uint64_t self = 0;  // the message's own queue id
     };
 
-    static std::vector<std::string> keys(const MessageFacts& msg) {
-        std::vector<std::string> k;
-        if (auto mid = normalize_message_id(msg.message_id); !mid.empty()) k.push_back("m " + mid);
-        if (!msg.fingerprint.empty()) k.push_back("f " + msg.fingerprint);
+    static Keys keys(const MessageFacts& msg) {
+        Keys k;
+        std::hash<std::string_view> h;
+        if (auto mid = normalize_message_id(msg.message_id); !mid.empty()) k.key[k.n++] = h(mid);
+        if (!msg.fingerprint.empty()) k.key[k.n++] = h(msg.fingerprint) ^ 0x9e3779b97f4a7c15ULL;
+        k.self = h(msg.queue_id);
         return k;
     }
 
-    // Whether a record not yet committed has one of msg's identities (and is
-    // not msg itself).
-    bool unwritten_copy(const MessageFacts& msg) const {
-        for (const auto& key : keys(msg)) {
-            auto [lo, hi] = unwritten_.equal_range(key);
-            for (auto it = lo; it != hi; ++it)
-                if (it->second->msg.queue_id != msg.queue_id) return true;
+    // Whether a record not yet committed has one of these keys (and is not
+    // the message itself). Called with mu_ held.
+    bool unwritten_copy(const Keys& k) const {
+        for (const KeyMap* map : {&queued_keys_, &writing_keys_}) {
+            if (map->empty()) continue;
+            for (std::size_t i = 0; i < k.n; ++i) {
+                auto [lo, hi] = map->equal_range(k.key[i]);
+                for (auto it = lo; it != hi; ++it)
+                    if (it->second != k.self) return true;
+            }
         }
         return false;
-    }
-
-    void forget(const std::vector<std::shared_ptr<const Entry>>& batch) {
-        for (const auto& entry : batch)
-            for (const auto& key : entry->keys) {
-                auto [lo, hi] = unwritten_.equal_range(key);
-                for (auto it = lo; it != hi; ++it)
-                    if (it->second == entry) {
-                        unwritten_.erase(it);
-                        break;
-                    }
-            }
     }
 
     void run() {
@@ -251,19 +255,20 @@ class AsyncRecorder final : public PendingStore {
             if (queue_.empty() && stop_) return;  // drained: every accepted record written
             cv_.wait_for(lock, kGather, [this] { return stop_ || flush_now_ || queue_.size() >= kMaxBatch; });
             flush_now_ = false;
-            std::vector<std::shared_ptr<const Entry>> batch;
-            while (!queue_.empty() && batch.size() < kMaxBatch) {
-                batch.push_back(std::move(queue_.front()));
-                queue_.pop_front();
-            }
+            // the whole queue (at most limit_ records) is one batch
+            std::vector<Item> batch;
+            batch.swap(queue_);
+            writing_keys_.swap(queued_keys_);
             lock.unlock();
-            std::vector<std::pair<MessageFacts, TimePoint>> items;
-            items.reserve(batch.size());
-            for (const auto& e : batch) items.emplace_back(e->msg, e->when);
-            if (!inner_->record_many(items)) failed_ += batch.size();
+            if (!inner_->record_many(batch)) failed_ += batch.size();
+            KeyMap written;
             lock.lock();
-            forget(batch);  // committed (or counted as failed): the ledger answers for them now
+            written.swap(writing_keys_);  // committed (or counted as failed): the ledger answers for them now
             written_.notify_all();
+            lock.unlock();
+            written.clear();  // freed outside the lock
+            batch.clear();
+            lock.lock();
         }
     }
 
@@ -276,8 +281,9 @@ class AsyncRecorder final : public PendingStore {
     std::condition_variable cv_;       // to the writer: records waiting, flush, stop
     std::condition_variable written_;  // from the writer: a batch is committed
     bool flush_now_ = false;
-    std::deque<std::shared_ptr<const Entry>> queue_;
-    std::unordered_multimap<std::string, std::shared_ptr<const Entry>> unwritten_;  // by "m "/"f " key
+    std::vector<Item> queue_;
+    KeyMap queued_keys_;   // of queue_
+    KeyMap writing_keys_;  // of the batch being written
     bool stop_ = false;
     std::atomic<std::uint64_t> dropped_{0}, failed_{0};
     std::thread worker_;  // last: starts once everything above exists

@@ -188,10 +188,14 @@ void FingerprintBuilder::sender(std::string_view envelope_sender) {
 
 void FingerprintBuilder::header(std::string_view name, std::string_view value) {
     if (value.size() > 64 * 1024) value = value.substr(0, 64 * 1024);
-    if (!have_subject_ && lower(name) == "subject") {
+    // every header of every message passes here: compare without copying
+    auto is = [name](std::string_view lower_name) {
+        return name.size() == lower_name.size() && iequals_prefix(name, 0, lower_name);
+    };
+    if (!have_subject_ && is("subject")) {
         subject_ = normalize_subject(value);
         have_subject_ = true;
-    } else if (lower(name) == "content-type") {
+    } else if (is("content-type")) {
         note_boundary(value);
     }
 }
@@ -230,7 +234,7 @@ void FingerprintBuilder::body_line(std::string_view line) {
     }
     auto pos = std::string_view::npos;
     for (std::size_t i = 0; i + 9 <= line.size(); ++i)
-        if (iequals_prefix(line, i, "boundary=")) {
+        if (ascii_lower(line[i]) == 'b' && iequals_prefix(line, i, "boundary=")) {
             pos = i;
             break;
         }

@@ -139,6 +139,18 @@ r = message(conn, "BBB0000011", "alice@example.org", { "bob@defer.example" }, "<
   "Foreign", "It arrived while the milter was down.\r\n")
 if r ~= SMFIR_REPLYCODE then fail("resend of a message known from the log only not refused: " .. tostring(r)) end
 
+-- a resend moments after its original, whose record still waits for the
+-- writer's batch (gathered for 100 ms): the lookup has the batch committed
+-- first, so the ledger is asked (the identity filter learns a key only once
+-- it is committed; miltertest_test.sh counts the lookups it answered). The
+-- original has not been tried yet, so it is not "being retried": accepted.
+r = message(conn, "AAA0000006", "alice@example.org", { "erin@quick.example" }, "<quick-1@client.example>",
+  "Quick", "Sent twice in a hurry.\r\n")
+if r ~= SMFIR_ACCEPT then fail("quick original not accepted: " .. tostring(r)) end
+r = message(conn, "BBB0000012", "alice@example.org", { "erin@quick.example" }, "<quick-1@client.example>",
+  "Quick", "Sent twice in a hurry.\r\n")
+if r ~= SMFIR_ACCEPT then fail("resend of a copy not yet tried not accepted: " .. tostring(r)) end
+
 -- bad input: no Message-ID, an unbalanced one, a long subject: never a crash, never a tempfail
 r = message(conn, "BBB0000009", "alice@example.org", { "dave@else.example" }, nil, "No id", "x\r\n")
 if r ~= SMFIR_ACCEPT then fail("message without Message-ID not accepted") end
