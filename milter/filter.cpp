@@ -253,13 +253,11 @@ sfsistat on_eom(SMFICTX* ctx) {
         sfsistat rc = apply(ctx, *m, d);
         // Remember what was accepted for delivery so later resends are recognised.
         if (g.store && d.result == MilterResult::accept && !m->facts.queue_id.empty()) {
-            MessageFacts kept = m->facts;
-            if (!d.delete_recipients.empty()) kept.recipients = d.new_recipients;
             auto now = std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now());
-            if (auto st = g.store->record(kept, now); !st) {
+            if (auto st = g.store->record(m->facts, now); !st) {
                 ++g.counters.record_errors;
                 log_line(Severity::warning, fmt::format("{}: could not record the message identity: {}",
-                                                        kept.queue_id, st.error().message));
+                                                        m->facts.queue_id, st.error().message));
             } else {
                 ++g.counters.recorded;
             }

@@ -22,13 +22,18 @@ namespace retryguard::milter {
 
 namespace {
 
+// What the log cannot tell: the fingerprint (and the Message-ID and sender,
+// which cleanup and qmgr also log, in case their lines come later). Not the
+// recipients: a copy counts as being retried only once a recipient has been
+// deferred (resend.hpp: counts_as_retrying), and the log's deferral line names
+// that recipient; recording them here would cost two more B-tree inserts per
+// message for rows no verdict reads.
 MessageIdentity identity(const MessageFacts& msg, TimePoint when) {
     MessageIdentity id;
     id.queue_id = msg.queue_id;
     id.message_id = msg.message_id;
     id.fingerprint = msg.fingerprint;
     id.sender = msg.sender;
-    id.recipients = msg.recipients;
     id.time = when;
     return id;
 }

@@ -27,7 +27,8 @@ class PendingStore {
     // Past the deadline the lookup ends with ErrorKind::timeout.
     virtual Result<std::vector<PendingCopy>> find_pending(const MessageFacts& msg,
                                                           std::chrono::steady_clock::time_point deadline) = 0;
-    // The message was accepted under msg.queue_id for msg.recipients.
+    // The message was accepted under msg.queue_id: its identity is recorded
+    // (its recipients come from the log, see identity() in pending_store.cpp).
     virtual Status record(const MessageFacts& msg, TimePoint when) = 0;
     // Several at once (one ledger transaction where the backend allows it).
     virtual Status record_many(const std::vector<std::pair<MessageFacts, TimePoint>>& batch) {

@@ -79,6 +79,7 @@ Result<std::size_t> IdentityFilter::rebuild(const Scan& scan) {
     }
     std::unordered_set<std::uint64_t> fresh;
     Status st;
+
     try {
         // The ledger stores Message-IDs normalised: they are hashed as they come.
         st = scan([&](std::string_view mid, std::string_view fp) { insert(fresh, nullptr, mid, fp); });
@@ -86,6 +87,14 @@ Result<std::size_t> IdentityFilter::rebuild(const Scan& scan) {
         st = make_error(ErrorKind::internal, std::string("identity filter: ") + e.what());
     } catch (...) {
         st = make_error(ErrorKind::internal, "identity filter: unknown exception");
+    }
+    if (st) {
+        try {
+            // room for as many keys again before the set rehashes: a rehash
+            // would run under the lock every end of message takes
+            fresh.reserve(2 * fresh.size() + 1024);
+        } catch (...) {
+        }
     }
     std::lock_guard lock(mu_);
     rebuilding_ = false;
