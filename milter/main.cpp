@@ -281,11 +281,13 @@ int main(int argc, char** argv) {
         die(2, "--user: unknown user or group \"" + o.user + "\"");
     if (geteuid() == 0 && (o.user.empty() || run_uid == 0)) die(2, "refusing to run as root: give --user");
 
+    // the store's own lines (the identity filter's rebuilds) go where the verdicts go
+    const StoreLog store_log = [](Severity s, const std::string& text) {
+        if (globals().log) globals().log->write(s, text);
+    };
     if (o.check_only) {
-        auto store = open_pending_store(o.ledger, o.record_queue, std::chrono::seconds(o.filter_rescan),
-                                        [](Severity s, const std::string& text) {
-                                            if (globals().log) globals().log->write(s, text);
-                                        });
+        auto store =
+            open_pending_store(o.ledger, o.record_queue, std::chrono::seconds(o.filter_rescan), store_log);
         if (!store) die(2, store.error().message);
         std::printf("retryguard-milter: configuration ok\n");
         return 0;
@@ -341,10 +343,8 @@ int main(int argc, char** argv) {
         }
     }).detach();
 
-    auto store = open_pending_store(o.ledger, o.record_queue, std::chrono::seconds(o.filter_rescan),
-                                    [](Severity s, const std::string& text) {
-                                        if (globals().log) globals().log->write(s, text);
-                                    });
+    auto store =
+        open_pending_store(o.ledger, o.record_queue, std::chrono::seconds(o.filter_rescan), store_log);
     if (!store) die(2, store.error().message);
     globals().store = std::move(*store);
 

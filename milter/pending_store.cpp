@@ -205,7 +205,7 @@ class AsyncRecorder final : public PendingStore {
                 ++dropped_;
                 return make_error(ErrorKind::limit, "record queue full: identity not recorded");
             }
-            for (std::size_t i = 0; i < k.n; ++i) queued_keys_.emplace(k.key[i], k.self);
+            for (std::size_t i = 0; i < k.of.n; ++i) queued_keys_.emplace(k.of.key[i], k.self);
             queue_.push_back(std::move(item));
             // wake the writer only when there is something new for it to do:
             // the first record of a batch, or a full batch
@@ -225,18 +225,13 @@ class AsyncRecorder final : public PendingStore {
     // collision costs one early commit, never a missed copy.
     using KeyMap = std::unordered_multimap<std::uint64_t, std::uint64_t>;
     struct Keys {
-        std::uint64_t key[2] = {};
-        std::size_t n = 0;
-        std::uint64_t self = 0;  // the message's own queue id
+        IdentityFilter::Keys of;  // the message's identity
+        std::uint64_t self = 0;   // its own queue id
     };
 
     static Keys keys(const MessageFacts& msg) {
-        Keys k;
-        std::hash<std::string_view> h;
-        if (auto mid = normalize_message_id(msg.message_id); !mid.empty()) k.key[k.n++] = h(mid);
-        if (!msg.fingerprint.empty()) k.key[k.n++] = h(msg.fingerprint) ^ 0x9e3779b97f4a7c15ULL;
-        k.self = h(msg.queue_id);
-        return k;
+        return {IdentityFilter::keys_of(msg.message_id, msg.fingerprint),
+                std::hash<std::string_view>{}(msg.queue_id)};
     }
 
     // Whether a record not yet committed has one of these keys (and is not
@@ -244,8 +239,8 @@ class AsyncRecorder final : public PendingStore {
     bool unwritten_copy(const Keys& k) const {
         for (const KeyMap* map : {&queued_keys_, &writing_keys_}) {
             if (map->empty()) continue;
-            for (std::size_t i = 0; i < k.n; ++i) {
-                auto [lo, hi] = map->equal_range(k.key[i]);
+            for (std::size_t i = 0; i < k.of.n; ++i) {
+                auto [lo, hi] = map->equal_range(k.of.key[i]);
                 for (auto it = lo; it != hi; ++it)
                     if (it->second != k.self) return true;
             }

@@ -16,14 +16,21 @@ namespace {
 // fingerprint would only cost a lookup, but the mask keeps the two apart.
 constexpr std::uint64_t kFingerprintMask = 0x9e3779b97f4a7c15ULL;
 
-std::uint64_t message_id_key(std::string_view normalised) {
-    return std::hash<std::string_view>{}(normalised);
-}
-std::uint64_t fingerprint_key(std::string_view fingerprint) {
-    return std::hash<std::string_view>{}(fingerprint) ^ kFingerprintMask;
+}  // namespace
+
+IdentityFilter::Keys IdentityFilter::keys_of_normalised(std::string_view message_id,
+                                                        std::string_view fingerprint) {
+    Keys k;
+    std::hash<std::string_view> h;
+    if (!message_id.empty()) k.key[k.n++] = h(message_id);
+    if (!fingerprint.empty()) k.key[k.n++] = h(fingerprint) ^ kFingerprintMask;
+    return k;
 }
 
-}  // namespace
+IdentityFilter::Keys IdentityFilter::keys_of(std::string_view message_id, std::string_view fingerprint) {
+    return keys_of_normalised(message_id.empty() ? std::string() : normalize_message_id(message_id),
+                              fingerprint);
+}
 
 bool IdentityFilter::ready() const {
     std::lock_guard lock(mu_);
@@ -31,36 +38,32 @@ bool IdentityFilter::ready() const {
 }
 
 bool IdentityFilter::may_have_copy(std::string_view message_id, std::string_view fingerprint) const {
-    std::string mid;
+    Keys k;
     try {
-        if (!message_id.empty()) mid = normalize_message_id(message_id);
+        k = keys_of(message_id, fingerprint);
     } catch (...) {
         return true;  // cannot tell: ask the ledger
     }
     std::lock_guard lock(mu_);
     if (!ready_) return true;
-    if (!mid.empty() && keys_.contains(message_id_key(mid))) return true;
-    if (!fingerprint.empty() && keys_.contains(fingerprint_key(fingerprint))) return true;
+    for (std::size_t i = 0; i < k.n; ++i)
+        if (keys_.contains(k.key[i])) return true;
     return false;
 }
 
 void IdentityFilter::insert(std::unordered_set<std::uint64_t>& into, std::vector<std::uint64_t>* also,
-                            std::string_view message_id, std::string_view fingerprint) {
-    if (!message_id.empty()) {
-        into.insert(message_id_key(message_id));
-        if (also) also->push_back(message_id_key(message_id));
-    }
-    if (!fingerprint.empty()) {
-        into.insert(fingerprint_key(fingerprint));
-        if (also) also->push_back(fingerprint_key(fingerprint));
+                            const Keys& keys) {
+    for (std::size_t i = 0; i < keys.n; ++i) {
+        into.insert(keys.key[i]);
+        if (also) also->push_back(keys.key[i]);
     }
 }
 
 void IdentityFilter::add(std::string_view message_id, std::string_view fingerprint) {
     try {
-        std::string mid = message_id.empty() ? std::string() : normalize_message_id(message_id);
+        const Keys k = keys_of(message_id, fingerprint);
         std::lock_guard lock(mu_);
-        insert(keys_, rebuilding_ ? &added_during_rebuild_ : nullptr, mid, fingerprint);
+        insert(keys_, rebuilding_ ? &added_during_rebuild_ : nullptr, k);
     } catch (...) {
         // Out of memory: the key may be missing, so no answer from the set can be trusted.
         std::lock_guard lock(mu_);
@@ -79,10 +82,11 @@ Result<std::size_t> IdentityFilter::rebuild(const Scan& scan) {
     }
     std::unordered_set<std::uint64_t> fresh;
     Status st;
-
     try {
         // The ledger stores Message-IDs normalised: they are hashed as they come.
-        st = scan([&](std::string_view mid, std::string_view fp) { insert(fresh, nullptr, mid, fp); });
+        st = scan([&](std::string_view mid, std::string_view fp) {
+            insert(fresh, nullptr, keys_of_normalised(mid, fp));
+        });
     } catch (const std::exception& e) {
         st = make_error(ErrorKind::internal, std::string("identity filter: ") + e.what());
     } catch (...) {
@@ -115,11 +119,6 @@ Result<std::size_t> IdentityFilter::rebuild(const Scan& scan) {
     added_during_rebuild_.clear();
     keys_.swap(fresh);
     ready_ = true;
-    return keys_.size();
-}
-
-std::size_t IdentityFilter::size() const {
-    std::lock_guard lock(mu_);
     return keys_.size();
 }
 

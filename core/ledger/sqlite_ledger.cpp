@@ -469,7 +469,7 @@ class SqliteLedger final : public Ledger {
     }
 
     // A scan of messages (no index on state): run at milter start and every
-    // few minutes, on a read connection of its own, so no writer waits for it.
+    // --filter-rescan, on a read connection of its own, so no writer waits for it.
     bool can_list_identities() const noexcept override { return true; }
     Status for_each_open_identity(
         const std::function<void(std::string_view message_id, std::string_view fingerprint)>& f) override {

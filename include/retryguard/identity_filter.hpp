@@ -43,11 +43,21 @@ class IdentityFilter {
     // it ran. On error the filter is no longer ready (keys the scan would have
     // brought may be missing) until a rebuild succeeds. Returns the keys held.
     Result<std::size_t> rebuild(const Scan& scan);
-    std::size_t size() const;
+
+    // A message's keys as the filter hashes them (Message-ID normalised here):
+    // for whoever else must tell messages apart by identity in memory (the
+    // milter's record queue). Two messages with the same Message-ID or
+    // fingerprint share a key; a shared key otherwise is a hash collision.
+    struct Keys {
+        std::uint64_t key[2] = {};
+        std::size_t n = 0;
+    };
+    static Keys keys_of(std::string_view message_id, std::string_view fingerprint);
 
   private:
+    static Keys keys_of_normalised(std::string_view message_id, std::string_view fingerprint);
     static void insert(std::unordered_set<std::uint64_t>& into, std::vector<std::uint64_t>* also,
-                       std::string_view message_id, std::string_view fingerprint);
+                       const Keys& keys);
 
     mutable std::mutex mu_;
     std::unordered_set<std::uint64_t> keys_;
