@@ -364,13 +364,16 @@ Result<std::filesystem::path> find_shipped_rules(const std::filesystem::path& ex
         looked += p.string();
     }
 #endif
-#ifdef RETRYGUARD_SOURCE_DIR
     {
-        std::filesystem::path p = std::filesystem::path(RETRYGUARD_SOURCE_DIR) / "conf" / "classifier.yaml";
-        if (std::filesystem::is_regular_file(p, ec)) return p;
-        looked += (looked.empty() ? "" : ", ") + p.string();
+        // Beside the program: <prefix>/bin/../share/retryguard (an install under
+        // any prefix, and the build tree, which keeps a copy in build/share).
+        std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+        if (!ec) {
+            std::filesystem::path p = exe.parent_path().parent_path() / "share" / "retryguard" / "classifier.yaml";
+            if (std::filesystem::is_regular_file(p, ec)) return p;
+            looked += (looked.empty() ? "" : ", ") + p.string();
+        }
     }
-#endif
     return make_error(ErrorKind::config, "no classifier.yaml found (looked in: " + looked +
                                              "); set RETRYGUARD_DATADIR or pass the rule file explicitly");
 }
