@@ -7,6 +7,7 @@
 // text pattern silently override a precise enhanced code the rule does not
 // name, and never guess: no rule means `unknown`.
 #include "retryguard/classifier.hpp"
+#include "retryguard/file_access.hpp"
 
 #include <fmt/format.h>
 #include <re2/re2.h>
@@ -15,9 +16,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <unordered_set>
@@ -329,7 +332,10 @@ Result<RuleFile> parse_rules_file(const std::filesystem::path& path) {
     const std::string name = path.string();
     try {
         std::ifstream in(path, std::ios::binary);
-        if (!in) return make_error(ErrorKind::config, name + ": cannot open rule file");
+        if (!in) {
+            std::string why = unreadable_file(path);
+            return make_error(ErrorKind::config, why.empty() ? name + ": cannot open rule file" : why);
+        }
         std::ostringstream buf;
         buf << in.rdbuf();
         if (buf.str().size() > (8u << 20))
@@ -344,15 +350,31 @@ Result<RuleFile> parse_rules_file(const std::filesystem::path& path) {
     }
 }
 
+namespace {
+// A candidate rule file: the path when it can be read; an error when it exists
+// but cannot be read (said with the reason and the user); nullopt when absent.
+std::optional<Result<std::filesystem::path>> try_rule_file(const std::filesystem::path& p) {
+    int err = 0;
+    std::string why = unreadable_file(p, &err);
+    if (why.empty()) {
+        std::error_code ec;
+        if (std::filesystem::is_regular_file(p, ec)) return Result<std::filesystem::path>(p);
+        return Result<std::filesystem::path>(
+            make_error(ErrorKind::config, p.string() + ": not a regular file"));
+    }
+    if (err == ENOENT) return std::nullopt;
+    return Result<std::filesystem::path>(make_error(ErrorKind::config, why));
+}
+}  // namespace
+
 Result<std::filesystem::path> find_shipped_rules(const std::filesystem::path& explicit_path) {
-    std::error_code ec;
     if (!explicit_path.empty()) {
-        if (std::filesystem::is_regular_file(explicit_path, ec)) return explicit_path;
+        if (auto r = try_rule_file(explicit_path)) return *r;
         return make_error(ErrorKind::config, explicit_path.string() + ": rule file not found");
     }
     if (const char* env = std::getenv("RETRYGUARD_DATADIR"); env && *env) {
         std::filesystem::path p = std::filesystem::path(env) / "classifier.yaml";
-        if (std::filesystem::is_regular_file(p, ec)) return p;
+        if (auto r = try_rule_file(p)) return *r;
         return make_error(ErrorKind::config,
                           "RETRYGUARD_DATADIR is set, but " + p.string() + " does not exist");
     }
@@ -360,17 +382,19 @@ Result<std::filesystem::path> find_shipped_rules(const std::filesystem::path& ex
 #ifdef RETRYGUARD_DATADIR
     {
         std::filesystem::path p = std::filesystem::path(RETRYGUARD_DATADIR) / "classifier.yaml";
-        if (std::filesystem::is_regular_file(p, ec)) return p;
+        if (auto r = try_rule_file(p)) return *r;
         looked += p.string();
     }
 #endif
     {
         // Beside the program: <prefix>/bin/../share/retryguard (an install under
         // any prefix, and the build tree, which keeps a copy in build/share).
+        std::error_code ec;
         std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
         if (!ec) {
-            std::filesystem::path p = exe.parent_path().parent_path() / "share" / "retryguard" / "classifier.yaml";
-            if (std::filesystem::is_regular_file(p, ec)) return p;
+            std::filesystem::path p =
+                exe.parent_path().parent_path() / "share" / "retryguard" / "classifier.yaml";
+            if (auto r = try_rule_file(p)) return *r;
             looked += (looked.empty() ? "" : ", ") + p.string();
         }
     }

@@ -5,6 +5,7 @@
 // never decide policy.
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -12,6 +13,7 @@
 
 #include "config/internal.hpp"
 #include "config/values.hpp"
+#include "retryguard/file_access.hpp"
 
 namespace retryguard::config {
 
@@ -776,7 +778,8 @@ LoadOutcome load_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
         LoadOutcome out;
-        out.errors.push_back(Diagnostic{path, 0, 0, "cannot open the file"});
+        const int err = errno;
+        out.errors.push_back(Diagnostic{path, 0, 0, "cannot open the file: " + file_error_reason(err)});
         return out;
     }
     std::string text;

@@ -22,3 +22,13 @@ e2e_receiver_accept
 postqueue -c "$(e2e_etc sender)" -f
 e2e_wait_log sender "$q1: to=<bob@defer.e2e.test>,.* status=sent" 30
 e2e_wait_log sender "$q1: removed" 10
+
+# A daemon that cannot start is reported with its own words, not only as a port
+# that did not come up (run in a subshell: e2e_fail exits it).
+e2e_start_daemon broken bash -c 'echo "broken: /x/classifier.yaml: cannot read: Permission denied for user nobody (uid 65534)" >&2; exit 1'
+out=$( (e2e_wait_port "$(e2e_free_port)" 5 broken) 2>&1) && e2e_fail "waiting for a dead daemon's port succeeded"
+grep -q "broken said:" <<<"$out" || e2e_fail "no daemon words in: $out"
+grep -q "cannot read: Permission denied for user nobody" <<<"$out" || e2e_fail "the daemon's reason is missing: $out"
+grep -q "broken: exited before 127.0.0.1:" <<<"$out" || e2e_fail "the failure does not say the daemon exited: $out"
+# the programs under test run from a copy every user can read (e2e_stage_programs)
+[ "$(stat -c %a "$E2E_DIR/prog")" = 755 ] || e2e_fail "$E2E_DIR/prog is not world-readable"

@@ -68,6 +68,7 @@ e2e_begin() {
     mkdir -p "$E2E_DIR/log" "$E2E_DIR/run"
     chmod 755 "$E2E_DIR/log" "$E2E_DIR/run"
     trap e2e_cleanup EXIT
+    e2e_stage_programs
     trap 'e2e_log "interrupted"; exit 1' INT TERM HUP
     # The watchdog runs in its own process group and signals only this shell.
     # Stopped with SIGTERM by e2e_cleanup, it takes its sleep along.
@@ -82,6 +83,30 @@ e2e_begin() {
     ) </dev/null >/dev/null 2>&1 &
     E2E_WATCHDOG=$!
     e2e_log "dir $E2E_DIR (limit ${limit}s)"
+}
+
+# e2e_stage_programs: copies the programs under test (RETRYGUARD_CLI, _MILTER,
+# _POLICYD) and the shipped classifier rules into $E2E_DIR/prog, readable by
+# everyone, and points the variables and RETRYGUARD_DATADIR there. Daemons run
+# as unprivileged users (nobody, postfix), and the source tree may sit where
+# they cannot reach it: a clone in root's home (/root is mode 0700) or a
+# private /home/USER. Nothing they run or read may depend on that path.
+e2e_stage_programs() {
+    local dir=$E2E_DIR/prog var src rules=
+    mkdir -p "$dir/bin" "$dir/share/retryguard"
+    for var in RETRYGUARD_CLI RETRYGUARD_MILTER RETRYGUARD_POLICYD; do
+        src=${!var:-}
+        [ -n "$src" ] && [ -x "$src" ] || continue
+        cp "$src" "$dir/bin/"
+        export "$var=$dir/bin/$(basename "$src")"
+        [ -n "$rules" ] || rules=$(dirname "$src")/../share/retryguard/classifier.yaml
+    done
+    if [ -n "$rules" ]; then
+        [ -f "$rules" ] || e2e_fail "the build's shipped rules $rules are missing"
+        cp "$rules" "$dir/share/retryguard/classifier.yaml"
+        export RETRYGUARD_DATADIR=$dir/share/retryguard
+    fi
+    chmod -R a+rX "$dir"
 }
 
 e2e_cleanup() {
@@ -118,12 +143,31 @@ e2e_free_port() {
 
 e2e_port_listening() { [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]; }
 
-e2e_wait_port() {  # e2e_wait_port PORT [SECONDS]
-    local deadline=$((SECONDS + ${2:-15}))
+e2e_wait_port() {  # e2e_wait_port PORT [SECONDS [DAEMON]]
+    local deadline=$((SECONDS + ${2:-15})) daemon=${3:-} pid
     until e2e_port_listening "$1"; do
-        [ $SECONDS -lt "$deadline" ] || e2e_fail "127.0.0.1:$1 did not come up"
+        if [ -n "$daemon" ]; then
+            pid=$(e2e_daemon_pid "$daemon")
+            [ -n "$pid" ] && [ -d "/proc/$pid" ] || e2e_daemon_failed "$daemon" "exited before 127.0.0.1:$1 came up"
+        fi
+        [ $SECONDS -lt "$deadline" ] || {
+            [ -n "$daemon" ] && e2e_daemon_failed "$daemon" "127.0.0.1:$1 did not come up"
+            e2e_fail "127.0.0.1:$1 did not come up"
+        }
         sleep 0.1
     done
+}
+
+# e2e_daemon_failed NAME WHAT: fail with the daemon's own last words (its
+# stderr, e.g. "cannot read: Permission denied for user nobody"), not only
+# with what the harness saw.
+e2e_daemon_failed() {
+    local f="$E2E_DIR/log/$1.stderr"
+    if [ -s "$f" ]; then
+        e2e_log "$1 said:"
+        tail -n 5 "$f" | sed 's/^/    /' >&2
+    fi
+    e2e_fail "$1: $2"
 }
 
 e2e_etc() { echo "$E2E_DIR/$1/etc"; }

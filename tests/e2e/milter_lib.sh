@@ -55,13 +55,13 @@ log: {verdicts: "postlog:$E2E_DIR/sender/spool/public/postlog"}
 EOF
     e2e_start_daemon policyd setpriv --reuid=nobody --regid=postdrop --clear-groups \
         "$RETRYGUARD_POLICYD" -c "$E2E_DIR/retryguard.yaml" --foreground --listen "tcp:127.0.0.1:$POLICY_PORT"
-    e2e_wait_port "$POLICY_PORT" 10
+    e2e_wait_port "$POLICY_PORT" 10 policyd
 }
 
 milter_start() {
     e2e_start_daemon milter "$RETRYGUARD_MILTER" "${MILTER_ARGS[@]}"
     for _ in $(seq 100); do [ -S "$MILTER_SOCK" ] && break; sleep 0.05; done
-    [ -S "$MILTER_SOCK" ] || e2e_fail "milter socket $MILTER_SOCK did not appear"
+    [ -S "$MILTER_SOCK" ] || e2e_daemon_failed milter "socket $MILTER_SOCK did not appear"
     e2e_wait_log sender "retryguard/milter\[[0-9]+\]: starting: " 10
 }
 

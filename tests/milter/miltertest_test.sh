@@ -18,6 +18,14 @@ cleanup() {
 }
 trap cleanup EXIT
 chmod 755 "$dir"
+# The programs and the files they read are staged in $dir, readable by the
+# unprivileged user they run as, wherever the source tree is (lib.sh).
+# shellcheck source=../e2e/lib.sh
+. "$(dirname "$0")/../e2e/lib.sh"
+E2E_DIR=$dir
+e2e_stage_programs
+cp "$(dirname "$0")/../../conf/retryguard.yaml" "$dir/retryguard.yaml"
+chmod 644 "$dir/retryguard.yaml"
 run_as=()
 user=$(id -un)
 if [ "$(id -u)" = 0 ]; then
@@ -31,7 +39,7 @@ fi
     2>"$dir/milter.stderr" &
 pid=$!
 for _ in $(seq 100); do [ -S "$dir/milter.sock" ] && break; sleep 0.05; done
-conf=$(cd "$(dirname "$0")/../../conf" && pwd)/retryguard.yaml
+conf=$dir/retryguard.yaml
 # protocol.lua runs: $RG_FEED LEDGER LOG
 export RG_SOCKET=$dir/milter.sock RG_LEDGER=sqlite:$dir/ledger.db RG_LOG=$dir/postfix.log \
     RG_FEED="${run_as[*]} $RETRYGUARD_CLI import -q -c $conf --ledger"

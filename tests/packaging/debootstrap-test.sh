@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # debootstrap-test.sh -- the README's two commands on a fresh Debian 12: makes
-# a minimal bookworm tree with debootstrap, copies the project's tracked files
-# into it, and runs, as root inside the tree (chroot):
+# a minimal bookworm tree with debootstrap, clones the project into root's home
+# there (/root/project, mode 0700, as a root user's clone usually is), and runs,
+# as root inside the tree (chroot):
 #
 #   scripts/demo.sh     install what is needed, build, run the first-run demo
 #   scripts/test.sh     install what is needed, build, pass every test
@@ -97,17 +98,24 @@ printf '#!/bin/sh\nexit 101\n' >"$tree/usr/sbin/policy-rc.d"
 chmod 0755 "$tree/usr/sbin/policy-rc.d"
 echo "made by retryguard's tests/packaging/debootstrap-test.sh" >"$tree/etc/retryguard-debootstrap-tree"
 
-log "copying the project's tracked files to /src"
-mkdir -p "$tree/src"
+# Where a root user's clone usually lands: root's home, mode 0700, which the
+# daemons' unprivileged users cannot enter. The clone comes from this
+# repository (there is no network for a remote one); the working tree's tracked
+# files are laid over it so that uncommitted changes are what is tested.
+proj=/root/project
+log "cloning the project into $proj"
+[ "$(stat -c %a "$tree/root")" = 700 ] || chmod 0700 "$tree/root"
 if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
-  git -C "$src" ls-files -z | (cd "$src" && tar --null -T - -cf -) | tar -xf - -C "$tree/src"
+  git clone -q --no-hardlinks "$src" "$tree$proj"
+  git -C "$src" ls-files -z | (cd "$src" && tar --null -T - -cf -) | tar -xf - -C "$tree$proj"
 else
-  (cd "$src" && tar --exclude='./build*' -cf - .) | tar -xf - -C "$tree/src"
+  mkdir -p "$tree$proj"
+  (cd "$src" && tar --exclude='./build*' -cf - .) | tar -xf - -C "$tree$proj"
 fi
 
-in_tree() {  # a clean root login shell's environment, in /src
+in_tree() {  # a clean root login shell's environment, in the clone
   chroot "$tree" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    LANG=C.UTF-8 TERM=dumb CI="${CI:-}" /bin/bash -c "cd /src && $1"
+    LANG=C.UTF-8 TERM=dumb CI="${CI:-}" /bin/bash -c "cd $proj && $1"
 }
 
 log "README main command: scripts/demo.sh"

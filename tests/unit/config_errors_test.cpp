@@ -304,5 +304,6 @@ TEST(ConfigErrors, ErrorCountIsBounded) {
 TEST(ConfigErrors, UnreadableFile) {
     auto out = cfg::load_file("/nonexistent/retryguard.yaml");
     ASSERT_EQ(out.errors.size(), 1u);
-    EXPECT_EQ(out.errors[0].to_string(), "/nonexistent/retryguard.yaml: error: cannot open the file");
+    EXPECT_EQ(out.errors[0].to_string(),
+              "/nonexistent/retryguard.yaml: error: cannot open the file: No such file or directory");
 }

@@ -1,0 +1,19 @@
+// file_access.hpp -- why a file the program needs cannot be read, said for the
+// admin who has to fix it: the path, the system's reason and, for permission
+// errors, the user the program runs as (a daemon that dropped privileges, or a
+// source tree in a private home, is the usual cause).
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace retryguard {
+
+// "Permission denied for user nobody (uid 65534)" for EACCES/EPERM, else strerror(err).
+std::string file_error_reason(int err);
+
+// "PATH: cannot read: REASON" when PATH exists (or may exist) but cannot be
+// opened for reading by this process; "" when it can. `err` receives errno.
+std::string unreadable_file(const std::filesystem::path& path, int* err = nullptr);
+
+}  // namespace retryguard
