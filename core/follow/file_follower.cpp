@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include "retryguard/file_access.hpp"
 #include "retryguard/follower.hpp"
 
 namespace retryguard {
@@ -172,7 +173,21 @@ class FileFollower final : public LineSource {
     bool open_at(const std::string& name, std::uint64_t offset, bool at_path,
                  std::optional<std::pair<std::uint64_t, std::uint64_t>> expect = std::nullopt) {
         int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
-        if (fd < 0) return false;
+        if (fd < 0) {
+            // "Not there yet" is normal (the log appears later); anything else
+            // (EACCES: the daemon's user may not read the mail log) is an
+            // error the admin must see: counted, in status, once per change.
+            if (errno != ENOENT && at_path) {
+                ++counters_.open_errors;
+                std::string why = name + ": cannot read: " + file_error_reason(errno);
+                if (why != counters_.unreadable) {
+                    counters_.unreadable = why;
+                    note_error(why);
+                }
+            }
+            return false;
+        }
+        if (at_path) counters_.unreadable.clear();
         struct stat sb {};
         if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) ||
             (expect && (static_cast<std::uint64_t>(sb.st_dev) != expect->first ||

@@ -45,6 +45,8 @@ std::string format_status(const FollowerStatus& st) {
         st.rotations, st.truncations, st.batches_refused, st.pending ? "yes" : "no",
         st.inotify ? "yes" : "no");
     if (!st.cursor.empty()) out += fmt::format(" cursor={}", st.cursor);
+    if (st.open_errors) out += fmt::format(" open_errors={}", st.open_errors);
+    if (!st.unreadable.empty()) out += fmt::format(" unreadable=\"{}\"", st.unreadable);
     if (!st.last_error.empty()) out += fmt::format(" last_error=\"{}\"", st.last_error);
     return out;
 }

@@ -102,6 +102,8 @@ struct FollowerStatus {
     std::uint64_t batches_refused = 0;  // back-pressure: the consumer said "not now"
     bool pending = false;               // a batch is waiting for the consumer
     bool inotify = false;               // notified (true) or polling (false)
+    std::uint64_t open_errors = 0;      // attempts to open the source that failed other than "not there yet"
+    std::string unreadable;             // why the source cannot be read now (permission...), "" when it can
     std::string last_error;             // empty when none
     TimePoint last_error_time{};
     TimePoint last_line_time{};  // wall clock of the last delivered line (source liveness, not event time)
