@@ -29,6 +29,8 @@ struct ImportOptions {
     std::size_t batch = 2000;
 };
 
+constexpr std::uint64_t kSaveEveryBatches = 50;
+
 int run_import(const ImportOptions& opt) {
     RuntimeOptions ro;
     ro.config_path = opt.config;
@@ -50,12 +52,23 @@ int run_import(const ImportOptions& opt) {
                           if (!opt.quiet) fmt::print("{} {}\n", format_rfc3339(v.time), format_verdict(v));
                           if (opt.to_log) log.write(v);
                       });
+    std::string current_path;
+    std::uint64_t batch_first_line = 0;  // line number (1-based) of the batch's first line
+    ingestor.set_poison_sink([&](std::string_view what, std::uint64_t where, std::string_view why) {
+        if (what == "line")
+            fmt::print(stderr, "retryguard import: {}:{}: line skipped: {}\n", current_path,
+                       batch_first_line + where, why);
+        else
+            fmt::print(stderr, "retryguard import: {} {} skipped: {}\n", what, where, why);
+    });
+    // A state that cannot be restored stays as it is: nothing is imported or saved.
     if (auto st = ingestor.restore(); !st) {
         fmt::print(stderr, "retryguard import: {}\n", st.error().message);
         return kExitAttention;
     }
     int rc = kExitOk;
     std::vector<std::string> batch;
+    std::uint64_t batches_since_save = 0;
     std::optional<TimePoint> last_time;
     for (const auto& path : opt.files) {
         auto reader = LogFileReader::open(path);
@@ -69,13 +82,22 @@ int run_import(const ImportOptions& opt) {
         po.year = opt.year;
         po.local_time = !opt.utc;
         LogParser parser(po);
+        current_path = path;
+        std::uint64_t line_no = 0;
         auto flush = [&]() -> bool {
             if (batch.empty()) return true;
+            batch_first_line = line_no - batch.size() + 1;
             auto st = ingestor.ingest_lines(parser, batch, std::nullopt);
             batch.clear();
             if (!st) {
                 fmt::print(stderr, "retryguard import: {}: ledger: {}\n", path, st.error().message);
                 return false;
+            }
+            // Saving now and then keeps the engine journal (replayed after a crash) short.
+            if (++batches_since_save >= kSaveEveryBatches) {
+                batches_since_save = 0;
+                if (auto sv = ingestor.save(); !sv)
+                    fmt::print(stderr, "retryguard import: saving engine state: {}\n", sv.error().message);
             }
             return true;
         };
@@ -89,6 +111,7 @@ int run_import(const ImportOptions& opt) {
                 break;
             }
             if (!*more) break;
+            ++line_no;
             batch.emplace_back(line);
             if (batch.size() >= opt.batch && !(ok = flush())) break;
         }
@@ -96,7 +119,12 @@ int run_import(const ImportOptions& opt) {
         if (!ok) rc = kExitAttention;
         if (ingestor.engine().now() > TimePoint{}) last_time = ingestor.engine().now();
     }
-    if (last_time) (void)ingestor.advance(*last_time);
+    if (last_time) {
+        if (auto st = ingestor.advance(*last_time); !st) {
+            fmt::print(stderr, "retryguard import: final evaluation: {}\n", st.error().message);
+            rc = kExitAttention;
+        }
+    }
     if (auto st = ingestor.save(); !st) {
         fmt::print(stderr, "retryguard import: saving engine state: {}\n", st.error().message);
         rc = kExitAttention;
