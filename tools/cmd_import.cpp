@@ -47,11 +47,24 @@ int run_import(const ImportOptions& opt) {
         if (auto st = log.open(t); !st)
             fmt::print(stderr, "retryguard import: verdict log: {}\n", st.error().message);
     }
-    Ingestor ingestor(*rt->ledger, rt->classifier, config::to_engine_settings(rt->config),
-                      [&](const Verdict& v) {
-                          if (!opt.quiet) fmt::print("{} {}\n", format_rfc3339(v.time), format_verdict(v));
-                          if (opt.to_log) log.write(v);
-                      });
+    // Verdict lines are collected while the Ingestor applies a batch's effects
+    // and written in one go right after each call returns: the lines of
+    // effects that committed reach standard output at once, not when a stdio
+    // buffer fills (a kill -9 in between would lose them; see ingest.hpp).
+    std::string out;
+    auto emit = [&out] {
+        if (out.empty()) return;
+        std::fwrite(out.data(), 1, out.size(), stdout);
+        std::fflush(stdout);
+        out.clear();
+    };
+    Ingestor ingestor(
+        *rt->ledger, rt->classifier, config::to_engine_settings(rt->config), [&](const Verdict& v) {
+            if (!opt.quiet)
+                fmt::format_to(std::back_inserter(out), "{} {}\n", format_rfc3339(v.time), format_verdict(v));
+            if (opt.to_log) log.write(v);
+        });
+    ingestor.set_lines_done(emit);
     std::string current_path;
     std::uint64_t batch_first_line = 0;  // line number (1-based) of the batch's first line
     ingestor.set_poison_sink([&](std::string_view what, std::uint64_t where, std::string_view why) {
@@ -62,8 +75,10 @@ int run_import(const ImportOptions& opt) {
             fmt::print(stderr, "retryguard import: {} {} skipped: {}\n", what, where, why);
     });
     // A state that cannot be restored stays as it is: nothing is imported or saved.
-    if (auto st = ingestor.restore(); !st) {
-        fmt::print(stderr, "retryguard import: {}\n", st.error().message);
+    auto restored = ingestor.restore();
+    emit();
+    if (!restored) {
+        fmt::print(stderr, "retryguard import: {}\n", restored.error().message);
         return kExitAttention;
     }
     int rc = kExitOk;
@@ -88,6 +103,7 @@ int run_import(const ImportOptions& opt) {
             if (batch.empty()) return true;
             batch_first_line = line_no - batch.size() + 1;
             auto st = ingestor.ingest_lines(parser, batch, std::nullopt);
+            emit();
             batch.clear();
             if (!st) {
                 fmt::print(stderr, "retryguard import: {}: ledger: {}\n", path, st.error().message);
@@ -96,7 +112,9 @@ int run_import(const ImportOptions& opt) {
             // Saving now and then keeps the engine journal (replayed after a crash) short.
             if (++batches_since_save >= kSaveEveryBatches) {
                 batches_since_save = 0;
-                if (auto sv = ingestor.save(); !sv)
+                auto sv = ingestor.save();
+                emit();
+                if (!sv)
                     fmt::print(stderr, "retryguard import: saving engine state: {}\n", sv.error().message);
             }
             return true;
@@ -120,13 +138,17 @@ int run_import(const ImportOptions& opt) {
         if (ingestor.engine().now() > TimePoint{}) last_time = ingestor.engine().now();
     }
     if (last_time) {
-        if (auto st = ingestor.advance(*last_time); !st) {
+        auto st = ingestor.advance(*last_time);
+        emit();
+        if (!st) {
             fmt::print(stderr, "retryguard import: final evaluation: {}\n", st.error().message);
             rc = kExitAttention;
         }
     }
-    if (auto st = ingestor.save(); !st) {
-        fmt::print(stderr, "retryguard import: saving engine state: {}\n", st.error().message);
+    auto saved = ingestor.save();
+    emit();
+    if (!saved) {
+        fmt::print(stderr, "retryguard import: saving engine state: {}\n", saved.error().message);
         rc = kExitAttention;
     }
     const auto& s = ingestor.stats();

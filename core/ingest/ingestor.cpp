@@ -283,9 +283,14 @@ Status Ingestor::flush_effects() {
     }
     // Written after the effects commit; those at or below the mark were
     // written before a crash and are not written again.
+    bool wrote = false;
     for (const auto& p : pending_)
-        if (p.effect.seq > *before && sink_) sink_(p.verdict);
+        if (p.effect.seq > *before && sink_) {
+            sink_(p.verdict);
+            wrote = true;
+        }
     pending_.clear();
+    if (wrote && lines_done_) lines_done_();
     return {};
 }
 

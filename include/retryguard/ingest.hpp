@@ -106,6 +106,10 @@ class Ingestor {
     Status sync_flags(TimePoint now);
 
     void set_poison_sink(PoisonSink sink) { poison_ = std::move(sink); }
+    // Called right after the verdict lines of one effects commit went to the
+    // sink: a sink that buffers writes them out here (a crash after the commit
+    // must find as few of its lines unwritten as possible).
+    void set_lines_done(std::function<void()> f) { lines_done_ = std::move(f); }
 
     // Hot-swap the classifier or the engine settings (configuration reload).
     void set_classifier(std::shared_ptr<const Classifier> classifier) { classifier_ = std::move(classifier); }
@@ -140,6 +144,7 @@ class Ingestor {
     Engine engine_;
     VerdictSink sink_;
     PoisonSink poison_;
+    std::function<void()> lines_done_;
     IngestStats stats_;
     std::vector<IngestItem> items_;  // reused between batches
     std::uint64_t journal_seq_ = 0;  // last journal entry the engine consumed
