@@ -185,16 +185,17 @@ Status Ingestor::catch_up() {
         auto entries = ledger_.read_journal(journal_seq_, kJournalChunk);
         if (!entries) return entries.error();
         if (entries->empty()) break;
-        EngineJournalRecord record;
+        std::vector<EngineJournalRecord> records;
         for (const auto& e : *entries) {
-            ++stats_.replayed;
-            if (!decode_journal_entry(e.data, record)) {
+            records.clear();
+            if (!decode_journal_entry(e.data, records)) {
                 ++stats_.engine_errors;
                 if (poison_) poison_("journal entry", e.seq, "not readable by this version");
                 journal_seq_ = e.seq;
                 continue;
             }
-            feed(record, e.seq);
+            stats_.replayed += records.size();
+            for (const auto& r : records) feed(r, e.seq);
         }
         (void)flush_effects();  // pending ones stay queued on failure
     }
@@ -232,16 +233,15 @@ Status Ingestor::ingest_lines(LogParser& parser, std::span<const std::string> li
     stats_.applied += result->applied;
     stats_.duplicates += result->duplicates;
 
-    if (need_catch_up_ || (result->applied > 0 && result->journal_first != journal_seq_ + 1)) {
+    if (need_catch_up_ || (result->applied > 0 && result->journal_seq != journal_seq_ + 1)) {
         // Entries the engine has not seen precede this batch's: take all from the journal.
         if (auto st = catch_up(); !st) return {};  // the batch is in; the next call catches up
     } else {
         EngineJournalRecord record;
-        std::uint64_t seq = result->journal_first;
         for (std::size_t i = 0; i < items_.size() && i < result->fresh.size(); ++i) {
             if (!result->fresh[i]) continue;
             record.item = std::move(items_[i]);
-            feed(record, seq++);
+            feed(record, result->journal_seq);
         }
     }
     (void)flush_effects();

@@ -164,7 +164,42 @@ std::string encode_journal_clear_flag(std::string_view destination, TimePoint no
     return w.take();
 }
 
-bool decode_journal_entry(std::string_view data, EngineJournalRecord& out) {
+void append_journal_batch_item(std::string& batch, const IngestItem& item) {
+    const std::string e = encode_journal_event(item);
+    Writer w('\0');
+    w.str(e);
+    std::string framed = w.take();
+    batch.append(framed, 1);  // without the writer's tag byte
+}
+
+namespace {
+bool decode_one(std::string_view data, EngineJournalRecord& out);
+}
+
+bool decode_journal_entry(std::string_view data, std::vector<EngineJournalRecord>& out) {
+    if (data.empty()) return false;
+    if (data.front() != kJournalBatchTag.front()) {
+        EngineJournalRecord r;
+        if (!decode_one(data, r)) return false;
+        out.push_back(std::move(r));
+        return true;
+    }
+    const std::size_t before = out.size();
+    Reader r(data.substr(1));
+    while (!r.done()) {
+        std::string e = r.str();
+        EngineJournalRecord rec;
+        if (!r.ok() || !decode_one(e, rec) || rec.kind != EngineJournalRecord::Kind::event) {
+            out.resize(before);
+            return false;
+        }
+        out.push_back(std::move(rec));
+    }
+    return true;
+}
+
+namespace {
+bool decode_one(std::string_view data, EngineJournalRecord& out) {
     if (data.empty()) return false;
     const char tag = data.front();
     Reader r(data.substr(1));
@@ -251,5 +286,7 @@ bool decode_journal_entry(std::string_view data, EngineJournalRecord& out) {
     e.truncated = r.byte() != 0;
     return r.ok() && r.done();
 }
+
+}  // namespace
 
 }  // namespace retryguard

@@ -244,7 +244,9 @@ class RedisLedger final : public Ledger {
                 args.push_back(op.stage);
                 args.push_back(std::string(to_string(op.category)));
                 args.push_back(std::to_string(category_bit(op.category)));
-                args.push_back(encode_journal_event(item));
+                std::string part;
+                append_journal_batch_item(part, item);
+                args.push_back(std::move(part));
             }
             auto r = eval("ingest", {P_ + "seen"}, args);
             IngestResult result;
@@ -254,7 +256,7 @@ class RedisLedger final : public Ledger {
                 const std::string flags = str(r->element[2]);
                 result.fresh.reserve(flags.size());
                 for (char c : flags) result.fresh.push_back(c == '1');
-                result.journal_first = static_cast<std::uint64_t>(r->element[3]->integer);
+                result.journal_seq = static_cast<std::uint64_t>(r->element[3]->integer);
             }
             counters_.events += result.applied;
             counters_.duplicates += result.duplicates;

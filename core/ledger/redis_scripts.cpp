@@ -121,9 +121,10 @@ return r
 --          domain relay code enhanced reason stage category category_bit journal
 --          (kind and outcome numbers: OpKind and Outcome in core/ledger/internal.hpp;
 --          times: microseconds since the epoch, as decimal strings; journal: the
---          engine journal entry, appended to <prefix>journal when the event is fresh)
--- Returns  {applied, duplicates, fresh, journal_first} (fresh: a string of '1'/'0',
---          one per event; journal_first: the journal seq of the first fresh event, 0 if none)
+--          event's part of the engine journal batch entry, kept when the event is fresh)
+-- Returns  {applied, duplicates, fresh, journal_seq} (fresh: a string of '1'/'0',
+--          one per event; journal_seq: the seq of the journal entry 'B' .. the fresh
+--          events' parts, appended to <prefix>journal; 0 when none was fresh)
 local P = ARGV[1]
 local MTTL, KTTL, STTL = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local E = tonumber(ARGV[7])
@@ -356,14 +357,7 @@ end
 
 local applied, duplicates = 0, 0
 local fresh = {}
-local journal_first = 0
--- The engine journal (docs/ledger.md): sorted set scored by seq, members
--- '<seq>:<entry>' (unique even when two entries are equal).
-local function journal(entry)
-  local seq = redis.call('INCR', P .. 'journalseq')
-  redis.call('ZADD', P .. 'journal', seq, seq .. ':' .. entry)
-  if journal_first == 0 then journal_first = seq end
-end
+local journal = {'B'}
 for i = 0, E - 1 do
   local b = 7 + i * F
   local ev = {key = ARGV[b + 1], kind = ARGV[b + 2], t = ARGV[b + 3], q = ARGV[b + 4], other = ARGV[b + 5],
@@ -376,7 +370,7 @@ for i = 0, E - 1 do
     fresh[#fresh + 1] = '0'
   else
     apply(ev)
-    journal(ev.journal)
+    journal[#journal + 1] = ev.journal
     applied = applied + 1
     fresh[#fresh + 1] = '1'
   end
@@ -386,9 +380,17 @@ if ARGV[5] ~= '' then
   redis.call('HSET', P .. 'pos', ARGV[5], ARGV[6])
   long(P .. 'pos')
 end
-if journal_first ~= 0 then long(P .. 'journal'); long(P .. 'journalseq') end
+-- The engine journal (docs/ledger.md): sorted set scored by seq, members
+-- '<seq>:<entry>' (unique even when two entries are equal).
+local journal_seq = 0
+if applied > 0 then
+  journal_seq = redis.call('INCR', P .. 'journalseq')
+  redis.call('ZADD', P .. 'journal', journal_seq, journal_seq .. ':' .. table.concat(journal))
+  long(P .. 'journal')
+  long(P .. 'journalseq')
+end
 for k in pairs(touched) do redis.call('EXPIRE', k, KTTL) end
-return {applied, duplicates, table.concat(fresh), journal_first}
+return {applied, duplicates, table.concat(fresh), journal_seq}
 )lua"},
         {"journal_append", R"lua(-- journal_append.lua -- append entries to the engine journal (ticks, commands).
 --

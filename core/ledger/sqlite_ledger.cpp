@@ -329,6 +329,7 @@ class SqliteLedger final : public Ledger {
         IngestResult result;
         auto st = write([&] {
             result = {};
+            journal_.assign(kJournalBatchTag);
             touched_.clear();
             dests_.clear();
             deferred_in_batch_.clear();
@@ -344,20 +345,20 @@ class SqliteLedger final : public Ledger {
                     continue;
                 }
                 apply(op);
-                {
-                    // The engine journal: appended in the batch's transaction, so the
-                    // engine is fed every fresh event exactly once (ingest.hpp).
-                    Query q = stmt("INSERT INTO engine_journal(entry) VALUES(?)");
-                    q.blob(encode_journal_event(item)).run();
-                    if (result.journal_first == 0)
-                        result.journal_first = static_cast<std::uint64_t>(sqlite3_last_insert_rowid(db_));
-                }
+                append_journal_batch_item(journal_, item);
                 ++result.applied;
                 result.fresh.push_back(true);
             }
             flush_touched();
             flush_destinations();
             if (position) store_position(*position);
+            if (result.applied > 0) {
+                // The engine journal: the batch's fresh events as one entry, in the
+                // batch's transaction, so the engine is fed each exactly once (ingest.hpp).
+                Query q = stmt("INSERT INTO engine_journal(entry) VALUES(?)");
+                q.blob(journal_).run();
+                result.journal_seq = static_cast<std::uint64_t>(sqlite3_last_insert_rowid(db_));
+            }
         });
         touched_.clear();
         dests_.clear();
@@ -877,6 +878,8 @@ class SqliteLedger final : public Ledger {
             "value = excluded.value");
         q.text(key).blob(value).run();
     }
+
+    std::string journal_;  // the batch's engine journal entry, built during ingest
 
     std::uint64_t load_mark() {
         Query q = stmt("SELECT value FROM engine_marks WHERE name = 'verdicts'");

@@ -89,9 +89,9 @@ struct IngestResult {
     std::size_t applied = 0;     // events whose effects were recorded
     std::size_t duplicates = 0;  // events already seen (replay): ignored
     std::vector<bool> fresh;     // per batch item: true when it was applied (not a duplicate)
-    // The engine journal sequence numbers given to the fresh items, in batch
-    // order: journal_first .. journal_first + applied - 1 (0 when none was fresh).
-    std::uint64_t journal_first = 0;
+    // The engine journal entry that holds the batch's fresh items, in batch
+    // order (one entry per batch: cheap to append); 0 when none was fresh.
+    std::uint64_t journal_seq = 0;
 };
 
 // ---------------------------------------------------------------------------
@@ -119,8 +119,12 @@ struct EngineJournalRecord {
 std::string encode_journal_event(const IngestItem& item);
 std::string encode_journal_tick(TimePoint now);
 std::string encode_journal_clear_flag(std::string_view destination, TimePoint now);
-// false when `data` is not an entry this program wrote.
-bool decode_journal_entry(std::string_view data, EngineJournalRecord& out);
+// A batch entry: kJournalBatchTag, then every fresh event as added here.
+inline constexpr std::string_view kJournalBatchTag = "B";
+void append_journal_batch_item(std::string& batch, const IngestItem& item);
+// One entry (a batch gives one record per event) appended to `out`; false
+// when `data` is not an entry this program wrote (out unchanged then).
+bool decode_journal_entry(std::string_view data, std::vector<EngineJournalRecord>& out);
 
 // The ledger side of one verdict of the rules engine: its sequence number
 // (Ingestor, deterministic), its name (counted in verdict_counts) and what it

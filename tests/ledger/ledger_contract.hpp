@@ -625,47 +625,61 @@ TEST_P(LedgerContract, EngineJournalHoldsFreshEventsInOrderUntilAStateCoversThem
     batch[0].event.reason = std::string("host mx.j.test said: 451 4.3.5 bad \xc3\x28 byte\0end", 46);
     auto first = l->ingest(batch, std::nullopt);
     ASSERT_TRUE(first.ok()) << first.error().message;
-    ASSERT_GT(first->journal_first, 0u);
-    // A replay adds nothing to the journal; a new event gets the next number.
+    const std::uint64_t s0 = first->journal_seq;
+    ASSERT_GT(s0, 0u);
+    // A replay adds nothing to the journal; a batch with a new event adds one entry.
+    auto replay = l->ingest(batch, std::nullopt);
+    ASSERT_TRUE(replay.ok());
+    EXPECT_EQ(replay->journal_seq, 0u);
     std::vector<IngestItem> mixed = {batch[1], deferred("J3", 12, "c@j.test")};
     auto second = l->ingest(mixed, std::nullopt);
     ASSERT_TRUE(second.ok());
     EXPECT_EQ(second->applied, 1u);
-    EXPECT_EQ(second->journal_first, first->journal_first + 2);
+    EXPECT_EQ(second->journal_seq, s0 + 1);
     std::vector<std::string> extra = {encode_journal_tick(at(20)),
                                       encode_journal_clear_flag("j.test", at(21))};
     auto appended = l->append_journal(extra);
     ASSERT_TRUE(appended.ok());
-    EXPECT_EQ(*appended, first->journal_first + 3);
+    EXPECT_EQ(*appended, s0 + 2);
 
     auto all = l->read_journal(0, 100);
     ASSERT_TRUE(all.ok()) << all.error().message;
-    ASSERT_EQ(all->size(), 5u);
-    for (std::size_t i = 0; i < all->size(); ++i) EXPECT_EQ((*all)[i].seq, first->journal_first + i);
-    EngineJournalRecord r;
+    ASSERT_EQ(all->size(), 4u);
+    for (std::size_t i = 0; i < all->size(); ++i) EXPECT_EQ((*all)[i].seq, s0 + i);
+    std::vector<EngineJournalRecord> r;
     ASSERT_TRUE(decode_journal_entry((*all)[0].data, r));
-    EXPECT_EQ(r.kind, EngineJournalRecord::Kind::event);
-    EXPECT_EQ(r.item.event.reason, batch[0].event.reason) << "reply bytes survive unchanged";
-    EXPECT_EQ(r.item.event.queue_id, "J1");
-    EXPECT_EQ((*all)[0].data, encode_journal_event(batch[0]));
-    ASSERT_TRUE(decode_journal_entry((*all)[2].data, r));
-    EXPECT_EQ(r.item.event.queue_id, "J3");
-    ASSERT_TRUE(decode_journal_entry((*all)[4].data, r));
-    EXPECT_EQ(r.kind, EngineJournalRecord::Kind::clear_flag);
-    EXPECT_EQ(r.destination, "j.test");
-    EXPECT_EQ(r.time, at(21));
-    auto tail = l->read_journal(first->journal_first + 1, 2);
+    ASSERT_EQ(r.size(), 2u);
+    EXPECT_EQ(r[0].kind, EngineJournalRecord::Kind::event);
+    EXPECT_EQ(r[0].item.event.reason, batch[0].event.reason) << "reply bytes survive unchanged";
+    EXPECT_EQ(r[0].item.event.queue_id, "J1");
+    EXPECT_EQ(r[1].item.event.queue_id, "J2");
+    EXPECT_EQ(encode_journal_event(r[0].item), encode_journal_event(batch[0])) << "every field round-trips";
+    r.clear();
+    ASSERT_TRUE(decode_journal_entry((*all)[1].data, r));
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].item.event.queue_id, "J3");
+    r.clear();
+    ASSERT_TRUE(decode_journal_entry((*all)[3].data, r));
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].kind, EngineJournalRecord::Kind::clear_flag);
+    EXPECT_EQ(r[0].destination, "j.test");
+    EXPECT_EQ(r[0].time, at(21));
+    r.clear();
+    EXPECT_FALSE(decode_journal_entry("Zjunk", r));
+    EXPECT_FALSE(decode_journal_entry((*all)[0].data.substr(0, 20), r)) << "a cut entry is refused";
+    EXPECT_TRUE(r.empty());
+    auto tail = l->read_journal(s0 + 1, 1);
     ASSERT_TRUE(tail.ok());
-    ASSERT_EQ(tail->size(), 2u);
-    EXPECT_EQ((*tail)[0].seq, first->journal_first + 2);
+    ASSERT_EQ(tail->size(), 1u);
+    EXPECT_EQ((*tail)[0].seq, s0 + 2);
 
     // Saving a state trims what it covers, and the state is stored byte-exact.
     const std::string state("\x00\xff\xc3\x28 state", 10);
-    ASSERT_TRUE(l->save_engine_state("engine", state, first->journal_first + 2).ok());
+    ASSERT_TRUE(l->save_engine_state("engine", state, s0 + 1).ok());
     auto rest = l->read_journal(0, 100);
     ASSERT_TRUE(rest.ok());
     ASSERT_EQ(rest->size(), 2u);
-    EXPECT_EQ((*rest)[0].seq, first->journal_first + 3);
+    EXPECT_EQ((*rest)[0].seq, s0 + 2);
     l.reset();
     auto again = open();
     ASSERT_TRUE(again);
@@ -673,13 +687,13 @@ TEST_P(LedgerContract, EngineJournalHoldsFreshEventsInOrderUntilAStateCoversThem
     ASSERT_TRUE(saved.ok() && saved->has_value());
     EXPECT_EQ(**saved, state);
     // Numbers never go back, even once the journal was trimmed empty.
-    ASSERT_TRUE(again->save_engine_state("engine", state, first->journal_first + 10).ok());
+    ASSERT_TRUE(again->save_engine_state("engine", state, s0 + 10).ok());
     auto empty = again->read_journal(0, 100);
     ASSERT_TRUE(empty.ok());
     EXPECT_TRUE(empty->empty());
     auto next = again->append_journal(std::vector<std::string>{encode_journal_tick(at(30))});
     ASSERT_TRUE(next.ok());
-    EXPECT_EQ(*next, first->journal_first + 5);
+    EXPECT_EQ(*next, s0 + 4);
 }
 
 TEST_P(LedgerContract, VerdictEffectsApplyOnceAboveTheHighWaterMark) {
