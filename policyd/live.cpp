@@ -240,6 +240,8 @@ void LiveIngest::run() {
     auto last_save = clock::now(), last_flags = clock::now(), last_line = clock::now();
     auto last_advance = clock::now();
     bool dirty = false;
+    int ticks_since_save = 0;
+    constexpr int kTicksBeforeSave = 150;  // 5 minutes of quiet at the default quiet_advance
     std::chrono::milliseconds backoff{0};
     std::vector<std::string> lines;
     const auto cfg0 = config_->current();
@@ -315,6 +317,9 @@ void LiveIngest::run() {
                     log_.warning("advance: " + st.error().message);
                 last_advance = now;
                 if (ingest_->stats().verdicts != verdicts_before) dirty = got_lines = true;
+                // Each advance is a journal entry that a restart replays (a pass over every
+                // destination each): a long quiet spell saves now and then to keep that short.
+                if (++ticks_since_save >= kTicksBeforeSave) dirty = true;
             }
             if (now - last_flags >= options_.flags_every) {
                 refresh_flags(wall_now());
@@ -328,6 +333,7 @@ void LiveIngest::run() {
                     log_.warning("saving engine state: " + st.error().message);
                 } else {
                     dirty = false;
+                    ticks_since_save = 0;
                 }
                 last_save = now;
             }
