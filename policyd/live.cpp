@@ -4,7 +4,9 @@
 // Owns every call into the Ingestor, the engine and the ledger of the daemon
 // (one thread, so none of them needs a lock). Must never let an error stop the
 // thread: a refused batch is offered again with back-off, a failed save or
-// flag refresh is logged and retried on the next tick.
+// flag refresh is logged and retried on the next tick, a line the parser
+// throws on is logged with its position and skipped, and anything thrown
+// reaches the loop's top level, is logged and counted, and the loop goes on.
 #include "live.hpp"
 
 #include <algorithm>
@@ -62,6 +64,9 @@ LiveIngest::LiveIngest(std::unique_ptr<Ledger> ledger, std::shared_ptr<config::C
                                        ++verdict_counts_[v.name];
                                        verdicts_.write(v);
                                    });
+    ingest_->set_poison_sink([this](std::string_view what, std::uint64_t where, std::string_view why) {
+        log_.error(fmt::format("ingest: skipped {} {}{}: {}", what, where, poison_context_, why));
+    });
 }
 
 LiveIngest::~LiveIngest() {
@@ -112,8 +117,11 @@ Status LiveIngest::open_sources() {
 }
 
 Status LiveIngest::start() {
+    // A state that cannot be restored is left as it is on disk (the Ingestor
+    // refuses to save over it, and stop() does not try).
     if (auto st = ingest_->restore(); !st)
         return make_error(st.error().kind, "restoring engine state: " + st.error().message);
+    started_ = true;
     if (auto st = open_sources(); !st) return st;
     refresh_flags(wall_now());
     publish();
@@ -129,7 +137,7 @@ void LiveIngest::stop() {
     if (stop_.exchange(true)) return;
     for (auto& s : sources_) s.line_source->stop();
     if (thread_.joinable()) thread_.join();
-    if (ingest_) {
+    if (ingest_ && started_) {
         if (auto st = ingest_->save(); !st)
             log_.error("saving engine state at shutdown: " + st.error().message);
         else
@@ -198,8 +206,12 @@ void LiveIngest::publish() {
         "# TYPE retryguard_ingest_events_total counter\nretryguard_ingest_events_total {}\n"
         "# TYPE retryguard_ingest_errors_total counter\nretryguard_ingest_errors_total {}\n"
         "# TYPE retryguard_ingest_save_errors_total counter\nretryguard_ingest_save_errors_total {}\n"
-        "# TYPE retryguard_ingest_reloads_total counter\nretryguard_ingest_reloads_total {}\n",
-        st.batches, st.lines, st.events, ledger_refusals_, save_errors_, reloads_);
+        "# TYPE retryguard_ingest_reloads_total counter\nretryguard_ingest_reloads_total {}\n"
+        "# TYPE retryguard_ingest_poison_lines_total counter\nretryguard_ingest_poison_lines_total {}\n"
+        "# TYPE retryguard_ingest_engine_errors_total counter\nretryguard_ingest_engine_errors_total {}\n"
+        "# TYPE retryguard_ingest_loop_errors_total counter\nretryguard_ingest_loop_errors_total {}\n",
+        st.batches, st.lines, st.events, ledger_refusals_, save_errors_, reloads_, st.poison_lines,
+        st.engine_errors, loop_errors_);
     fmt::format_to(out, "# TYPE retryguard_verdicts_total counter\n");
     for (const auto& [name, n] : verdict_counts_)
         fmt::format_to(out, "retryguard_verdicts_total{{verdict=\"{}\"}} {}\n", escape_label(name), n);
@@ -228,6 +240,8 @@ void LiveIngest::run() {
     auto last_save = clock::now(), last_flags = clock::now(), last_line = clock::now();
     auto last_advance = clock::now();
     bool dirty = false;
+    int ticks_since_save = 0;
+    constexpr int kTicksBeforeSave = 150;  // 5 minutes of quiet at the default quiet_advance
     std::chrono::milliseconds backoff{0};
     std::vector<std::string> lines;
     const auto cfg0 = config_->current();
@@ -235,81 +249,102 @@ void LiveIngest::run() {
         std::max(std::chrono::milliseconds(10),
                  std::chrono::duration_cast<std::chrono::milliseconds>(cfg0->ingest.batch_max_delay));
     while (!stop_.load()) {
-        if (reload_.exchange(false)) {
-            apply_reload();
-            publish();
-        }
-        bool got_lines = false;
-        if (sources_.empty()) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        }
-        for (auto& s : sources_) {
-            if (stop_.load()) break;
-            const auto wait =
-                sources_.size() == 1
-                    ? delay
-                    : std::chrono::milliseconds(delay.count() / static_cast<long>(sources_.size()) + 1);
-            auto batch = s.line_source->next_batch(wait);
-            if (!batch) {
-                log_.warning("source " + s.id + ": " + batch.error().message);
-                std::this_thread::sleep_for(std::chrono::milliseconds(500));
-                continue;
-            }
-            if (!*batch) continue;
-            const LineBatch& b = **batch;
-            lines.clear();
-            for (const auto& l : b.lines) lines.push_back(l.text);
-            // Files and the journal resume from a saved position; datagrams cannot
-            // be read twice, so their batches go in like an import (no position).
-            std::optional<FollowerPosition> end;
-            if (s.id.starts_with("file:") || s.id == kJournalSourceId) end = b.end;
-            if (auto st = ingest_->ingest_lines(*s.parser, lines, end); !st) {
-                // Back-pressure: the batch stays pending and is offered again.
-                ++ledger_refusals_;
-                s.line_source->refuse(st.error());
-                backoff = std::min(std::chrono::milliseconds(5000),
-                                   std::max(backoff * 2, std::chrono::milliseconds(100)));
-                log_.warning(
-                    fmt::format("ingest: ledger refused a batch of {} lines from {} ({}); retrying in {} ms",
-                                lines.size(), s.id, st.error().message, backoff.count()));
+        // Nothing thrown may end the thread (the daemon would stop ingesting and
+        // the process abort): log, count, pause briefly and go on.
+        try {
+            if (reload_.exchange(false)) {
+                apply_reload();
                 publish();
-                std::this_thread::sleep_for(backoff);
-                continue;
             }
-            backoff = std::chrono::milliseconds(0);
-            s.line_source->commit();
-            s.lines += lines.size();
-            ++s.batches;
-            got_lines = dirty = true;
-        }
-        const auto now = clock::now();
-        if (got_lines) {
-            last_line = now;
-        } else if (now - last_line >= options_.quiet_advance &&
-                   now - last_advance >= options_.quiet_advance) {
-            // A quiet log: time-based rules (escalation by age, flag expiry) still run.
-            // Republish and save only when they changed something (a verdict): both
-            // cost a pass over every destination, and with 100k destinations in
-            // watch doing it every quiet_advance held requests back by milliseconds.
-            const auto verdicts_before = ingest_->stats().verdicts;
-            if (auto st = ingest_->advance(wall_now()); !st) log_.warning("advance: " + st.error().message);
-            last_advance = now;
-            if (ingest_->stats().verdicts != verdicts_before) dirty = got_lines = true;
-        }
-        if (now - last_flags >= options_.flags_every) {
-            refresh_flags(wall_now());
-            last_flags = now;
-            got_lines = true;
-        }
-        if (got_lines) publish();
-        if (dirty && now - last_save >= options_.save_every) {
-            if (auto st = ingest_->save(); !st) {
-                ++save_errors_;
-                log_.warning("saving engine state: " + st.error().message);
-            } else {
-                dirty = false;
+            bool got_lines = false;
+            if (sources_.empty()) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(200));
             }
-            last_save = now;
+            for (auto& s : sources_) {
+                if (stop_.load()) break;
+                const auto wait =
+                    sources_.size() == 1
+                        ? delay
+                        : std::chrono::milliseconds(delay.count() / static_cast<long>(sources_.size()) + 1);
+                auto batch = s.line_source->next_batch(wait);
+                if (!batch) {
+                    log_.warning("source " + s.id + ": " + batch.error().message);
+                    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+                    continue;
+                }
+                if (!*batch) continue;
+                const LineBatch& b = **batch;
+                lines.clear();
+                for (const auto& l : b.lines) lines.push_back(l.text);
+                // Files and the journal resume from a saved position; datagrams cannot
+                // be read twice, so their batches go in like an import (no position).
+                std::optional<FollowerPosition> end;
+                if (s.id.starts_with("file:") || s.id == kJournalSourceId) end = b.end;
+                poison_context_ = fmt::format(" of a batch from {} ending at offset {}", s.id, b.end.offset);
+                if (auto st = ingest_->ingest_lines(*s.parser, lines, end); !st) {
+                    // Back-pressure: the batch stays pending and is offered again.
+                    ++ledger_refusals_;
+                    s.line_source->refuse(st.error());
+                    backoff = std::min(std::chrono::milliseconds(5000),
+                                       std::max(backoff * 2, std::chrono::milliseconds(100)));
+                    log_.warning(fmt::format(
+                        "ingest: ledger refused a batch of {} lines from {} ({}); retrying in {} ms",
+                        lines.size(), s.id, st.error().message, backoff.count()));
+                    publish();
+                    std::this_thread::sleep_for(backoff);
+                    continue;
+                }
+                backoff = std::chrono::milliseconds(0);
+                s.line_source->commit();
+                s.lines += lines.size();
+                ++s.batches;
+                got_lines = dirty = true;
+            }
+            const auto now = clock::now();
+            if (got_lines) {
+                last_line = now;
+            } else if (now - last_line >= options_.quiet_advance &&
+                       now - last_advance >= options_.quiet_advance && wall_now() > ingest_->engine().now()) {
+                // (A clock behind the log's own times has nothing to add: the engine
+                // evaluated as the log's time went by. Not advancing then keeps a
+                // replay of such a log independent of when the daemon was quiet.)
+                // A quiet log: time-based rules (escalation by age, flag expiry) still run.
+                // Republish and save only when they changed something (a verdict): both
+                // cost a pass over every destination, and with 100k destinations in
+                // watch doing it every quiet_advance held requests back by milliseconds.
+                const auto verdicts_before = ingest_->stats().verdicts;
+                if (auto st = ingest_->advance(wall_now()); !st)
+                    log_.warning("advance: " + st.error().message);
+                last_advance = now;
+                if (ingest_->stats().verdicts != verdicts_before) dirty = got_lines = true;
+                // Each advance is a journal entry that a restart replays (a pass over every
+                // destination each): a long quiet spell saves now and then to keep that short.
+                if (++ticks_since_save >= kTicksBeforeSave) dirty = true;
+            }
+            if (now - last_flags >= options_.flags_every) {
+                refresh_flags(wall_now());
+                last_flags = now;
+                got_lines = true;
+            }
+            if (got_lines) publish();
+            if (dirty && now - last_save >= options_.save_every) {
+                if (auto st = ingest_->save(); !st) {
+                    ++save_errors_;
+                    log_.warning("saving engine state: " + st.error().message);
+                } else {
+                    dirty = false;
+                    ticks_since_save = 0;
+                }
+                last_save = now;
+            }
+        } catch (const std::exception& e) {
+            ++loop_errors_;
+            log_.error(std::string("ingest: unexpected error, continuing: ") + e.what());
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        } catch (...) {
+            ++loop_errors_;
+            log_.error("ingest: unexpected error, continuing");
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
         }
     }
 }

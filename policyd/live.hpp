@@ -77,6 +77,9 @@ class LiveIngest {
     std::uint64_t ledger_refusals_ = 0;
     std::uint64_t save_errors_ = 0;
     std::uint64_t reloads_ = 0;
+    std::uint64_t loop_errors_ = 0;  // exceptions caught at the ingest thread's top level
+    bool started_ = false;           // restore() succeeded: stop() may save
+    std::string poison_context_;     // where the batch being ingested comes from (for the log)
     std::atomic<bool> stop_{false};
     std::atomic<bool> reload_{false};
     std::thread thread_;

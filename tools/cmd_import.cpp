@@ -29,6 +29,8 @@ struct ImportOptions {
     std::size_t batch = 2000;
 };
 
+constexpr std::uint64_t kSaveEveryBatches = 50;
+
 int run_import(const ImportOptions& opt) {
     RuntimeOptions ro;
     ro.config_path = opt.config;
@@ -45,17 +47,43 @@ int run_import(const ImportOptions& opt) {
         if (auto st = log.open(t); !st)
             fmt::print(stderr, "retryguard import: verdict log: {}\n", st.error().message);
     }
-    Ingestor ingestor(*rt->ledger, rt->classifier, config::to_engine_settings(rt->config),
-                      [&](const Verdict& v) {
-                          if (!opt.quiet) fmt::print("{} {}\n", format_rfc3339(v.time), format_verdict(v));
-                          if (opt.to_log) log.write(v);
-                      });
-    if (auto st = ingestor.restore(); !st) {
-        fmt::print(stderr, "retryguard import: {}\n", st.error().message);
+    // Verdict lines are collected while the Ingestor applies a batch's effects
+    // and written in one go right after each call returns: the lines of
+    // effects that committed reach standard output at once, not when a stdio
+    // buffer fills (a kill -9 in between would lose them; see ingest.hpp).
+    std::string out;
+    auto emit = [&out] {
+        if (out.empty()) return;
+        std::fwrite(out.data(), 1, out.size(), stdout);
+        std::fflush(stdout);
+        out.clear();
+    };
+    Ingestor ingestor(
+        *rt->ledger, rt->classifier, config::to_engine_settings(rt->config), [&](const Verdict& v) {
+            if (!opt.quiet)
+                fmt::format_to(std::back_inserter(out), "{} {}\n", format_rfc3339(v.time), format_verdict(v));
+            if (opt.to_log) log.write(v);
+        });
+    ingestor.set_lines_done(emit);
+    std::string current_path;
+    std::uint64_t batch_first_line = 0;  // line number (1-based) of the batch's first line
+    ingestor.set_poison_sink([&](std::string_view what, std::uint64_t where, std::string_view why) {
+        if (what == "line")
+            fmt::print(stderr, "retryguard import: {}:{}: line skipped: {}\n", current_path,
+                       batch_first_line + where, why);
+        else
+            fmt::print(stderr, "retryguard import: {} {} skipped: {}\n", what, where, why);
+    });
+    // A state that cannot be restored stays as it is: nothing is imported or saved.
+    auto restored = ingestor.restore();
+    emit();
+    if (!restored) {
+        fmt::print(stderr, "retryguard import: {}\n", restored.error().message);
         return kExitAttention;
     }
     int rc = kExitOk;
     std::vector<std::string> batch;
+    std::uint64_t batches_since_save = 0;
     std::optional<TimePoint> last_time;
     for (const auto& path : opt.files) {
         auto reader = LogFileReader::open(path);
@@ -69,13 +97,25 @@ int run_import(const ImportOptions& opt) {
         po.year = opt.year;
         po.local_time = !opt.utc;
         LogParser parser(po);
+        current_path = path;
+        std::uint64_t line_no = 0;
         auto flush = [&]() -> bool {
             if (batch.empty()) return true;
+            batch_first_line = line_no - batch.size() + 1;
             auto st = ingestor.ingest_lines(parser, batch, std::nullopt);
+            emit();
             batch.clear();
             if (!st) {
                 fmt::print(stderr, "retryguard import: {}: ledger: {}\n", path, st.error().message);
                 return false;
+            }
+            // Saving now and then keeps the engine journal (replayed after a crash) short.
+            if (++batches_since_save >= kSaveEveryBatches) {
+                batches_since_save = 0;
+                auto sv = ingestor.save();
+                emit();
+                if (!sv)
+                    fmt::print(stderr, "retryguard import: saving engine state: {}\n", sv.error().message);
             }
             return true;
         };
@@ -89,6 +129,7 @@ int run_import(const ImportOptions& opt) {
                 break;
             }
             if (!*more) break;
+            ++line_no;
             batch.emplace_back(line);
             if (batch.size() >= opt.batch && !(ok = flush())) break;
         }
@@ -96,9 +137,18 @@ int run_import(const ImportOptions& opt) {
         if (!ok) rc = kExitAttention;
         if (ingestor.engine().now() > TimePoint{}) last_time = ingestor.engine().now();
     }
-    if (last_time) (void)ingestor.advance(*last_time);
-    if (auto st = ingestor.save(); !st) {
-        fmt::print(stderr, "retryguard import: saving engine state: {}\n", st.error().message);
+    if (last_time) {
+        auto st = ingestor.advance(*last_time);
+        emit();
+        if (!st) {
+            fmt::print(stderr, "retryguard import: final evaluation: {}\n", st.error().message);
+            rc = kExitAttention;
+        }
+    }
+    auto saved = ingestor.save();
+    emit();
+    if (!saved) {
+        fmt::print(stderr, "retryguard import: saving engine state: {}\n", saved.error().message);
         rc = kExitAttention;
     }
     const auto& s = ingestor.stats();

@@ -29,22 +29,7 @@ void Ingestor::set_engine_settings(EngineSettings settings) {
 
 namespace {
 
-nlohmann::json position_to_json(const FollowerPosition& p) {
-    return {{"source", p.source},         {"device", p.device}, {"inode", p.inode}, {"offset", p.offset},
-            {"head", p.head_fingerprint}, {"cursor", p.cursor}, {"lines", p.lines}};
-}
-
-FollowerPosition position_from_json(const nlohmann::json& j) {
-    FollowerPosition p;
-    p.source = j.at("source").get<std::string>();
-    p.device = j.at("device").get<std::uint64_t>();
-    p.inode = j.at("inode").get<std::uint64_t>();
-    p.offset = j.at("offset").get<std::uint64_t>();
-    p.head_fingerprint = j.at("head").get<std::string>();
-    p.cursor = j.at("cursor").get<std::string>();
-    p.lines = j.at("lines").get<std::uint64_t>();
-    return p;
-}
+using nlohmann::json;
 
 // Engine destinations are "example.com" or "mx:host"; the ledger keeps a kind.
 std::pair<DestinationKind, std::string> ledger_destination(std::string_view key) {
@@ -52,36 +37,170 @@ std::pair<DestinationKind, std::string> ledger_destination(std::string_view key)
     return {DestinationKind::domain, std::string(key)};
 }
 
+constexpr std::size_t kJournalChunk = 10000;
+
 }  // namespace
 
+// The saved state (version 2): CBOR {version, journal_seq, verdict_seq,
+// engine: bytes}. Version 1 was JSON text {version, positions, engine: JSON
+// text}; it loads with journal_seq 0 (the journal, new with version 2, is
+// replayed from its start) and its positions are no longer needed.
 Status Ingestor::restore() {
     auto saved = ledger_.get_state(kStateKey);
-    if (!saved) return saved.error();
-    if (!saved->has_value()) return {};
-    try {
-        auto j = nlohmann::json::parse(**saved);
-        std::map<std::string, FollowerPosition, std::less<>> positions;
-        for (const auto& jp : j.at("positions")) {
-            auto p = position_from_json(jp);
-            positions[p.source] = std::move(p);
+    if (!saved) {
+        restore_failed_ = true;
+        return saved.error();
+    }
+    std::uint64_t journal_seq = 0, verdict_seq = 0;
+    if (saved->has_value()) {
+        const std::string& bytes = **saved;
+        try {
+            std::string engine_bytes;
+            if (!bytes.empty() && bytes.front() == '{') {
+                auto j = json::parse(bytes);
+                if (j.at("version").get<int>() != 1)
+                    throw std::runtime_error("unknown state version " + j.at("version").dump());
+                engine_bytes = j.at("engine").get<std::string>();
+            } else {
+                auto j = json::from_cbor(bytes);
+                if (j.at("version").get<int>() != 2)
+                    throw std::runtime_error("unknown state version " + j.at("version").dump());
+                journal_seq = j.at("journal_seq").get<std::uint64_t>();
+                verdict_seq = j.at("verdict_seq").get<std::uint64_t>();
+                const auto& bin = j.at("engine").get_binary();
+                engine_bytes.assign(bin.begin(), bin.end());
+            }
+            if (auto st = engine_.load_state(engine_bytes); !st) {
+                restore_failed_ = true;
+                return st;
+            }
+        } catch (const std::exception& e) {
+            restore_failed_ = true;
+            return make_error(ErrorKind::invalid_input,
+                              std::string("saved engine state unreadable: ") + e.what());
         }
-        if (auto st = engine_.load_state(j.at("engine").get<std::string>()); !st) return st;
-        engine_positions_ = std::move(positions);
+    }
+    journal_seq_ = journal_seq;
+    verdict_seq_ = verdict_seq;
+    if (auto st = catch_up(); !st) {
+        restore_failed_ = true;
+        return make_error(st.error().kind, "replaying the engine journal: " + st.error().message);
+    }
+    restore_failed_ = false;
+    return {};
+}
+
+Result<SavedStateView> describe_saved_state(std::string_view bytes) {
+    SavedStateView view;
+    try {
+        json engine;
+        if (!bytes.empty() && bytes.front() == '{') {
+            auto j = json::parse(bytes);
+            view.version = j.at("version").get<int>();
+            for (const auto& jp : j.value("positions", json::array())) {
+                FollowerPosition p;
+                p.source = jp.value("source", "");
+                p.offset = jp.value("offset", std::uint64_t{0});
+                p.lines = jp.value("lines", std::uint64_t{0});
+                p.cursor = jp.value("cursor", "");
+                view.positions.push_back(std::move(p));
+            }
+            engine = json::parse(j.at("engine").get<std::string>());
+        } else {
+            auto j = json::from_cbor(bytes);
+            view.version = j.at("version").get<int>();
+            view.journal_seq = j.at("journal_seq").get<std::uint64_t>();
+            engine = json::from_cbor(j.at("engine").get_binary());
+        }
+        view.engine_json = engine.dump(-1, ' ', false, json::error_handler_t::replace);
     } catch (const std::exception& e) {
         return make_error(ErrorKind::invalid_input,
                           std::string("saved engine state unreadable: ") + e.what());
     }
-    return {};
+    return view;
 }
 
 std::optional<FollowerPosition> Ingestor::resume_position(std::string_view source) const {
-    auto it = engine_positions_.find(source);
-    if (it != engine_positions_.end()) return it->second;
-    // No engine state for this source yet: the ledger's position (if any) is
-    // where the last run stopped.
     auto p = ledger_.load_position(source);
     if (p && p->has_value()) return **p;
     return std::nullopt;
+}
+
+void Ingestor::queue(std::vector<Verdict>& verdicts) {
+    for (auto& v : verdicts) {
+        PendingVerdict p;
+        VerdictEffect& e = p.effect;
+        e.seq = ++verdict_seq_;
+        e.verdict = v.name;
+        e.at = v.time;
+        const std::string& n = v.name;
+        if (n == "noted" || n == "watch" || n == "escalate" || n == "recovered") {
+            e.action = VerdictEffect::Action::destination_state;
+            std::tie(e.kind, e.name) = ledger_destination(v.key);
+            e.state = n;
+        } else if (n == "flagged") {
+            e.action = VerdictEffect::Action::set_flag;
+            e.name = v.key;
+            e.reason = std::string(v.field("reason"));
+            // Read right after the event that flagged it, so a replay reads the same.
+            if (auto* d = engine_.destination(v.key)) e.expires_at = d->flag_expires;
+        } else if (n == "flag_expired") {
+            e.action = VerdictEffect::Action::clear_flags;
+            e.name = v.key;
+        }
+        p.verdict = std::move(v);
+        ++stats_.verdicts;
+        pending_.push_back(std::move(p));
+    }
+}
+
+void Ingestor::feed(const EngineJournalRecord& r, std::uint64_t seq) {
+    // The engine must not stop ingestion: an entry it throws on is skipped
+    // (deterministically: a replay throws and skips it too).
+    std::vector<Verdict> verdicts;
+    try {
+        switch (r.kind) {
+            case EngineJournalRecord::Kind::event: {
+                const auto& item = r.item;
+                if (item.event.kind == EventKind::delivery && item.event.status == DeliveryStatus::deferred)
+                    ++stats_.by_category[std::string(to_string(item.category))];
+                verdicts = engine_.on_event(item.event, item.category);
+                break;
+            }
+            case EngineJournalRecord::Kind::tick: verdicts = engine_.advance(r.time); break;
+            case EngineJournalRecord::Kind::clear_flag:
+                if (auto v = engine_.clear_flag(r.destination, r.time)) verdicts.push_back(std::move(*v));
+                break;
+        }
+    } catch (const std::exception& e) {
+        ++stats_.engine_errors;
+        if (poison_) poison_("journal entry", seq, e.what());
+    }
+    queue(verdicts);
+    journal_seq_ = seq;
+}
+
+Status Ingestor::catch_up() {
+    for (;;) {
+        auto entries = ledger_.read_journal(journal_seq_, kJournalChunk);
+        if (!entries) return entries.error();
+        if (entries->empty()) break;
+        std::vector<EngineJournalRecord> records;
+        for (const auto& e : *entries) {
+            records.clear();
+            if (!decode_journal_entry(e.data, records)) {
+                ++stats_.engine_errors;
+                if (poison_) poison_("journal entry", e.seq, "not readable by this version");
+                journal_seq_ = e.seq;
+                continue;
+            }
+            stats_.replayed += records.size();
+            for (const auto& r : records) feed(r, e.seq);
+        }
+        (void)flush_effects();  // pending ones stay queued on failure
+    }
+    need_catch_up_ = false;
+    return {};
 }
 
 Status Ingestor::ingest_lines(LogParser& parser, std::span<const std::string> lines,
@@ -89,96 +208,127 @@ Status Ingestor::ingest_lines(LogParser& parser, std::span<const std::string> li
     items_.clear();
     items_.reserve(lines.size());
     const Classifier& classifier = *classifier_;
-    for (const auto& line : lines) {
-        IngestItem item;
-        if (!parser.parse(line, item.event)) continue;  // unknown lines are counted by the parser
-        item.category = classify_event(classifier, item.event);
-        items_.push_back(std::move(item));
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+        // A line the parser or the classifier throws on must not stop ingestion.
+        try {
+            IngestItem item;
+            if (!parser.parse(lines[i], item.event)) continue;  // unknown lines are counted by the parser
+            item.category = classify_event(classifier, item.event);
+            items_.push_back(std::move(item));
+        } catch (const std::exception& e) {
+            ++stats_.poison_lines;
+            if (poison_) poison_("line", i, e.what());
+        }
     }
-    stats_.lines += lines.size();
-    stats_.events += items_.size();
 
     auto result = ledger_.ingest(items_, end);
     if (!result) {
         ++stats_.ledger_errors;
+        need_catch_up_ = true;  // a lost reply may hide a committed batch
         return result.error();
     }
     ++stats_.batches;
+    stats_.lines += lines.size();
+    stats_.events += items_.size();
     stats_.applied += result->applied;
     stats_.duplicates += result->duplicates;
 
-    // A follower batch is new to the engine as a whole (it resumed from the
-    // engine's own position); an import feeds it only what the ledger had not seen.
-    const bool whole_batch = end.has_value();
-    std::vector<Verdict> verdicts;
-    for (std::size_t i = 0; i < items_.size(); ++i) {
-        if (!whole_batch && i < result->fresh.size() && !result->fresh[i]) continue;
-        const auto& item = items_[i];
-        if (item.event.kind == EventKind::delivery && item.event.status == DeliveryStatus::deferred)
-            ++stats_.by_category[std::string(to_string(item.category))];
-        auto vs = engine_.on_event(item.event, item.category);
-        verdicts.insert(verdicts.end(), std::make_move_iterator(vs.begin()),
-                        std::make_move_iterator(vs.end()));
+    if (need_catch_up_ || (result->applied > 0 && result->journal_seq != journal_seq_ + 1)) {
+        // Entries the engine has not seen precede this batch's: take all from the journal.
+        if (auto st = catch_up(); !st) return {};  // the batch is in; the next call catches up
+    } else {
+        EngineJournalRecord record;
+        for (std::size_t i = 0; i < items_.size() && i < result->fresh.size(); ++i) {
+            if (!result->fresh[i]) continue;
+            record.item = std::move(items_[i]);
+            feed(record, result->journal_seq);
+        }
     }
-    if (end) engine_positions_[end->source] = *end;
-    apply_verdicts(verdicts);
+    (void)flush_effects();
+    return {};
+}
+
+Status Ingestor::journal_and_feed(std::vector<std::string> entries,
+                                  std::vector<EngineJournalRecord> records) {
+    auto first = ledger_.append_journal(entries);
+    if (!first) {
+        need_catch_up_ = true;
+        return first.error();
+    }
+    if (need_catch_up_ || *first != journal_seq_ + 1) {
+        if (auto st = catch_up(); !st) return st;
+    } else {
+        for (std::size_t i = 0; i < records.size(); ++i) feed(records[i], *first + i);
+    }
+    (void)flush_effects();
     return {};
 }
 
 Status Ingestor::advance(TimePoint now) {
-    auto verdicts = engine_.advance(now);
-    apply_verdicts(verdicts);
+    EngineJournalRecord r;
+    r.kind = EngineJournalRecord::Kind::tick;
+    r.time = now;
+    return journal_and_feed({encode_journal_tick(now)}, {std::move(r)});
+}
+
+Status Ingestor::flush_effects() {
+    if (pending_.empty()) return {};
+    std::vector<VerdictEffect> effects;
+    effects.reserve(pending_.size());
+    for (const auto& p : pending_) effects.push_back(p.effect);
+    auto before = ledger_.apply_verdict_effects(effects);
+    if (!before) {
+        ++stats_.effect_errors;
+        return before.error();
+    }
+    // Written after the effects commit; those at or below the mark were
+    // written before a crash and are not written again.
+    bool wrote = false;
+    for (const auto& p : pending_)
+        if (p.effect.seq > *before && sink_) {
+            sink_(p.verdict);
+            wrote = true;
+        }
+    pending_.clear();
+    if (wrote && lines_done_) lines_done_();
     return {};
 }
 
-void Ingestor::apply_verdicts(std::vector<Verdict>& verdicts) {
-    std::map<std::string, std::int64_t> counts;
-    for (auto& v : verdicts) {
-        ++counts[v.name];
-        ++stats_.verdicts;
-        const std::string& n = v.name;
-        // The ledger mirrors what readers (CLI, policy decisions) need; a failure
-        // here is counted by the ledger and never stops ingest.
-        if (n == "noted" || n == "watch" || n == "escalate" || n == "recovered") {
-            auto [kind, name] = ledger_destination(v.key);
-            (void)ledger_.set_destination_state(kind, name, n, v.time);
-        } else if (n == "flagged") {
-            Flag f;
-            f.destination = v.key;
-            f.reason = std::string(v.field("reason"));
-            f.set_at = v.time;
-            if (auto* d = engine_.destination(v.key)) f.expires_at = d->flag_expires;
-            (void)ledger_.set_flag(f);
-        } else if (n == "flag_expired") {
-            (void)ledger_.clear_flags(v.key, v.time);
-        }
-        if (sink_) sink_(v);
-    }
-    for (const auto& [name, n] : counts) (void)ledger_.add_verdict_count(name, n);
-}
-
 Status Ingestor::save() {
-    nlohmann::json positions = nlohmann::json::array();
-    for (const auto& [source, p] : engine_positions_) positions.push_back(position_to_json(p));
-    nlohmann::json j{{"version", 1}, {"positions", positions}, {"engine", engine_.save_state()}};
-    return ledger_.put_state(kStateKey, j.dump());
+    if (restore_failed_)
+        return make_error(ErrorKind::invalid_input,
+                          "the saved engine state could not be restored: not overwriting it");
+    if (auto st = flush_effects(); !st)
+        return make_error(st.error().kind, "verdict effects pending: " + st.error().message);
+    const std::string engine_bytes = engine_.save_state();
+    json j{{"version", 2},
+           {"journal_seq", journal_seq_},
+           {"verdict_seq", verdict_seq_},
+           {"engine", json::binary(std::vector<std::uint8_t>(engine_bytes.begin(), engine_bytes.end()))}};
+    const std::vector<std::uint8_t> bytes = json::to_cbor(j);
+    return ledger_.save_engine_state(
+        kStateKey, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), journal_seq_);
 }
 
 Status Ingestor::sync_flags(TimePoint now) {
     auto active = ledger_.list_flags(std::nullopt, now, false);
     if (!active) return active.error();
-    std::vector<std::string> cleared;
+    std::vector<std::string> entries;
+    std::vector<EngineJournalRecord> records;
     for (const auto& [name, d] : engine_.destinations()) {
         if (!d.flagged_at) continue;
         bool still = false;
         for (const auto& f : *active) still = still || f.destination == name;
-        if (!still) cleared.push_back(name);
+        if (still) continue;
+        entries.push_back(encode_journal_clear_flag(name, now));
+        EngineJournalRecord r;
+        r.kind = EngineJournalRecord::Kind::clear_flag;
+        r.time = now;
+        r.destination = name;
+        records.push_back(std::move(r));
     }
-    std::vector<Verdict> verdicts;
-    for (const auto& name : cleared)
-        if (auto v = engine_.clear_flag(name, now)) verdicts.push_back(std::move(*v));
-    apply_verdicts(verdicts);
-    return {};
+    if (entries.empty()) return {};
+    return journal_and_feed(std::move(entries), std::move(records));
 }
 
 }  // namespace retryguard

@@ -222,7 +222,7 @@ class RedisLedger final : public Ledger {
             args.push_back(position ? position->source : std::string());
             args.push_back(position ? position_json(*position) : std::string());
             args.push_back(std::to_string(batch.size()));
-            args.reserve(args.size() + batch.size() * 19);
+            args.reserve(args.size() + batch.size() * 20);
             for (const auto& item : batch) {
                 Op op = plan(item);
                 args.push_back(key_hex(op.key));
@@ -244,15 +244,19 @@ class RedisLedger final : public Ledger {
                 args.push_back(op.stage);
                 args.push_back(std::string(to_string(op.category)));
                 args.push_back(std::to_string(category_bit(op.category)));
+                std::string part;
+                append_journal_batch_item(part, item);
+                args.push_back(std::move(part));
             }
             auto r = eval("ingest", {P_ + "seen"}, args);
             IngestResult result;
-            if (r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
+            if (r->type == REDIS_REPLY_ARRAY && r->elements == 4) {
                 result.applied = static_cast<std::size_t>(r->element[0]->integer);
                 result.duplicates = static_cast<std::size_t>(r->element[1]->integer);
                 const std::string flags = str(r->element[2]);
                 result.fresh.reserve(flags.size());
                 for (char c : flags) result.fresh.push_back(c == '1');
+                result.journal_seq = static_cast<std::uint64_t>(r->element[3]->integer);
             }
             counters_.events += result.applied;
             counters_.duplicates += result.duplicates;
@@ -553,6 +557,73 @@ class RedisLedger final : public Ledger {
             auto r = call({"HGET", P_ + "state", std::string(key)});
             if (r->type != REDIS_REPLY_STRING) return std::nullopt;
             return str(r.get());
+        });
+    }
+
+    Result<std::uint64_t> append_journal(std::span<const std::string> entries) override {
+        return run<std::uint64_t>([&] {
+            std::vector<std::string> args = {ttl(options_.key_ttl)};
+            args.insert(args.end(), entries.begin(), entries.end());
+            auto r = eval("journal_append", {P_ + "journal", P_ + "journalseq"}, args);
+            return static_cast<std::uint64_t>(r->integer);
+        });
+    }
+
+    Result<std::vector<EngineJournalEntry>> read_journal(std::uint64_t after, std::size_t limit) override {
+        return run<std::vector<EngineJournalEntry>>([&] {
+            std::vector<EngineJournalEntry> out;
+            auto r = call({"ZRANGEBYSCORE", P_ + "journal", "(" + std::to_string(after), "+inf", "LIMIT", "0",
+                           std::to_string(limit)});
+            if (r->type != REDIS_REPLY_ARRAY) return out;
+            out.reserve(r->elements);
+            for (std::size_t i = 0; i < r->elements; ++i) {
+                std::string m = str(r->element[i]);
+                auto colon = m.find(':');
+                if (colon == std::string::npos)
+                    throw Failure{make_error(ErrorKind::io, "ledger (redis): malformed journal entry")};
+                EngineJournalEntry e;
+                e.seq = std::stoull(m.substr(0, colon));
+                e.data = m.substr(colon + 1);
+                out.push_back(std::move(e));
+            }
+            return out;
+        });
+    }
+
+    Status save_engine_state(std::string_view key, std::string_view value,
+                             std::uint64_t journal_seq) override {
+        return status(run<int>([&] {
+            eval("engine_save", {P_ + "state", P_ + "journal"},
+                 {ttl(options_.key_ttl), std::string(key), std::string(value), std::to_string(journal_seq)});
+            return 0;
+        }));
+    }
+
+    Result<std::uint64_t> apply_verdict_effects(std::span<const VerdictEffect> effects) override {
+        return run<std::uint64_t>([&] {
+            std::vector<std::string> args = {P_, ttl(options_.key_ttl), std::to_string(effects.size())};
+            args.reserve(args.size() + effects.size() * 9);
+            for (const auto& e : effects) {
+                args.push_back(std::to_string(e.seq));
+                args.push_back(e.verdict);
+                args.push_back(std::to_string(static_cast<int>(e.action)));
+                args.push_back(std::string(to_string(e.kind)));
+                args.push_back(e.name);
+                args.push_back(e.state);
+                args.push_back(std::to_string(to_micros(e.at)));
+                args.push_back(e.reason);
+                args.push_back(time_str(e.expires_at));
+            }
+            auto r = eval("verdict_effects", {P_ + "verdictmark"}, args);
+            return static_cast<std::uint64_t>(r->integer);
+        });
+    }
+
+    Result<std::uint64_t> verdict_mark() override {
+        return run<std::uint64_t>([&]() -> std::uint64_t {
+            auto r = call({"GET", P_ + "verdictmark"});
+            if (r->type != REDIS_REPLY_STRING) return 0;
+            return std::stoull(str(r.get()));
         });
     }
 

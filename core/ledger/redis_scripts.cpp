@@ -25,6 +25,16 @@ end
 if n > 0 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1])) end
 return n
 )lua"},
+        {"engine_save", R"lua(-- engine_save.lua -- save the engine state and trim the journal it covers, atomically.
+--
+-- KEYS[1]  <prefix>state (hash: key -> state bytes); KEYS[2] <prefix>journal
+-- ARGV[1]  TTL of long-lived keys (s); ARGV[2] state key; ARGV[3] state value;
+-- ARGV[4]  journal seq the state covers (entries with seq <= it are deleted)
+-- Returns  the number of journal entries deleted
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1]))
+return redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])
+)lua"},
         {"find_pending", R"lua(-- find_pending.lua -- for each recipient, the oldest earlier copy of a message
 -- (same Message-ID or same content fingerprint) still pending in the queue.
 -- Read-only.
@@ -106,16 +116,19 @@ return r
 -- ARGV[4]  TTL of the seen set, seconds
 -- ARGV[5]  follower source id, '' for none
 -- ARGV[6]  follower position, JSON stored verbatim under <prefix>pos
--- ARGV[7]  number of events E, then E groups of 19 fields:
+-- ARGV[7]  number of events E, then E groups of 20 fields:
 --          key kind time queue_id other_id text resent size nrcpt outcome recipient
---          domain relay code enhanced reason stage category category_bit
+--          domain relay code enhanced reason stage category category_bit journal
 --          (kind and outcome numbers: OpKind and Outcome in core/ledger/internal.hpp;
---          times: microseconds since the epoch, as decimal strings)
--- Returns  {applied, duplicates, fresh} (fresh: a string of '1'/'0', one per event)
+--          times: microseconds since the epoch, as decimal strings; journal: the
+--          event's part of the engine journal batch entry, kept when the event is fresh)
+-- Returns  {applied, duplicates, fresh, journal_seq} (fresh: a string of '1'/'0',
+--          one per event; journal_seq: the seq of the journal entry 'B' .. the fresh
+--          events' parts, appended to <prefix>journal; 0 when none was fresh)
 local P = ARGV[1]
 local MTTL, KTTL, STTL = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local E = tonumber(ARGV[7])
-local F = 19
+local F = 20
 if not E or #ARGV ~= 7 + E * F then return redis.error_reply('ingest: bad argument count') end
 
 local function num(s) return tonumber(s) or 0 end
@@ -344,18 +357,20 @@ end
 
 local applied, duplicates = 0, 0
 local fresh = {}
+local journal = {'B'}
 for i = 0, E - 1 do
   local b = 7 + i * F
   local ev = {key = ARGV[b + 1], kind = ARGV[b + 2], t = ARGV[b + 3], q = ARGV[b + 4], other = ARGV[b + 5],
               text = ARGV[b + 6], resent = ARGV[b + 7], size = ARGV[b + 8], nrcpt = ARGV[b + 9],
               outcome = ARGV[b + 10], rcpt = ARGV[b + 11], domain = ARGV[b + 12], relay = ARGV[b + 13],
               code = ARGV[b + 14], enhanced = ARGV[b + 15], reason = ARGV[b + 16], stage = ARGV[b + 17],
-              category = ARGV[b + 18], catbit = ARGV[b + 19]}
+              category = ARGV[b + 18], catbit = ARGV[b + 19], journal = ARGV[b + 20]}
   if redis.call('ZADD', KEYS[1], 'NX', ev.t, ev.key) == 0 then
     duplicates = duplicates + 1
     fresh[#fresh + 1] = '0'
   else
     apply(ev)
+    journal[#journal + 1] = ev.journal
     applied = applied + 1
     fresh[#fresh + 1] = '1'
   end
@@ -365,8 +380,35 @@ if ARGV[5] ~= '' then
   redis.call('HSET', P .. 'pos', ARGV[5], ARGV[6])
   long(P .. 'pos')
 end
+-- The engine journal (docs/ledger.md): sorted set scored by seq, members
+-- '<seq>:<entry>' (unique even when two entries are equal).
+local journal_seq = 0
+if applied > 0 then
+  journal_seq = redis.call('INCR', P .. 'journalseq')
+  redis.call('ZADD', P .. 'journal', journal_seq, journal_seq .. ':' .. table.concat(journal))
+  long(P .. 'journal')
+  long(P .. 'journalseq')
+end
 for k in pairs(touched) do redis.call('EXPIRE', k, KTTL) end
-return {applied, duplicates, table.concat(fresh)}
+return {applied, duplicates, table.concat(fresh), journal_seq}
+)lua"},
+        {"journal_append", R"lua(-- journal_append.lua -- append entries to the engine journal (ticks, commands).
+--
+-- KEYS[1]  <prefix>journal (sorted set: score seq, member '<seq>:<entry>');
+-- KEYS[2]  <prefix>journalseq (counter)
+-- ARGV[1]  TTL of long-lived keys (s); ARGV[2..] the entries, in order
+-- Returns  the seq of the first entry (0 when none)
+local first = 0
+for i = 2, #ARGV do
+  local seq = redis.call('INCR', KEYS[2])
+  redis.call('ZADD', KEYS[1], seq, seq .. ':' .. ARGV[i])
+  if first == 0 then first = seq end
+end
+if first ~= 0 then
+  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1]))
+  redis.call('EXPIRE', KEYS[2], tonumber(ARGV[1]))
+end
+return first
 )lua"},
         {"prune", R"lua(-- prune.lua -- one bounded pass of retention: finished and stale messages,
 -- old episodes and flags, idle destinations, old event keys. The client calls it
@@ -436,8 +478,7 @@ end
 local seen = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[5])
 return {messages, recipients, episodes, flags, seen, more}
 )lua"},
-        {"record_identity",
-         R"lua(-- record_identity.lua -- the milter records an accepted message's identity and
+        {"record_identity", R"lua(-- record_identity.lua -- the milter records an accepted message's identity and
 -- recipients under its queue id, so later resends can be recognised.
 --
 -- KEYS[1]  <prefix>msg:<queue_id>
@@ -492,8 +533,7 @@ end
 redis.call('EXPIRE', rk, MTTL)
 return added
 )lua"},
-        {"set_destination_state",
-         R"lua(-- set_destination_state.lua -- the rules engine sets a destination's ladder state.
+        {"set_destination_state", R"lua(-- set_destination_state.lua -- the rules engine sets a destination's ladder state.
 --
 -- KEYS[1]  <prefix>dest:<kind>:<name>
 -- ARGV[1]  key prefix; ARGV[2] TTL of long-lived keys (s); ARGV[3] kind; ARGV[4] name;
@@ -521,6 +561,66 @@ redis.call('HSET', KEYS[1], tostring(id), cjson.encode({id = tostring(id), desti
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1]))
 redis.call('EXPIRE', KEYS[2], tonumber(ARGV[1]))
 return id
+)lua"},
+        {"verdict_effects", R"lua(-- verdict_effects.lua -- apply the ledger effects of rules-engine verdicts at most once.
+-- Effects whose seq is at or below the stored high-water mark were applied before
+-- (a replay after a crash) and are skipped; the mark rises to the highest seq.
+--
+-- KEYS[1]  <prefix>verdictmark (integer)
+-- ARGV[1]  key prefix; ARGV[2] TTL of long-lived keys (s)
+-- ARGV[3]  number of effects N, then N groups of 9 fields:
+--          seq verdict action kind name state at reason expires_at
+--          (action: 0 none, 1 destination state, 2 set flag, 3 clear flags;
+--          times in microseconds, expires_at '' for never)
+-- Returns  the mark before this call
+local P, KTTL = ARGV[1], tonumber(ARGV[2])
+local N = tonumber(ARGV[3])
+local F = 9
+if not N or #ARGV ~= 3 + N * F then return redis.error_reply('verdict_effects: bad argument count') end
+local before = tonumber(redis.call('GET', KEYS[1]) or '0')
+local mark = before
+local counts = {}
+for i = 0, N - 1 do
+  local b = 3 + i * F
+  local seq, verdict, action = tonumber(ARGV[b + 1]), ARGV[b + 2], ARGV[b + 3]
+  local kind, name, state, t = ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]
+  if seq > before then
+    if seq > mark then mark = seq end
+    counts[verdict] = (counts[verdict] or 0) + 1
+    if action == '1' then
+      local k = P .. 'dest:' .. kind .. ':' .. name
+      local u = redis.call('HGET', k, 'updated')
+      if not u or u == '' or tonumber(t) > tonumber(u) then u = t end
+      redis.call('HSET', k, 'kind', kind, 'name', name, 'state', state, 'state_changed', t, 'updated', u)
+      redis.call('EXPIRE', k, KTTL)
+      redis.call('ZADD', P .. 'dests', u, kind .. '\t' .. name)
+      redis.call('EXPIRE', P .. 'dests', KTTL)
+    elseif action == '2' then
+      local id = redis.call('INCR', P .. 'flagseq')
+      redis.call('HSET', P .. 'flags', tostring(id), cjson.encode({id = tostring(id), destination = name,
+        reason = ARGV[b + 8], set_at = t, expires_at = ARGV[b + 9], cleared_at = ''}))
+      redis.call('EXPIRE', P .. 'flags', KTTL)
+      redis.call('EXPIRE', P .. 'flagseq', KTTL)
+    elseif action == '3' then
+      local all = redis.call('HGETALL', P .. 'flags')
+      local now = tonumber(t)
+      for j = 1, #all, 2 do
+        local f = cjson.decode(all[j + 1])
+        if f.destination == name and f.cleared_at == '' and (f.expires_at == '' or tonumber(f.expires_at) > now) then
+          f.cleared_at = t
+          redis.call('HSET', P .. 'flags', all[j], cjson.encode(f))
+        end
+      end
+    end
+  end
+end
+for verdict, n in pairs(counts) do redis.call('HINCRBY', P .. 'verdicts', verdict, n) end
+if next(counts) then redis.call('EXPIRE', P .. 'verdicts', KTTL) end
+if mark ~= before then
+  redis.call('SET', KEYS[1], string.format('%.0f', mark))
+  redis.call('EXPIRE', KEYS[1], KTTL)
+end
+return before
 )lua"},
     };
     return scripts;

@@ -111,6 +111,13 @@ CREATE TABLE positions(
 -- No index on time: one B-tree per event on the ingest path; prune scans instead.
 CREATE TABLE seen_events(key INTEGER PRIMARY KEY, time INTEGER NOT NULL);
 )sql",
+    // version 2: the engine journal (fresh events, ticks and commands the engine
+    // state does not cover yet; AUTOINCREMENT: a trimmed-empty journal never reuses
+    // a number) and the high-water mark of applied verdict effects.
+    R"sql(
+CREATE TABLE engine_journal(seq INTEGER PRIMARY KEY AUTOINCREMENT, entry BLOB NOT NULL);
+CREATE TABLE engine_marks(name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -133,6 +140,9 @@ class Query {
         return check(sqlite3_bind_text(s_, ++n_, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
     }
     Query& text_or_null(std::string_view v) { return v.empty() ? null() : text(v); }
+    Query& blob(std::string_view v) {
+        return check(sqlite3_bind_blob64(s_, ++n_, v.data(), v.size(), SQLITE_TRANSIENT));
+    }
 
     bool row() {
         int rc = sqlite3_step(s_);
@@ -152,6 +162,11 @@ class Query {
     }
     std::string str(int i) const {
         auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, i));
+        return p ? std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(s_, i))) : std::string();
+    }
+    // Bytes as stored, whatever the column's type (engine state, journal entries).
+    std::string bytes(int i) const {
+        auto* p = static_cast<const char*>(sqlite3_column_blob(s_, i));
         return p ? std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(s_, i))) : std::string();
     }
 
@@ -314,6 +329,7 @@ class SqliteLedger final : public Ledger {
         IngestResult result;
         auto st = write([&] {
             result = {};
+            journal_.assign(kJournalBatchTag);
             touched_.clear();
             dests_.clear();
             deferred_in_batch_.clear();
@@ -329,12 +345,20 @@ class SqliteLedger final : public Ledger {
                     continue;
                 }
                 apply(op);
+                append_journal_batch_item(journal_, item);
                 ++result.applied;
                 result.fresh.push_back(true);
             }
             flush_touched();
             flush_destinations();
             if (position) store_position(*position);
+            if (result.applied > 0) {
+                // The engine journal: the batch's fresh events as one entry, in the
+                // batch's transaction, so the engine is fed each exactly once (ingest.hpp).
+                Query q = stmt("INSERT INTO engine_journal(entry) VALUES(?)");
+                q.blob(journal_).run();
+                result.journal_seq = static_cast<std::uint64_t>(sqlite3_last_insert_rowid(db_));
+            }
         });
         touched_.clear();
         dests_.clear();
@@ -597,11 +621,7 @@ class SqliteLedger final : public Ledger {
     Status set_destination_state(DestinationKind kind, std::string_view name, std::string_view state,
                                  TimePoint at) override {
         return counters_.count(write([&] {
-            Query q = stmt(
-                "INSERT INTO destinations(kind, name, state, state_changed, updated) VALUES(?1, ?2, ?3, ?4, "
-                "?4) "
-                "ON CONFLICT(kind, name) DO UPDATE SET state = excluded.state, "
-                "state_changed = excluded.state_changed, updated = MAX(updated, excluded.updated)");
+            Query q = stmt(kSetDestinationState);
             q.text(to_string(kind)).text(name).text(state).i64(to_micros(at)).run();
         }));
     }
@@ -609,9 +629,7 @@ class SqliteLedger final : public Ledger {
     Result<std::int64_t> set_flag(const Flag& flag) override {
         std::int64_t id = 0;
         auto st = write([&] {
-            Query q = stmt(
-                "INSERT INTO flags(destination, reason, set_at, expires_at, cleared_at) VALUES(?, ?, ?, ?, "
-                "?)");
+            Query q = stmt(kInsertFlag);
             q.text(flag.destination).text(flag.reason).i64(to_micros(flag.set_at)).opt(flag.expires_at);
             q.opt(flag.cleared_at).run();
             id = sqlite3_last_insert_rowid(db_);
@@ -623,9 +641,7 @@ class SqliteLedger final : public Ledger {
     Result<std::int64_t> clear_flags(std::string_view destination, TimePoint at) override {
         std::int64_t n = 0;
         auto st = write([&] {
-            Query q = stmt(
-                "UPDATE flags SET cleared_at = ?1 WHERE destination = ?2 AND cleared_at IS NULL "
-                "AND (expires_at IS NULL OR expires_at > ?1)");
+            Query q = stmt(kClearFlags);
             q.i64(to_micros(at)).text(destination).run();
             n = sqlite3_changes(db_);
         });
@@ -654,9 +670,7 @@ class SqliteLedger final : public Ledger {
     Result<std::int64_t> add_verdict_count(std::string_view verdict, std::int64_t delta) override {
         std::int64_t v = 0;
         auto st = write([&] {
-            Query q = stmt(
-                "INSERT INTO verdict_counts(verdict, count) VALUES(?1, ?2) ON CONFLICT(verdict) DO UPDATE "
-                "SET count = count + excluded.count RETURNING count");
+            Query q = stmt(kAddVerdictCountReturning);
             q.text(verdict).i64(delta);
             if (q.row()) v = q.col(0);
             q.run();
@@ -675,12 +689,7 @@ class SqliteLedger final : public Ledger {
     }
 
     Status put_state(std::string_view key, std::string_view value) override {
-        return counters_.count(write([&] {
-            Query q = stmt(
-                "INSERT INTO engine_state(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET "
-                "value = excluded.value");
-            q.text(key).text(value).run();
-        }));
+        return counters_.count(write([&] { store_state(key, value); }));
     }
 
     Result<std::optional<std::string>> get_state(std::string_view key) override {
@@ -688,8 +697,90 @@ class SqliteLedger final : public Ledger {
             Query q = stmt("SELECT value FROM engine_state WHERE key = ?");
             q.text(key);
             if (!q.row()) return std::nullopt;
-            return q.str(0);
+            return q.bytes(0);
         });
+    }
+
+    Result<std::uint64_t> append_journal(std::span<const std::string> entries) override {
+        std::uint64_t first = 0;
+        auto st = write([&] {
+            first = 0;
+            for (const auto& e : entries) {
+                Query q = stmt("INSERT INTO engine_journal(entry) VALUES(?)");
+                q.blob(e).run();
+                if (first == 0) first = static_cast<std::uint64_t>(sqlite3_last_insert_rowid(db_));
+            }
+        });
+        if (!st) return counters_.count(Result<std::uint64_t>(st.error()));
+        return counters_.count(Result<std::uint64_t>(first));
+    }
+
+    Result<std::vector<EngineJournalEntry>> read_journal(std::uint64_t after, std::size_t limit) override {
+        return read<std::vector<EngineJournalEntry>>([&] {
+            std::vector<EngineJournalEntry> out;
+            Query q = stmt("SELECT seq, entry FROM engine_journal WHERE seq > ? ORDER BY seq LIMIT ?");
+            q.i64(static_cast<std::int64_t>(after)).i64(static_cast<std::int64_t>(limit));
+            while (q.row())
+                out.push_back(EngineJournalEntry{static_cast<std::uint64_t>(q.col(0)), q.bytes(1)});
+            return out;
+        });
+    }
+
+    Status save_engine_state(std::string_view key, std::string_view value,
+                             std::uint64_t journal_seq) override {
+        return counters_.count(write([&] {
+            store_state(key, value);
+            exec_bound("DELETE FROM engine_journal WHERE seq <= ?", {static_cast<std::int64_t>(journal_seq)});
+        }));
+    }
+
+    Result<std::uint64_t> apply_verdict_effects(std::span<const VerdictEffect> effects) override {
+        std::uint64_t before = 0;
+        auto st = write([&] {
+            before = load_mark();
+            std::uint64_t mark = before;
+            std::map<std::string, std::int64_t> counts;
+            for (const auto& e : effects) {
+                if (e.seq <= before) continue;  // applied before a crash: a replay
+                mark = std::max(mark, e.seq);
+                ++counts[e.verdict];
+                switch (e.action) {
+                    case VerdictEffect::Action::none: break;
+                    case VerdictEffect::Action::destination_state: {
+                        Query q = stmt(kSetDestinationState);
+                        q.text(to_string(e.kind)).text(e.name).text(e.state).i64(to_micros(e.at)).run();
+                        break;
+                    }
+                    case VerdictEffect::Action::set_flag: {
+                        Query q = stmt(kInsertFlag);
+                        q.text(e.name).text(e.reason).i64(to_micros(e.at)).opt(e.expires_at).null().run();
+                        break;
+                    }
+                    case VerdictEffect::Action::clear_flags: {
+                        Query q = stmt(kClearFlags);
+                        q.i64(to_micros(e.at)).text(e.name).run();
+                        break;
+                    }
+                }
+            }
+            for (const auto& [name, n] : counts) {
+                Query q = stmt(kAddVerdictCount);
+                q.text(name).i64(n).run();
+            }
+            if (mark != before) {
+                Query q = stmt(
+                    "INSERT INTO engine_marks(name, value) VALUES('verdicts', ?1) ON CONFLICT(name) DO "
+                    "UPDATE "
+                    "SET value = excluded.value");
+                q.i64(static_cast<std::int64_t>(mark)).run();
+            }
+        });
+        if (!st) return counters_.count(Result<std::uint64_t>(st.error()));
+        return counters_.count(Result<std::uint64_t>(before));
+    }
+
+    Result<std::uint64_t> verdict_mark() override {
+        return read<std::uint64_t>([&] { return load_mark(); });
     }
 
     Result<PruneResult> prune(const RetentionPolicy& policy, TimePoint now) override {
@@ -762,6 +853,38 @@ class SqliteLedger final : public Ledger {
     }
 
     Query stmt(const char* sql) { return cached_statement(db_, cache_, sql); }
+
+    // Statements shared by the single operations and apply_verdict_effects
+    // (one text each: the statement cache is keyed by the text's address).
+    static constexpr const char* kSetDestinationState =
+        "INSERT INTO destinations(kind, name, state, state_changed, updated) VALUES(?1, ?2, ?3, ?4, ?4) "
+        "ON CONFLICT(kind, name) DO UPDATE SET state = excluded.state, "
+        "state_changed = excluded.state_changed, updated = MAX(updated, excluded.updated)";
+    static constexpr const char* kInsertFlag =
+        "INSERT INTO flags(destination, reason, set_at, expires_at, cleared_at) VALUES(?, ?, ?, ?, ?)";
+    static constexpr const char* kClearFlags =
+        "UPDATE flags SET cleared_at = ?1 WHERE destination = ?2 AND cleared_at IS NULL "
+        "AND (expires_at IS NULL OR expires_at > ?1)";
+    static constexpr const char* kAddVerdictCountReturning =
+        "INSERT INTO verdict_counts(verdict, count) VALUES(?1, ?2) ON CONFLICT(verdict) DO UPDATE "
+        "SET count = count + excluded.count RETURNING count";
+    static constexpr const char* kAddVerdictCount =
+        "INSERT INTO verdict_counts(verdict, count) VALUES(?1, ?2) ON CONFLICT(verdict) DO UPDATE "
+        "SET count = count + excluded.count";
+
+    void store_state(std::string_view key, std::string_view value) {
+        Query q = stmt(
+            "INSERT INTO engine_state(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET "
+            "value = excluded.value");
+        q.text(key).blob(value).run();
+    }
+
+    std::string journal_;  // the batch's engine journal entry, built during ingest
+
+    std::uint64_t load_mark() {
+        Query q = stmt("SELECT value FROM engine_marks WHERE name = 'verdicts'");
+        return q.row() ? static_cast<std::uint64_t>(q.col(0)) : 0;
+    }
 
     std::int64_t exec_bound(const char* sql, std::initializer_list<std::int64_t> args) {
         Query q = stmt(sql);

@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "retryguard/ingest.hpp"
 #include "retryguard/reply.hpp"
 
 namespace retryguard::report {
@@ -358,17 +359,17 @@ Result<json> status(Ledger& ledger, const StatusInputs& in, TimePoint now) {
     if (!saved) return saved.error();
     if (*saved) {
         try {
-            auto j = json::parse(**saved);
-            for (const auto& jp : j.value("positions", json::array())) {
-                std::string src = jp.value("source", "");
-                if (src.empty() || followers.count(src)) continue;
-                followers[src] = json{{"source", src},
-                                      {"offset", jp.value("offset", std::uint64_t{0})},
-                                      {"lines", jp.value("lines", std::uint64_t{0})},
-                                      {"cursor", jp.value("cursor", "")},
-                                      {"configured", false}};
+            auto view = describe_saved_state(**saved);
+            if (!view) throw std::runtime_error(view.error().message);
+            for (const auto& p : view->positions) {
+                if (p.source.empty() || followers.count(p.source)) continue;
+                followers[p.source] = json{{"source", p.source},
+                                           {"offset", p.offset},
+                                           {"lines", p.lines},
+                                           {"cursor", p.cursor},
+                                           {"configured", false}};
             }
-            auto e = json::parse(j.at("engine").get<std::string>());
+            auto e = json::parse(view->engine_json);
             if (e.contains("now") && e["now"].is_number_integer())
                 engine_now = format_rfc3339(from_micros(e["now"].get<std::int64_t>()));
             if (e.contains("incident") && e["incident"].is_object()) {

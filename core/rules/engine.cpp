@@ -523,7 +523,10 @@ std::optional<Verdict> Engine::clear_flag(std::string_view destination, TimePoin
     return v;
 }
 
-// ---------------------------------------------------------------- state (JSON)
+// ---------------------------------------------------------------- state
+// Saved as CBOR (RFC 8949): reply texts are whatever bytes a remote server
+// sent, and CBOR carries them unchanged where JSON text would need valid
+// UTF-8. Version 1 states saved as JSON text (first byte '{') still load.
 
 namespace {
 using nlohmann::json;
@@ -616,12 +619,13 @@ std::string Engine::save_state() const {
                                      {"last_hit", to_micros(incident_->last_hit)},
                                      {"recovered", incident_->recovered}}
                               : json(nullptr);
-    return j.dump();
+    const std::vector<std::uint8_t> bytes = json::to_cbor(j);
+    return std::string(bytes.begin(), bytes.end());
 }
 
 Status Engine::load_state(std::string_view text) {
     try {
-        json j = json::parse(text);
+        json j = !text.empty() && text.front() == '{' ? json::parse(text) : json::from_cbor(text);
         if (j.at("version").get<int>() != 1)
             return make_error(ErrorKind::invalid_input, "unknown engine state version");
         Engine fresh(settings_);

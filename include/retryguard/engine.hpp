@@ -5,7 +5,7 @@
 // The engine is a pure function of the classified events it is fed, in log
 // order: it never reads the wall clock, so importing last month's log and
 // following it live give the same verdicts. Its state can be saved and loaded
-// (JSON) so a restarted daemon resumes exactly where it stopped. It is not
+// (CBOR bytes) so a restarted daemon resumes exactly where it stopped. It is not
 // thread-safe; the owner serialises calls and publishes what readers need.
 //
 // It never suppresses an address and never emits a reputation signal for
@@ -137,8 +137,10 @@ class Engine {
     bool local_incident_open() const { return incident_.has_value(); }
     TimePoint now() const { return now_; }
 
+    // The state as bytes (CBOR, lossless for any reply text); load_state also
+    // reads the JSON text older versions saved. A failed load leaves the engine as it was.
     std::string save_state() const;
-    Status load_state(std::string_view json);
+    Status load_state(std::string_view bytes);
 
     // Settings for a destination (the resolve hook or the defaults).
     const RuleSettings& settings_for(std::string_view domain, std::string_view mx) const;

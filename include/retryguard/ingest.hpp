@@ -8,12 +8,29 @@
 // feed the engine, apply its verdicts to the ledger (ladder state, flags,
 // counters) and hand them to the verdict sink (the mail log).
 //
-// Exactly once: the ledger skips events it has seen (event keys). The engine's
-// state is saved with the follower position it covers; a follower resumes from
-// that position (resume_position), so lines between the engine's save and the
-// ledger's position are re-read: the ledger ignores them as duplicates and the
-// engine, which has not seen them, processes them. An import (no position)
-// feeds the engine only the events the ledger had not seen.
+// Exactly once (docs/ledger.md "Engine journal", docs/reliability.md):
+// - The ledger records a batch, its follower position and an engine journal
+//   entry for every fresh (not yet seen) event in one transaction. Ticks
+//   (advance) and flags cleared by command are journaled before the engine
+//   sees them. The engine is fed exactly the journal, in journal order.
+// - The engine state is saved with the journal sequence it covers, and the
+//   journal up to it is trimmed, in one transaction. restore() loads the state
+//   and replays the journal after it, so after a crash (kill -9 anywhere) the
+//   engine has seen every fresh event once, for a follower (which resumes from
+//   the ledger's own position) and for an import alike.
+// - Every verdict gets the next number of a sequence kept in the engine state,
+//   so a replay numbers its verdicts as the first run did. Their ledger effects
+//   (ladder state, flags, verdict counts) are applied with a high-water mark in
+//   one transaction: effects at or below the mark are skipped, and the verdict
+//   line is written (sink) only for verdicts applied by that call, right after
+//   it commits. The remaining window: a crash between that commit and the
+//   sink's write loses those verdict lines (never duplicates them).
+// - Effects the ledger refused stay pending and are offered again before the
+//   next ones; the state is not saved while any are pending (the journal still
+//   covers them).
+// One engine per ledger: two processes feeding engines from the same ledger
+// (a fleet sharing Redis, or an import while the daemon runs) share one
+// journal, state key and mark.
 #pragma once
 
 #include <chrono>
@@ -45,38 +62,54 @@ struct IngestStats {
     std::uint64_t duplicates = 0;  // already in the ledger
     std::uint64_t verdicts = 0;
     std::uint64_t ledger_errors = 0;  // batches the ledger refused (the caller retries them)
+    std::uint64_t poison_lines = 0;   // lines whose parsing threw: skipped
+    std::uint64_t engine_errors = 0;  // journal entries the engine threw on, or could not decode: skipped
+    std::uint64_t effect_errors = 0;  // verdict effects the ledger refused (kept pending, retried)
+    std::uint64_t replayed = 0;       // journal entries fed by restore() or a catch-up
     std::map<std::string, std::uint64_t, std::less<>> by_category;  // deferrals by category
 };
 
 class Ingestor {
   public:
     using VerdictSink = std::function<void(const Verdict&)>;
+    // A line (index in its batch) or journal entry (seq) that was skipped, and why.
+    using PoisonSink = std::function<void(std::string_view what, std::uint64_t where, std::string_view why)>;
 
     Ingestor(Ledger& ledger, std::shared_ptr<const Classifier> classifier, EngineSettings settings,
              VerdictSink sink = {});
 
-    // Loads the engine state and its positions from the ledger.
+    // Loads the engine state and replays the journal after it. On failure the
+    // stored state is left alone: save() refuses to write over it.
     Status restore();
 
-    // Where a follower of `source` must start so that neither the ledger nor the
-    // engine misses a line (nullopt: no saved position, start as configured).
+    // Where a follower of `source` must start: the ledger's position (the
+    // journal brings the engine up to it). nullopt: none saved, start as configured.
     std::optional<FollowerPosition> resume_position(std::string_view source) const;
 
     // One batch of lines from `parser`'s stream. `end`: the follower position
     // just past the last line (nullopt for imports). On a ledger error nothing
     // of the batch is applied and the error returns: offer the batch again.
+    // A line the parser throws on is skipped, counted and reported to the poison sink.
     Status ingest_lines(LogParser& parser, std::span<const std::string> lines,
                         const std::optional<FollowerPosition>& end);
 
-    // Time-based rules at event time `now` (end of an import; a quiet live log).
+    // Time-based rules at event time `now` (end of an import; a quiet live log),
+    // journaled first: an error means nothing was evaluated (try again later).
     Status advance(TimePoint now);
 
-    // Saves the engine state with its positions. Cheap enough to call every
-    // few seconds; a crash loses nothing (see above).
+    // Saves the engine state and trims the journal it covers (one transaction).
+    // Refused after a failed restore() and while verdict effects are pending.
     Status save();
 
-    // Aligns the engine with flags cleared by command (retryguard flags clear).
+    // Aligns the engine with flags cleared by command (retryguard flags clear);
+    // each clear is journaled first.
     Status sync_flags(TimePoint now);
+
+    void set_poison_sink(PoisonSink sink) { poison_ = std::move(sink); }
+    // Called right after the verdict lines of one effects commit went to the
+    // sink: a sink that buffers writes them out here (a crash after the commit
+    // must find as few of its lines unwritten as possible).
+    void set_lines_done(std::function<void()> f) { lines_done_ = std::move(f); }
 
     // Hot-swap the classifier or the engine settings (configuration reload).
     void set_classifier(std::shared_ptr<const Classifier> classifier) { classifier_ = std::move(classifier); }
@@ -85,19 +118,52 @@ class Ingestor {
     const Engine& engine() const noexcept { return engine_; }
     const IngestStats& stats() const noexcept { return stats_; }
 
+    std::uint64_t journal_seq() const noexcept { return journal_seq_; }
+    std::uint64_t verdict_seq() const noexcept { return verdict_seq_; }
+
     static constexpr std::string_view kStateKey = "engine";
 
   private:
-    void apply_verdicts(std::vector<Verdict>& verdicts);
+    struct PendingVerdict {
+        VerdictEffect effect;
+        Verdict verdict;
+    };
+    // Feeds one journal record to the engine; its verdicts are numbered and queued.
+    void feed(const EngineJournalRecord& record, std::uint64_t seq);
+    void queue(std::vector<Verdict>& verdicts);
+    // Journal entries after journal_seq_ (written by an earlier run or with a
+    // lost reply) into the engine.
+    Status catch_up();
+    // Appends entries, then feeds them (or catches up when others came between).
+    Status journal_and_feed(std::vector<std::string> entries, std::vector<EngineJournalRecord> records);
+    // Pending verdict effects to the ledger; lines for the ones applied now.
+    Status flush_effects();
 
     Ledger& ledger_;
     std::shared_ptr<const Classifier> classifier_;
     Engine engine_;
     VerdictSink sink_;
-    std::map<std::string, FollowerPosition, std::less<>> engine_positions_;
+    PoisonSink poison_;
+    std::function<void()> lines_done_;
     IngestStats stats_;
     std::vector<IngestItem> items_;  // reused between batches
+    std::uint64_t journal_seq_ = 0;  // last journal entry the engine consumed
+    std::uint64_t verdict_seq_ = 0;  // last verdict number given
+    std::vector<PendingVerdict> pending_;
+    bool restore_failed_ = false;
+    bool need_catch_up_ = false;  // a ledger call failed: the journal may hold entries not fed
 };
+
+// A saved engine state (the Ingestor's kStateKey value) for readers such as
+// `retryguard status`: the engine part as JSON text (bytes that are not UTF-8
+// replaced), and the follower positions a version-1 state carried.
+struct SavedStateView {
+    int version = 0;
+    std::string engine_json;
+    std::vector<FollowerPosition> positions;
+    std::uint64_t journal_seq = 0;
+};
+Result<SavedStateView> describe_saved_state(std::string_view bytes);
 
 // The category of one event: its reply classified, Category::expired for
 // expiry, unknown for events that carry no reply.

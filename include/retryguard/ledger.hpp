@@ -89,6 +89,57 @@ struct IngestResult {
     std::size_t applied = 0;     // events whose effects were recorded
     std::size_t duplicates = 0;  // events already seen (replay): ignored
     std::vector<bool> fresh;     // per batch item: true when it was applied (not a duplicate)
+    // The engine journal entry that holds the batch's fresh items, in batch
+    // order (one entry per batch: cheap to append); 0 when none was fresh.
+    std::uint64_t journal_seq = 0;
+};
+
+// ---------------------------------------------------------------------------
+// The engine journal (docs/ledger.md "Engine journal"): what the rules engine
+// has to be fed, in order, so that a restored engine state can be brought up
+// to date after a crash. Entries are opaque byte strings (encode_journal_*),
+// numbered by the ledger with a sequence that only grows.
+
+struct EngineJournalEntry {
+    std::uint64_t seq = 0;
+    std::string data;
+};
+
+// One entry decoded: an event with its category, a time-based evaluation
+// (Engine::advance) or a flag cleared by command (Engine::clear_flag).
+struct EngineJournalRecord {
+    enum class Kind { event, tick, clear_flag };
+    Kind kind = Kind::event;
+    IngestItem item;          // event
+    TimePoint time{};         // tick, clear_flag
+    std::string destination;  // clear_flag
+};
+
+// Binary, lossless (any bytes in any text field), versioned by its first byte.
+std::string encode_journal_event(const IngestItem& item);
+std::string encode_journal_tick(TimePoint now);
+std::string encode_journal_clear_flag(std::string_view destination, TimePoint now);
+// A batch entry: kJournalBatchTag, then every fresh event as added here.
+inline constexpr std::string_view kJournalBatchTag = "B";
+void append_journal_batch_item(std::string& batch, const IngestItem& item);
+// One entry (a batch gives one record per event) appended to `out`; false
+// when `data` is not an entry this program wrote (out unchanged then).
+bool decode_journal_entry(std::string_view data, std::vector<EngineJournalRecord>& out);
+
+// The ledger side of one verdict of the rules engine: its sequence number
+// (Ingestor, deterministic), its name (counted in verdict_counts) and what it
+// changes. apply_verdict_effects applies them at most once (high-water mark).
+struct VerdictEffect {
+    enum class Action { none, destination_state, set_flag, clear_flags };
+    std::uint64_t seq = 0;
+    std::string verdict;  // counted (+1)
+    Action action = Action::none;
+    DestinationKind kind = DestinationKind::domain;  // destination_state
+    std::string name;                                // destination_state: name; flags: destination
+    std::string state;                               // destination_state
+    TimePoint at{};
+    std::string reason;                   // set_flag
+    std::optional<TimePoint> expires_at;  // set_flag
 };
 
 struct MessageInfo {
@@ -311,8 +362,28 @@ class Ledger {
                                                  bool include_inactive) = 0;
     virtual Result<std::int64_t> add_verdict_count(std::string_view verdict, std::int64_t delta) = 0;
     virtual Result<std::map<std::string, std::int64_t>> verdict_counts() = 0;
+    // Engine state values are byte strings (any bytes).
     virtual Status put_state(std::string_view key, std::string_view value) = 0;
     virtual Result<std::optional<std::string>> get_state(std::string_view key) = 0;
+
+    // Engine journal. ingest() appends every fresh event; these add the other
+    // entries, read them back and save a state together with the trim.
+    // Appends entries in order; returns the sequence number of the first.
+    virtual Result<std::uint64_t> append_journal(std::span<const std::string> entries) = 0;
+    // Entries with seq > after, oldest first, at most `limit`.
+    virtual Result<std::vector<EngineJournalEntry>> read_journal(std::uint64_t after, std::size_t limit) = 0;
+    // One transaction: state `key` := value, and journal entries with seq <=
+    // journal_seq deleted (the state covers them).
+    virtual Status save_engine_state(std::string_view key, std::string_view value,
+                                     std::uint64_t journal_seq) = 0;
+    // One transaction: the effects of verdicts above the stored high-water mark
+    // (destination state, flags, verdict counts) are applied and the mark is
+    // raised to the highest seq; effects at or below it are skipped (a replay).
+    // Returns the mark as it was before, so the caller writes only the verdict
+    // lines of effects that were applied now.
+    virtual Result<std::uint64_t> apply_verdict_effects(std::span<const VerdictEffect> effects) = 0;
+    // The stored high-water mark (0: none yet).
+    virtual Result<std::uint64_t> verdict_mark() = 0;
 
     // Maintenance.
     virtual Result<PruneResult> prune(const RetentionPolicy& policy, TimePoint now) = 0;

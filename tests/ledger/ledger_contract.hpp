@@ -618,6 +618,163 @@ TEST_P(LedgerContract, VerdictCountsAndEngineStatePersist) {
     EXPECT_FALSE(missing->has_value());
 }
 
+TEST_P(LedgerContract, EngineJournalHoldsFreshEventsInOrderUntilAStateCoversThem) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    std::vector<IngestItem> batch = {deferred("J1", 10, "a@j.test"), deferred("J2", 11, "b@j.test")};
+    batch[0].event.reason = std::string("host mx.j.test said: 451 4.3.5 bad \xc3\x28 byte\0end", 46);
+    auto first = l->ingest(batch, std::nullopt);
+    ASSERT_TRUE(first.ok()) << first.error().message;
+    const std::uint64_t s0 = first->journal_seq;
+    ASSERT_GT(s0, 0u);
+    // A replay adds nothing to the journal; a batch with a new event adds one entry.
+    auto replay = l->ingest(batch, std::nullopt);
+    ASSERT_TRUE(replay.ok());
+    EXPECT_EQ(replay->journal_seq, 0u);
+    std::vector<IngestItem> mixed = {batch[1], deferred("J3", 12, "c@j.test")};
+    auto second = l->ingest(mixed, std::nullopt);
+    ASSERT_TRUE(second.ok());
+    EXPECT_EQ(second->applied, 1u);
+    EXPECT_EQ(second->journal_seq, s0 + 1);
+    std::vector<std::string> extra = {encode_journal_tick(at(20)),
+                                      encode_journal_clear_flag("j.test", at(21))};
+    auto appended = l->append_journal(extra);
+    ASSERT_TRUE(appended.ok());
+    EXPECT_EQ(*appended, s0 + 2);
+
+    auto all = l->read_journal(0, 100);
+    ASSERT_TRUE(all.ok()) << all.error().message;
+    ASSERT_EQ(all->size(), 4u);
+    for (std::size_t i = 0; i < all->size(); ++i) EXPECT_EQ((*all)[i].seq, s0 + i);
+    std::vector<EngineJournalRecord> r;
+    ASSERT_TRUE(decode_journal_entry((*all)[0].data, r));
+    ASSERT_EQ(r.size(), 2u);
+    EXPECT_EQ(r[0].kind, EngineJournalRecord::Kind::event);
+    EXPECT_EQ(r[0].item.event.reason, batch[0].event.reason) << "reply bytes survive unchanged";
+    EXPECT_EQ(r[0].item.event.queue_id, "J1");
+    EXPECT_EQ(r[1].item.event.queue_id, "J2");
+    EXPECT_EQ(encode_journal_event(r[0].item), encode_journal_event(batch[0])) << "every field round-trips";
+    r.clear();
+    ASSERT_TRUE(decode_journal_entry((*all)[1].data, r));
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].item.event.queue_id, "J3");
+    r.clear();
+    ASSERT_TRUE(decode_journal_entry((*all)[3].data, r));
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].kind, EngineJournalRecord::Kind::clear_flag);
+    EXPECT_EQ(r[0].destination, "j.test");
+    EXPECT_EQ(r[0].time, at(21));
+    r.clear();
+    EXPECT_FALSE(decode_journal_entry("Zjunk", r));
+    EXPECT_FALSE(decode_journal_entry((*all)[0].data.substr(0, 20), r)) << "a cut entry is refused";
+    EXPECT_TRUE(r.empty());
+    auto tail = l->read_journal(s0 + 1, 1);
+    ASSERT_TRUE(tail.ok());
+    ASSERT_EQ(tail->size(), 1u);
+    EXPECT_EQ((*tail)[0].seq, s0 + 2);
+
+    // Saving a state trims what it covers, and the state is stored byte-exact.
+    const std::string state("\x00\xff\xc3\x28 state", 10);
+    ASSERT_TRUE(l->save_engine_state("engine", state, s0 + 1).ok());
+    auto rest = l->read_journal(0, 100);
+    ASSERT_TRUE(rest.ok());
+    ASSERT_EQ(rest->size(), 2u);
+    EXPECT_EQ((*rest)[0].seq, s0 + 2);
+    l.reset();
+    auto again = open();
+    ASSERT_TRUE(again);
+    auto saved = again->get_state("engine");
+    ASSERT_TRUE(saved.ok() && saved->has_value());
+    EXPECT_EQ(**saved, state);
+    // Numbers never go back, even once the journal was trimmed empty.
+    ASSERT_TRUE(again->save_engine_state("engine", state, s0 + 10).ok());
+    auto empty = again->read_journal(0, 100);
+    ASSERT_TRUE(empty.ok());
+    EXPECT_TRUE(empty->empty());
+    auto next = again->append_journal(std::vector<std::string>{encode_journal_tick(at(30))});
+    ASSERT_TRUE(next.ok());
+    EXPECT_EQ(*next, s0 + 4);
+}
+
+TEST_P(LedgerContract, VerdictEffectsApplyOnceAboveTheHighWaterMark) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    auto mark = l->verdict_mark();
+    ASSERT_TRUE(mark.ok());
+    EXPECT_EQ(*mark, 0u);
+    std::vector<VerdictEffect> effects(4);
+    effects[0].seq = 1;
+    effects[0].verdict = "watch";
+    effects[0].action = VerdictEffect::Action::destination_state;
+    effects[0].name = "hw.test";
+    effects[0].state = "watch";
+    effects[0].at = at(100);
+    effects[1].seq = 2;
+    effects[1].verdict = "flagged";
+    effects[1].action = VerdictEffect::Action::set_flag;
+    effects[1].name = "hw.test";
+    effects[1].reason = "repeat";
+    effects[1].at = at(101);
+    effects[1].expires_at = at(100000);
+    effects[2].seq = 3;
+    effects[2].verdict = "too_soon";
+    effects[2].at = at(102);
+    effects[3].seq = 4;
+    effects[3].verdict = "watch";
+    effects[3].action = VerdictEffect::Action::destination_state;
+    effects[3].kind = DestinationKind::relay;
+    effects[3].name = "mx.hw.test";
+    effects[3].state = "watch";
+    effects[3].at = at(103);
+    auto before = l->apply_verdict_effects(std::span<const VerdictEffect>(effects.data(), 2));
+    ASSERT_TRUE(before.ok()) << before.error().message;
+    EXPECT_EQ(*before, 0u);
+    // A replay offers 1..4 again: only 3 and 4 are new.
+    before = l->apply_verdict_effects(effects);
+    ASSERT_TRUE(before.ok());
+    EXPECT_EQ(*before, 2u);
+    before = l->apply_verdict_effects(effects);
+    ASSERT_TRUE(before.ok());
+    EXPECT_EQ(*before, 4u);
+    mark = l->verdict_mark();
+    ASSERT_TRUE(mark.ok());
+    EXPECT_EQ(*mark, 4u);
+
+    auto counts = l->verdict_counts();
+    ASSERT_TRUE(counts.ok());
+    EXPECT_EQ(counts->at("watch"), 2);
+    EXPECT_EQ(counts->at("flagged"), 1);
+    EXPECT_EQ(counts->at("too_soon"), 1);
+    auto flags = l->list_flags(std::nullopt, at(200), true);
+    ASSERT_TRUE(flags.ok());
+    ASSERT_EQ(flags->size(), 1u);
+    EXPECT_EQ((*flags)[0].reason, "repeat");
+    ASSERT_TRUE((*flags)[0].expires_at.has_value());
+    EXPECT_EQ(*(*flags)[0].expires_at, at(100000));
+    auto d = l->get_destination(DestinationKind::domain, "hw.test");
+    ASSERT_TRUE(d.ok() && d->has_value());
+    EXPECT_EQ((*d)->state, "watch");
+    auto mx = l->get_destination(DestinationKind::relay, "mx.hw.test");
+    ASSERT_TRUE(mx.ok() && mx->has_value());
+    EXPECT_EQ((*mx)->state, "watch");
+
+    // Clearing is an effect too, applied once.
+    std::vector<VerdictEffect> clear(1);
+    clear[0].seq = 5;
+    clear[0].verdict = "flag_expired";
+    clear[0].action = VerdictEffect::Action::clear_flags;
+    clear[0].name = "hw.test";
+    clear[0].at = at(300);
+    ASSERT_TRUE(l->apply_verdict_effects(clear).ok());
+    ASSERT_TRUE(l->apply_verdict_effects(clear).ok());
+    flags = l->list_flags(std::nullopt, at(400), false);
+    ASSERT_TRUE(flags.ok());
+    EXPECT_TRUE(flags->empty());
+    counts = l->verdict_counts();
+    ASSERT_TRUE(counts.ok());
+    EXPECT_EQ(counts->at("flag_expired"), 1);
+}
+
 TEST_P(LedgerContract, PruneRemovesFinishedMessagesAndOldHistoryOnly) {
     auto l = open();
     ASSERT_TRUE(l);

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -160,8 +161,9 @@ TEST(Ingest, LiveFollowInBatchesGivesTheSameVerdictsAsAnImport) {
 
 TEST(Ingest, CrashBetweenLedgerAndEngineSaveLosesNothing) {
     // The engine saved its state at line 200; the ledger went on to line 400
-    // before the crash. The follower resumes at 200: the ledger skips lines
-    // 200-400 as duplicates and the engine sees them for the first time.
+    // before the crash. The follower resumes at the ledger's 400: the engine
+    // replays lines 200-400 from the ledger's journal, and says none of their
+    // verdicts twice (their effects are below the ledger's high-water mark).
     auto lines = read_lines("full-run.sender.log");
     ASSERT_GT(lines.size(), 400u);
     IngestRun reference;
@@ -180,22 +182,81 @@ TEST(Ingest, CrashBetweenLedgerAndEngineSaveLosesNothing) {
     };
     feed(*crashed.ingestor, 0, 200);
     ASSERT_TRUE(crashed.ingestor->save().ok());
-    feed(*crashed.ingestor, 200, 400);  // ledger has it, engine state on disk does not
-    std::vector<std::string> before_crash(crashed.verdicts.begin(), crashed.verdicts.end());
+    feed(*crashed.ingestor, 200, 400);  // ledger and journal have it, the saved engine state does not
+    auto counts_before = crashed.tl.ledger->verdict_counts();
+    ASSERT_TRUE(counts_before.ok());
 
     std::vector<std::string> after;
     Ingestor resumed(*crashed.tl.ledger, classifier(), EngineSettings{},
                      [&](const Verdict& v) { after.push_back(format_verdict(v)); });
     ASSERT_TRUE(resumed.restore().ok());
-    ASSERT_EQ(resumed.resume_position(pos.source)->offset, 200u);
-    feed(resumed, 200, lines.size());
-    // Verdicts of lines 200-400 are said twice (before and after the crash), as
-    // a restarted daemon would; the final engine state equals the reference.
+    EXPECT_GT(resumed.stats().replayed, 150u) << "lines 200-400 came back from the journal";
+    auto counts_restored = crashed.tl.ledger->verdict_counts();
+    ASSERT_TRUE(counts_restored.ok());
+    EXPECT_EQ(*counts_restored, *counts_before) << "a replay counts no verdict twice";
+    ASSERT_EQ(resumed.resume_position(pos.source)->offset, 400u);
+    feed(resumed, 400, lines.size());
     EXPECT_EQ(resumed.engine().save_state(), reference.ingestor->engine().save_state());
-    // Every event was applied to the ledger exactly once across the crash.
+    EXPECT_EQ(resumed.verdict_seq(), reference.ingestor->verdict_seq());
+    std::vector<std::string> all(crashed.verdicts.begin(), crashed.verdicts.end());
+    all.insert(all.end(), after.begin(), after.end());
+    EXPECT_EQ(all, reference.verdicts) << "every verdict line written exactly once";
     EXPECT_EQ(crashed.ingestor->stats().applied + resumed.stats().applied,
               reference.ingestor->stats().applied);
-    EXPECT_GT(resumed.stats().duplicates, 150u) << "lines 200-400 were re-read";
+    auto counts = crashed.tl.ledger->verdict_counts();
+    auto ref_counts = reference.tl.ledger->verdict_counts();
+    ASSERT_TRUE(counts.ok() && ref_counts.ok());
+    EXPECT_EQ(*counts, *ref_counts);
+}
+
+TEST(Ingest, InvalidUtf8ReplySavesAndRestoresByteExact) {
+    IngestRun run;
+    LogParser parser(fixture_year());
+    std::vector<std::string> lines = {
+        "Nov 29 20:48:23 sender postfix/smtp[23714]: 1E661116375: to=<user@utf.test>, "
+        "relay=127.0.0.1[127.0.0.1]:25602, delay=0.15, delays=0.01/0/0.08/0.06, dsn=4.3.5, status=deferred "
+        "(host 127.0.0.1[127.0.0.1] said: 451 4.3.5 caf\xc3\x28 \xff broken (in reply to RCPT TO command))"};
+    ASSERT_TRUE(run.ingestor->ingest_lines(parser, lines, std::nullopt).ok());
+    ASSERT_EQ(run.ingestor->stats().events, 1u);
+    const auto* d = run.ingestor->engine().destination("utf.test");
+    ASSERT_NE(d, nullptr);
+    ASSERT_TRUE(d->open.has_value());
+    EXPECT_NE(d->open->last_reply.find("caf\xc3\x28 \xff"), std::string::npos);
+    ASSERT_TRUE(run.ingestor->save().ok());
+    Ingestor restored(*run.tl.ledger, classifier(), EngineSettings{});
+    ASSERT_TRUE(restored.restore().ok());
+    EXPECT_EQ(restored.engine().save_state(), run.ingestor->engine().save_state());
+    EXPECT_EQ(restored.engine().destination("utf.test")->open->last_reply, d->open->last_reply);
+    auto view = describe_saved_state(**run.tl.ledger->get_state(Ingestor::kStateKey));
+    ASSERT_TRUE(view.ok()) << view.error().message;
+    EXPECT_EQ(view->version, 2);
+}
+
+TEST(Ingest, FailedRestoreLeavesTheStoredStateUntouched) {
+    IngestRun run;
+    const std::string garbage("\xa1\x67version\x63odd and more bytes", 25);
+    ASSERT_TRUE(run.tl.ledger->put_state(Ingestor::kStateKey, garbage).ok());
+    Ingestor ing(*run.tl.ledger, classifier(), EngineSettings{});
+    EXPECT_FALSE(ing.restore().ok());
+    EXPECT_FALSE(ing.save().ok()) << "a failed restore must not be saved over";
+    auto stored = run.tl.ledger->get_state(Ingestor::kStateKey);
+    ASSERT_TRUE(stored.ok() && stored->has_value());
+    EXPECT_EQ(**stored, garbage);
+}
+
+TEST(Ingest, VersionOneJsonStateStillLoads) {
+    IngestRun run;
+    LogParser parser(fixture_year());
+    auto lines = read_lines("full-run.sender.log");
+    ASSERT_TRUE(run.ingestor->ingest_lines(parser, lines, std::nullopt).ok());
+    // What version 1 saved: JSON text with the engine state as JSON text.
+    auto engine_json = nlohmann::json::from_cbor(run.ingestor->engine().save_state()).dump();
+    nlohmann::json v1{{"version", 1}, {"positions", nlohmann::json::array()}, {"engine", engine_json}};
+    TempLedger fresh;
+    ASSERT_TRUE(fresh.ledger->put_state(Ingestor::kStateKey, v1.dump()).ok());
+    Ingestor ing(*fresh.ledger, classifier(), EngineSettings{});
+    ASSERT_TRUE(ing.restore().ok());
+    EXPECT_EQ(ing.engine().save_state(), run.ingestor->engine().save_state());
 }
 
 }  // namespace

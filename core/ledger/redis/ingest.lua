@@ -9,16 +9,19 @@
 -- ARGV[4]  TTL of the seen set, seconds
 -- ARGV[5]  follower source id, '' for none
 -- ARGV[6]  follower position, JSON stored verbatim under <prefix>pos
--- ARGV[7]  number of events E, then E groups of 19 fields:
+-- ARGV[7]  number of events E, then E groups of 20 fields:
 --          key kind time queue_id other_id text resent size nrcpt outcome recipient
---          domain relay code enhanced reason stage category category_bit
+--          domain relay code enhanced reason stage category category_bit journal
 --          (kind and outcome numbers: OpKind and Outcome in core/ledger/internal.hpp;
---          times: microseconds since the epoch, as decimal strings)
--- Returns  {applied, duplicates, fresh} (fresh: a string of '1'/'0', one per event)
+--          times: microseconds since the epoch, as decimal strings; journal: the
+--          event's part of the engine journal batch entry, kept when the event is fresh)
+-- Returns  {applied, duplicates, fresh, journal_seq} (fresh: a string of '1'/'0',
+--          one per event; journal_seq: the seq of the journal entry 'B' .. the fresh
+--          events' parts, appended to <prefix>journal; 0 when none was fresh)
 local P = ARGV[1]
 local MTTL, KTTL, STTL = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local E = tonumber(ARGV[7])
-local F = 19
+local F = 20
 if not E or #ARGV ~= 7 + E * F then return redis.error_reply('ingest: bad argument count') end
 
 local function num(s) return tonumber(s) or 0 end
@@ -247,18 +250,20 @@ end
 
 local applied, duplicates = 0, 0
 local fresh = {}
+local journal = {'B'}
 for i = 0, E - 1 do
   local b = 7 + i * F
   local ev = {key = ARGV[b + 1], kind = ARGV[b + 2], t = ARGV[b + 3], q = ARGV[b + 4], other = ARGV[b + 5],
               text = ARGV[b + 6], resent = ARGV[b + 7], size = ARGV[b + 8], nrcpt = ARGV[b + 9],
               outcome = ARGV[b + 10], rcpt = ARGV[b + 11], domain = ARGV[b + 12], relay = ARGV[b + 13],
               code = ARGV[b + 14], enhanced = ARGV[b + 15], reason = ARGV[b + 16], stage = ARGV[b + 17],
-              category = ARGV[b + 18], catbit = ARGV[b + 19]}
+              category = ARGV[b + 18], catbit = ARGV[b + 19], journal = ARGV[b + 20]}
   if redis.call('ZADD', KEYS[1], 'NX', ev.t, ev.key) == 0 then
     duplicates = duplicates + 1
     fresh[#fresh + 1] = '0'
   else
     apply(ev)
+    journal[#journal + 1] = ev.journal
     applied = applied + 1
     fresh[#fresh + 1] = '1'
   end
@@ -268,5 +273,14 @@ if ARGV[5] ~= '' then
   redis.call('HSET', P .. 'pos', ARGV[5], ARGV[6])
   long(P .. 'pos')
 end
+-- The engine journal (docs/ledger.md): sorted set scored by seq, members
+-- '<seq>:<entry>' (unique even when two entries are equal).
+local journal_seq = 0
+if applied > 0 then
+  journal_seq = redis.call('INCR', P .. 'journalseq')
+  redis.call('ZADD', P .. 'journal', journal_seq, journal_seq .. ':' .. table.concat(journal))
+  long(P .. 'journal')
+  long(P .. 'journalseq')
+end
 for k in pairs(touched) do redis.call('EXPIRE', k, KTTL) end
-return {applied, duplicates, table.concat(fresh)}
+return {applied, duplicates, table.concat(fresh), journal_seq}

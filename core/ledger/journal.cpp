@@ -1,0 +1,292 @@
+// journal.cpp -- the byte format of engine journal entries (ledger.hpp,
+// docs/ledger.md "Engine journal"): what the ledger appends for each fresh
+// event, tick and command, and what a restored engine replays. Text fields are
+// length-prefixed bytes, so any byte a remote server sent survives unchanged.
+// Entries outlive the program that wrote them (until the next state save):
+// the first byte names the entry kind and its format version; a new layout
+// gets a new byte and this reader keeps the old ones.
+#include <cstring>
+
+#include "retryguard/ledger.hpp"
+
+namespace retryguard {
+namespace {
+
+constexpr char kEventV1 = 'E';
+constexpr char kTickV1 = 'T';
+constexpr char kClearFlagV1 = 'C';
+
+class Writer {
+  public:
+    explicit Writer(char tag) { out_.push_back(tag); }
+    void u64(std::uint64_t v) {
+        for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    }
+    void i64(std::int64_t v) { u64(static_cast<std::uint64_t>(v)); }
+    void byte(unsigned v) { out_.push_back(static_cast<char>(v & 0xff)); }
+    void str(std::string_view s) {
+        u64(s.size());
+        out_.append(s);
+    }
+    void f64(double d) {
+        std::uint64_t v;
+        std::memcpy(&v, &d, sizeof v);
+        u64(v);
+    }
+    std::string take() { return std::move(out_); }
+
+  private:
+    std::string out_;
+};
+
+class Reader {
+  public:
+    explicit Reader(std::string_view in) : in_(in) {}
+    bool ok() const { return ok_; }
+    bool done() const { return in_.empty(); }
+    std::uint64_t u64() {
+        if (in_.size() < 8) return fail();
+        std::uint64_t v = 0;
+        for (int i = 0; i < 8; ++i) v |= std::uint64_t{static_cast<unsigned char>(in_[i])} << (8 * i);
+        in_.remove_prefix(8);
+        return v;
+    }
+    std::int64_t i64() { return static_cast<std::int64_t>(u64()); }
+    unsigned byte() {
+        if (in_.empty()) return static_cast<unsigned>(fail());
+        unsigned v = static_cast<unsigned char>(in_.front());
+        in_.remove_prefix(1);
+        return v;
+    }
+    std::string str() {
+        std::uint64_t n = u64();
+        if (!ok_ || n > in_.size()) {
+            fail();
+            return {};
+        }
+        std::string s(in_.substr(0, n));
+        in_.remove_prefix(n);
+        return s;
+    }
+    double f64() {
+        std::uint64_t v = u64();
+        double d;
+        std::memcpy(&d, &v, sizeof d);
+        return d;
+    }
+
+  private:
+    std::uint64_t fail() {
+        ok_ = false;
+        in_ = {};
+        return 0;
+    }
+    std::string_view in_;
+    bool ok_ = true;
+};
+
+}  // namespace
+
+std::string encode_journal_event(const IngestItem& item) {
+    const Event& e = item.event;
+    Writer w(kEventV1);
+    w.byte(static_cast<unsigned>(item.category));
+    w.byte(static_cast<unsigned>(e.kind));
+    w.i64(to_micros(e.time));
+    w.str(e.host);
+    w.str(e.program);
+    w.str(e.process);
+    w.i64(e.pid);
+    w.str(e.queue_id);
+    w.str(e.recipient);
+    w.str(e.orig_recipient);
+    w.str(e.relay);
+    w.str(e.relay_host);
+    w.str(e.relay_addr);
+    w.i64(e.relay_port);
+    w.str(e.dsn);
+    w.byte(static_cast<unsigned>(e.status));
+    w.f64(e.delay);
+    w.str(e.delays);
+    w.str(e.conn_use);
+    w.str(e.tls);
+    w.str(e.reason);
+    w.byte(e.reply ? 1 : 0);
+    if (e.reply) {
+        const Reply& r = *e.reply;
+        w.i64(r.code);
+        w.byte(r.enhanced ? 1 : 0);
+        if (r.enhanced) {
+            w.byte(r.enhanced->klass);
+            w.u64(r.enhanced->subject);
+            w.u64(r.enhanced->detail);
+        }
+        w.str(r.text);
+        w.byte(static_cast<unsigned>(r.stage));
+        w.byte(static_cast<unsigned>(r.local));
+        w.str(r.remote_host);
+        w.str(r.remote_addr);
+        w.byte(r.truncated ? 1 : 0);
+    }
+    w.str(e.sender);
+    w.i64(e.size);
+    w.i64(e.nrcpt);
+    w.str(e.message_id);
+    w.byte(e.resent ? 1 : 0);
+    w.str(e.orig_queue_id);
+    w.i64(e.uid);
+    w.str(e.client);
+    w.str(e.action);
+    w.str(e.stage);
+    w.str(e.new_queue_id);
+    w.u64(e.fields.size());
+    for (const auto& [k, v] : e.fields) {
+        w.str(k);
+        w.str(v);
+    }
+    w.str(e.destination);
+    w.str(e.unknown_kind);
+    w.str(e.text);
+    w.byte(e.truncated ? 1 : 0);
+    return w.take();
+}
+
+std::string encode_journal_tick(TimePoint now) {
+    Writer w(kTickV1);
+    w.i64(to_micros(now));
+    return w.take();
+}
+
+std::string encode_journal_clear_flag(std::string_view destination, TimePoint now) {
+    Writer w(kClearFlagV1);
+    w.i64(to_micros(now));
+    w.str(destination);
+    return w.take();
+}
+
+void append_journal_batch_item(std::string& batch, const IngestItem& item) {
+    const std::string e = encode_journal_event(item);
+    Writer w('\0');
+    w.str(e);
+    std::string framed = w.take();
+    batch.append(framed, 1);  // without the writer's tag byte
+}
+
+namespace {
+bool decode_one(std::string_view data, EngineJournalRecord& out);
+}
+
+bool decode_journal_entry(std::string_view data, std::vector<EngineJournalRecord>& out) {
+    if (data.empty()) return false;
+    if (data.front() != kJournalBatchTag.front()) {
+        EngineJournalRecord r;
+        if (!decode_one(data, r)) return false;
+        out.push_back(std::move(r));
+        return true;
+    }
+    const std::size_t before = out.size();
+    Reader r(data.substr(1));
+    while (!r.done()) {
+        std::string e = r.str();
+        EngineJournalRecord rec;
+        if (!r.ok() || !decode_one(e, rec) || rec.kind != EngineJournalRecord::Kind::event) {
+            out.resize(before);
+            return false;
+        }
+        out.push_back(std::move(rec));
+    }
+    return true;
+}
+
+namespace {
+bool decode_one(std::string_view data, EngineJournalRecord& out) {
+    if (data.empty()) return false;
+    const char tag = data.front();
+    Reader r(data.substr(1));
+    out = EngineJournalRecord{};
+    if (tag == kTickV1) {
+        out.kind = EngineJournalRecord::Kind::tick;
+        out.time = from_micros(r.i64());
+        return r.ok() && r.done();
+    }
+    if (tag == kClearFlagV1) {
+        out.kind = EngineJournalRecord::Kind::clear_flag;
+        out.time = from_micros(r.i64());
+        out.destination = r.str();
+        return r.ok() && r.done();
+    }
+    if (tag != kEventV1) return false;
+    out.kind = EngineJournalRecord::Kind::event;
+    const unsigned category = r.byte();
+    if (category > static_cast<unsigned>(Category::unknown)) return false;
+    out.item.category = static_cast<Category>(category);
+    Event& e = out.item.event;
+    const unsigned kind = r.byte();
+    if (kind > static_cast<unsigned>(EventKind::unknown)) return false;
+    e.kind = static_cast<EventKind>(kind);
+    e.time = from_micros(r.i64());
+    e.host = r.str();
+    e.program = r.str();
+    e.process = r.str();
+    e.pid = r.i64();
+    e.queue_id = r.str();
+    e.recipient = r.str();
+    e.orig_recipient = r.str();
+    e.relay = r.str();
+    e.relay_host = r.str();
+    e.relay_addr = r.str();
+    e.relay_port = static_cast<int>(r.i64());
+    e.dsn = r.str();
+    const unsigned status = r.byte();
+    if (status > static_cast<unsigned>(DeliveryStatus::undeliverable)) return false;
+    e.status = static_cast<DeliveryStatus>(status);
+    e.delay = r.f64();
+    e.delays = r.str();
+    e.conn_use = r.str();
+    e.tls = r.str();
+    e.reason = r.str();
+    if (r.byte()) {
+        Reply rep;
+        rep.code = static_cast<int>(r.i64());
+        if (r.byte()) {
+            EnhancedCode ec;
+            ec.klass = static_cast<std::uint8_t>(r.byte());
+            ec.subject = static_cast<std::uint16_t>(r.u64());
+            ec.detail = static_cast<std::uint16_t>(r.u64());
+            rep.enhanced = ec;
+        }
+        rep.text = r.str();
+        rep.stage = static_cast<SmtpStage>(r.byte());
+        rep.local = static_cast<LocalFailure>(r.byte());
+        rep.remote_host = r.str();
+        rep.remote_addr = r.str();
+        rep.truncated = r.byte() != 0;
+        e.reply = std::move(rep);
+    }
+    e.sender = r.str();
+    e.size = r.i64();
+    e.nrcpt = static_cast<int>(r.i64());
+    e.message_id = r.str();
+    e.resent = r.byte() != 0;
+    e.orig_queue_id = r.str();
+    e.uid = r.i64();
+    e.client = r.str();
+    e.action = r.str();
+    e.stage = r.str();
+    e.new_queue_id = r.str();
+    const std::uint64_t nfields = r.u64();
+    for (std::uint64_t i = 0; i < nfields && r.ok(); ++i) {
+        std::string k = r.str();
+        std::string v = r.str();
+        e.fields.emplace_back(std::move(k), std::move(v));
+    }
+    e.destination = r.str();
+    e.unknown_kind = r.str();
+    e.text = r.str();
+    e.truncated = r.byte() != 0;
+    return r.ok() && r.done();
+}
+
+}  // namespace
+
+}  // namespace retryguard
