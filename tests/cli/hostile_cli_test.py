@@ -103,7 +103,9 @@ def main():
     run(["report", "--html", html] + report)
     page = open(html, "rb").read()
     check_terminal("report.html", page)
-    for needle in [b"\x1b", b"<b>", b"owned by mx\x07"]:
+    if b"&lt;script&gt;" not in page:
+        fail("report.html does not show the corpus's markup as text")
+    for needle in [b"\x1b", b"<b>", b"<script>", b"owned by mx\x07"]:
         if needle in page:
             fail("report.html holds %r" % needle)
 
