@@ -346,7 +346,10 @@ bool read_verdict_value(std::string_view text, std::size_t& pos, std::string& va
             if (i >= n) break;
             const char e = text[i++];
             if (e == 'x') {
-                if (i + 2 > n) return false;
+                if (i + 2 > n) {  // cut inside an escape: the record ends here
+                    i = n;
+                    break;
+                }
                 const int hi = hex_value(text[i]), lo = hex_value(text[i + 1]);
                 if (hi < 0 || lo < 0) return false;
                 value += static_cast<char>(hi * 16 + lo);

@@ -168,5 +168,22 @@ TEST(TextVerdict, MalformedQuotedKeysAreNotVerdicts) {
     EXPECT_EQ(back.key, "kA");
 }
 
+TEST(TextVerdict, LineCutBySyslogInsideAnEscapeKeepsWhatArrived) {
+    // syslog daemons cut long records (rsyslog: 8 KiB by default), possibly in
+    // the middle of a \xHH escape of a long reply.
+    Verdict v;
+    v.key = "example.com";
+    v.name = "noted";
+    v.add("reply", "451 " + std::string(100, '\x1b'));
+    const std::string line = format_verdict(v);
+    for (std::size_t cut : {line.size() - 2, line.size() - 3, line.size() - 4}) {
+        VerdictLine back;
+        ASSERT_TRUE(parse_verdict_line(line.substr(0, cut), back)) << cut;
+        EXPECT_EQ(back.key, "example.com");
+        ASSERT_EQ(back.fields.size(), 2u);
+        EXPECT_EQ(back.fields[1].second.rfind("451 \x1b\x1b", 0), 0u);
+    }
+}
+
 }  // namespace
 }  // namespace retryguard
