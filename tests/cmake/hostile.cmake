@@ -15,6 +15,6 @@ if(TARGET retryguard-policyd)
     RETRYGUARD_POLICYD="$<TARGET_FILE:retryguard-policyd>")
   target_link_libraries(policyd_forgery_tests PRIVATE retryguard_core GTest::gtest GTest::gtest_main)
   add_dependencies(policyd_forgery_tests retryguard-policyd)
-  gtest_discover_tests(policyd_forgery_tests TEST_PREFIX "policyd." PROPERTIES LABELS "policyd;hostile"
+  gtest_discover_tests(policyd_forgery_tests TEST_PREFIX "policyd." PROPERTIES LABELS hostile
                        DISCOVERY_TIMEOUT 60)
 endif()
