@@ -10,6 +10,7 @@
 
 #include "commands.hpp"
 #include "retryguard/config.hpp"
+#include "retryguard/text.hpp"
 
 namespace retryguard::cli {
 namespace {
@@ -82,7 +83,7 @@ int run(const Options& o) {
     }
     if (!out.ok()) {
         if (o.json)
-            std::cout << j.dump() << "\n";
+            std::cout << text::json_dump(j) << "\n";
         else
             std::cerr << file << ": " << out.errors.size() << (out.errors.size() == 1 ? " error" : " errors")
                       << "\n";
@@ -91,7 +92,7 @@ int run(const Options& o) {
     const auto& c = *out.config;
     if (o.explain.empty()) {
         if (o.json)
-            std::cout << j.dump() << "\n";
+            std::cout << text::json_dump(j) << "\n";
         else
             std::cout << file << ": OK (" << c.sources.size() << " log source(s), " << c.destinations.size()
                       << " destination rule(s))\n";
@@ -123,11 +124,11 @@ int run(const Options& o) {
         for (const auto& d : diffs)
             e["differs_from_global"][d.key] = {{"value", d.value}, {"global", d.global}};
         j["explain"] = e;
-        std::cout << j.dump() << "\n";
+        std::cout << text::json_dump(j) << "\n";
         return kExitOk;
     }
-    std::cout << "domain:  " << o.explain << "\n";
-    if (!o.mx.empty()) std::cout << "mx:      " << o.mx << "\n";
+    std::cout << "domain:  " << text::terminal(o.explain) << "\n";
+    if (!o.mx.empty()) std::cout << "mx:      " << text::terminal(o.mx) << "\n";
     if (res.rule)
         std::cout << "rule:    destinations[" << res.rule->index << "] " << rule_kind(*res.rule) << " '"
                   << res.rule->pattern << "' at " << c.source << ":" << res.rule->line << ":"

@@ -16,6 +16,7 @@
 #include "commands.hpp"
 #include "retryguard/classifier.hpp"
 #include "retryguard/reply.hpp"
+#include "retryguard/text.hpp"
 
 namespace retryguard::cli {
 namespace {
@@ -68,20 +69,9 @@ class LineReader {
     std::size_t pos_ = 0, end_ = 0;
 };
 
-// Control bytes of bad input shown as \xNN, so the terminal is never driven by it.
+// Bad input is shown through the terminal renderer, so the terminal is never driven by it.
 std::string printable(std::string_view s) {
-    std::string out;
-    for (char ch : s) {
-        auto c = static_cast<unsigned char>(ch);
-        if (c < 0x20 || c == 0x7f) {
-            char hex[8];
-            std::snprintf(hex, sizeof hex, "\\x%02x", c);
-            out += hex;
-        } else {
-            out.push_back(ch);
-        }
-    }
-    return out;
+    return text::terminal(s);
 }
 
 std::optional<std::string> validate(const Input& in) {
@@ -159,7 +149,7 @@ std::string decider_text(Decider d) {
 }
 
 void print_human(std::string_view input, const Reply& r, const Classification& c) {
-    std::cout << input << '\n';
+    std::cout << text::terminal(input) << '\n';
     if (c.delivered) {
         std::cout << "  category     none: delivered ("
                   << (r.code ? std::to_string(r.code) : std::string("local")) << "), nothing to retry\n\n";
@@ -174,8 +164,8 @@ void print_human(std::string_view input, const Reply& r, const Classification& c
                   << std::filesystem::path(c.rule_origin).filename().string() << ")";
     std::cout << "\n  codes        " << codes_text(r, c) << '\n';
     if (!r.remote_host.empty())
-        std::cout << "  remote       " << r.remote_host
-                  << (r.remote_addr.empty() ? "" : "[" + r.remote_addr + "]") << '\n';
+        std::cout << "  remote       " << text::terminal(r.remote_host)
+                  << (r.remote_addr.empty() ? "" : "[" + text::terminal(r.remote_addr) + "]") << '\n';
     std::cout << "  whose fault  " << info.fault << '\n';
     std::cout << "  guidance     " << info.guidance << '\n';
     if (c.retry_after)
@@ -212,7 +202,7 @@ nlohmann::json to_json(std::string_view input, const Reply& r, const Classificat
 }
 
 void emit_json(const nlohmann::json& j) {
-    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    std::cout << text::json_dump(j) << '\n';
 }
 
 int run(const Options& opt) {
@@ -226,7 +216,7 @@ int run(const Options& opt) {
     std::size_t count = 0;
     auto handle = [&](const Input& in) {
         ++count;
-        std::string shown = printable(std::string_view(in.text).substr(0, 200));
+        std::string shown = printable(text::utf8_prefix(in.text, 200));
         if (in.text.size() > 200) shown += "...";
         if (auto err = validate(in)) {
             bad = true;

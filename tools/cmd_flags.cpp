@@ -48,7 +48,7 @@ void add_flags_command(CLI::App& app) {
         if (c->json)
             print_json(nlohmann::json{{"destination", c->destination}, {"cleared", *n}});
         else
-            fmt::print("{}: {} flag(s) cleared\n", c->destination, *n);
+            fmt::print("{}: {} flag(s) cleared\n", text::terminal(c->destination), *n);
         exit_code() = *n > 0 ? kExitOk : kExitAttention;
     });
 }

@@ -1,8 +1,11 @@
 // cmd_follow.cpp -- `retryguard follow`: prints the raw lines a log follower
 // delivers (file, journal or syslog socket), optionally resuming from and
 // committing to positions in a state directory. A tool for checking what the
-// daemon would ingest; it interprets nothing and decides nothing.
+// daemon would ingest; it interprets nothing and decides nothing. On a terminal
+// the lines are shown through the terminal renderer (core/text); piped, they
+// are the bytes as delivered.
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -13,6 +16,7 @@
 
 #include "commands.hpp"
 #include "retryguard/follower.hpp"
+#include "retryguard/text.hpp"
 
 namespace retryguard::cli {
 namespace {
@@ -108,6 +112,7 @@ int run_follow(const FollowOptions& o) {
     ::sigaction(SIGTERM, &sa, nullptr);
 
     int rc = kExitOk;
+    const bool on_terminal = ::isatty(STDOUT_FILENO) == 1;
     while (!source.stopped()) {
         auto batch = source.next_batch(o.once ? s.poll_interval : std::chrono::milliseconds(1000));
         if (!batch) {
@@ -120,7 +125,13 @@ int run_follow(const FollowOptions& o) {
             continue;
         }
         for (const auto& line : (*batch)->lines) {
-            std::fwrite(line.text.data(), 1, line.text.size(), stdout);
+            if (on_terminal) {
+                // A person is reading: log text goes through the terminal renderer.
+                const std::string shown = text::terminal(line.text);
+                std::fwrite(shown.data(), 1, shown.size(), stdout);
+            } else {
+                std::fwrite(line.text.data(), 1, line.text.size(), stdout);  // piped: the bytes as delivered
+            }
             std::fputc('\n', stdout);
         }
         std::fflush(stdout);

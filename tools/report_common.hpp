@@ -14,6 +14,7 @@
 #include "commands.hpp"
 #include "retryguard/report.hpp"
 #include "retryguard/runtime.hpp"
+#include "retryguard/text.hpp"
 
 namespace retryguard::cli {
 
@@ -66,8 +67,9 @@ inline report::RenderOptions render_options(const ReportCommon& c, TimePoint now
     return r;
 }
 
+// Through the one JSON renderer: valid UTF-8 whatever the ledger holds.
 inline void print_json(const nlohmann::json& doc) {
-    fmt::print("{}\n", doc.dump(2));
+    fmt::print("{}\n", text::json_dump(doc, 2));
 }
 
 }  // namespace retryguard::cli

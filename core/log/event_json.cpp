@@ -1,6 +1,8 @@
 // event_json.cpp -- Event -> JSON object / one text line. Owns the output field
 // names of `retryguard events`. Must never throw on odd content: strings may hold
-// any byte (callers dump with error_handler_t::replace for invalid UTF-8).
+// any byte. Strings are rendered by core/text only: the JSON writer here and
+// text::json_dump for the objects (invalid UTF-8 becomes U+FFFD), the terminal
+// renderer for the text line.
 #include "retryguard/event_json.hpp"
 
 #include <fmt/format.h>
@@ -8,7 +10,9 @@
 #include <cmath>
 #include <iterator>
 
+#include "retryguard/text.hpp"
 #include "retryguard/time.hpp"
+#include "retryguard/verdict.hpp"
 
 namespace retryguard {
 namespace {
@@ -30,65 +34,6 @@ struct ObjectSink {
     }
 };
 
-// JSON string escaping with invalid UTF-8 replaced by U+FFFD, byte by byte.
-void append_json_string(std::string& out, std::string_view s) {
-    static constexpr char hex[] = "0123456789abcdef";
-    out += '"';
-    std::size_t i = 0;
-    while (i < s.size()) {
-        unsigned char c = static_cast<unsigned char>(s[i]);
-        if (c < 0x80) {
-            if (c == '"' || c == '\\') {
-                out += '\\';
-                out += static_cast<char>(c);
-            } else if (c < 0x20) {
-                switch (c) {
-                    case '\n': out += "\\n"; break;
-                    case '\t': out += "\\t"; break;
-                    case '\r': out += "\\r"; break;
-                    case '\b': out += "\\b"; break;
-                    case '\f': out += "\\f"; break;
-                    default:
-                        out += "\\u00";
-                        out += hex[c >> 4];
-                        out += hex[c & 15];
-                }
-            } else {
-                out += static_cast<char>(c);
-            }
-            ++i;
-            continue;
-        }
-        // RFC 3629: lead byte, then continuation bytes in the allowed ranges.
-        std::size_t len = 0;
-        unsigned char lo = 0x80, hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) {
-            len = 2;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            len = 3;
-            if (c == 0xE0) lo = 0xA0;
-            if (c == 0xED) hi = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            len = 4;
-            if (c == 0xF0) lo = 0x90;
-            if (c == 0xF4) hi = 0x8F;
-        }
-        bool ok = len != 0 && i + len <= s.size();
-        for (std::size_t k = 1; ok && k < len; ++k) {
-            unsigned char d = static_cast<unsigned char>(s[i + k]);
-            ok = k == 1 ? (d >= lo && d <= hi) : (d >= 0x80 && d <= 0xBF);
-        }
-        if (ok) {
-            out.append(s.data() + i, len);
-            i += len;
-        } else {
-            out += "\xEF\xBF\xBD";
-            ++i;
-        }
-    }
-    out += '"';
-}
-
 struct StringSink {
     std::string& out;
     bool first = true;
@@ -101,7 +46,7 @@ struct StringSink {
     }
     void str(const char* k, std::string_view v) {
         key(k);
-        append_json_string(out, v);
+        text::append_json_string(out, v);
     }
     void null(const char* k) {
         key(k);
@@ -128,9 +73,9 @@ struct StringSink {
         for (std::size_t i = 0; i < v.size(); ++i) {
             if (i) out += ',';
             out += '[';
-            append_json_string(out, v[i].first);
+            text::append_json_string(out, v[i].first);
             out += ',';
-            append_json_string(out, v[i].second);
+            text::append_json_string(out, v[i].second);
             out += ']';
         }
         out += ']';
@@ -278,13 +223,24 @@ std::string event_to_text(const Event& ev) {
     out += ' ';
     out += to_string(ev.kind);
     out += ' ';
-    out += ev.queue_id.empty() ? "-" : ev.queue_id;
+    if (ev.queue_id.empty())
+        out += '-';
+    else
+        text::append_terminal(out, ev.queue_id);
+    // Every piece of the line that comes from outside goes through the terminal
+    // renderer: no control byte, no ESC, no invalid UTF-8 reaches a screen.
     auto kv = [&out](std::string_view k, std::string_view v) {
         if (v.empty()) return;
         out += ' ';
-        out += k;
+        text::append_terminal(out, k);
         out += '=';
-        out += v;
+        text::append_terminal(out, v);
+    };
+    auto reason = [&out](std::string_view r) {
+        if (r.empty()) return;
+        out += " (";
+        text::append_terminal(out, r);
+        out += ')';
     };
     switch (ev.kind) {
         case EventKind::delivery:
@@ -295,7 +251,7 @@ std::string event_to_text(const Event& ev) {
             kv("status", to_string(ev.status));
             if (ev.reply && ev.reply->code) kv("reply", fmt::format("{}", ev.reply->code));
             if (ev.reply && ev.reply->stage != SmtpStage::none) kv("stage", to_string(ev.reply->stage));
-            if (!ev.reason.empty()) out += fmt::format(" ({})", ev.reason);
+            reason(ev.reason);
             break;
         case EventKind::queue_active:
             kv("from", "<" + ev.sender + ">");
@@ -318,7 +274,7 @@ std::string event_to_text(const Event& ev) {
             kv("from", ev.sender);
             kv("to", ev.recipient);
             kv("dsn", ev.dsn);
-            if (!ev.reason.empty()) out += fmt::format(" ({})", ev.reason);
+            reason(ev.reason);
             break;
         case EventKind::notification:
             kv("type", ev.action);
@@ -329,22 +285,19 @@ std::string event_to_text(const Event& ev) {
         case EventKind::connection_problem:
             kv("action", ev.action);
             kv("relay", ev.relay);
-            if (!ev.reason.empty()) out += fmt::format(" ({})", ev.reason);
+            reason(ev.reason);
             break;
         case EventKind::verdict:
-            kv("destination", ev.destination);
-            for (const auto& [k, v] : ev.fields)
-                kv(k, v.find(' ') == std::string::npos ? v : "\"" + v + "\"");
+            // In the verdict line's own quoting, so a value cannot pose as a field.
+            if (!ev.destination.empty()) kv("destination", quote_verdict_value(ev.destination));
+            for (const auto& [k, v] : ev.fields) kv(quote_verdict_value(k), quote_verdict_value(v));
             break;
         case EventKind::unknown:
             kv("unknown", ev.unknown_kind);
             out += ' ';
-            out += ev.text.substr(0, 200);
+            text::append_terminal(out, text::utf8_prefix(ev.text, 200));
             break;
     }
-    // Peer text may hold control characters; never let them reach a terminal.
-    for (char& c : out)
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
     return out;
 }
 

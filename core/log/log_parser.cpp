@@ -581,23 +581,19 @@ bool parse_connection_problem(sv s, Event& ev) {
     return false;
 }
 
-// retryguard's own "QID: verdict=NAME key=value key=\"quoted value\" ..."
+// retryguard's own "QID: verdict=NAME key=value key=\"quoted value\" ...".
+// The reading, key included, is verdict.hpp's: one implementation for writer
+// and reader, so a key or value cannot add fields of its own.
 bool parse_verdict(sv text, Event& ev) {
-    sv s = text;
-    std::size_t colon = s.find(": ");
-    std::size_t first_eq = s.find('=');
-    if (colon != npos && (first_eq == npos || colon < first_eq)) {
-        sv prefix = s.substr(0, colon);
-        if (is_queue_id(prefix))
-            ev.queue_id.assign(prefix);
-        else if (prefix != "NOQUEUE")
-            ev.destination.assign(prefix);
-        s.remove_prefix(colon + 2);
+    VerdictLine line;
+    if (!parse_verdict_line(text, line)) return false;
+    if (line.has_key && !line.key.empty()) {
+        if (is_queue_id(line.key))
+            ev.queue_id = std::move(line.key);
+        else if (line.key != "NOQUEUE")
+            ev.destination = std::move(line.key);
     }
-    // The quoting is verdict.hpp's: one implementation for writer and reader.
-    std::vector<std::pair<std::string, std::string>> fields;
-    if (!parse_verdict_fields(s, fields)) return false;
-    for (auto& [key, value] : fields) {
+    for (auto& [key, value] : line.fields) {
         if (key == "verdict" && ev.action.empty()) ev.action = value;
         add_field(ev, std::move(key), std::move(value));
     }

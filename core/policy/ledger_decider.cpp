@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "retryguard/text.hpp"
+
 namespace retryguard {
 namespace {
 
@@ -23,10 +25,10 @@ std::string lower_domain(std::string_view d) {
     return out;
 }
 
-// One line of a Postfix reply: control bytes become spaces, long values are cut.
+// One line of a Postfix reply: the policy-answer renderer of core/text (control
+// bytes become spaces, long values are cut, never inside a character).
 void append_safe(std::string& out, std::string_view v) {
-    if (v.size() > kMaxValueBytes) v = v.substr(0, kMaxValueBytes);
-    for (unsigned char c : v) out.push_back(c < 0x20 || c == 0x7f ? ' ' : static_cast<char>(c));
+    retryguard::text::append_policy_text(out, v, kMaxValueBytes);
 }
 
 bool is_domain_destination(std::string_view name) {

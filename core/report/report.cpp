@@ -14,6 +14,7 @@
 
 #include "retryguard/ingest.hpp"
 #include "retryguard/reply.hpp"
+#include "retryguard/text.hpp"
 
 namespace retryguard::report {
 namespace {
@@ -53,10 +54,10 @@ std::string state_colour(const RenderOptions& ro, const std::string& state) {
     return state;
 }
 
-// Bounded: replies are logged text; a table cell is not the place for a whole paragraph.
+// Bounded: replies are logged text; a table cell is not the place for a whole
+// paragraph. Counted in characters and never cut inside one.
 std::string clip(std::string_view s, std::size_t n) {
-    if (s.size() <= n) return std::string(s);
-    return std::string(s.substr(0, n - 3)) + "...";
+    return text::clip(s, n);
 }
 
 std::string flag_key_for(DestinationKind kind, std::string_view name) {
@@ -179,9 +180,11 @@ Result<TimePoint> parse_rfc3339(std::string_view text) {
 
 std::string Table::render(bool bold_header) const {
     std::vector<std::size_t> w(headers_.size(), 0);
-    for (std::size_t i = 0; i < headers_.size(); ++i) w[i] = headers_[i].size();
+    // Widths in characters: cells hold UTF-8 and our own colour sequences.
+    for (std::size_t i = 0; i < headers_.size(); ++i) w[i] = text::display_width(headers_[i]);
     for (const auto& r : rows_)
-        for (std::size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], r[i].size());
+        for (std::size_t i = 0; i < r.size() && i < w.size(); ++i)
+            w[i] = std::max(w[i], text::display_width(r[i]));
     auto line = [&](const std::vector<std::string>& cells) {
         std::string out;
         for (std::size_t i = 0; i < w.size(); ++i) {
@@ -189,7 +192,7 @@ std::string Table::render(bool bold_header) const {
             if (i + 1 == w.size())
                 out += cell;
             else
-                out += cell + std::string(w[i] - cell.size() + 2, ' ');
+                out += cell + std::string(w[i] - text::display_width(cell) + 2, ' ');
         }
         while (!out.empty() && out.back() == ' ') out.pop_back();
         return out + "\n";
@@ -301,7 +304,9 @@ Result<json> destinations(Ledger& ledger, const DestinationQuery& query, TimePoi
     return json{{"now", format_rfc3339(now)}, {"destinations", arr}};
 }
 
-std::string render_destinations(const json& doc, const RenderOptions& ro) {
+std::string render_destinations(const json& raw, const RenderOptions& ro) {
+    // Outside text is rendered for the terminal once, before any of it is formatted.
+    const json doc = text::terminal_document(raw);
     const auto& arr = doc.at("destinations");
     if (arr.empty()) return "No destinations match.\n";
     Table t({"KIND", "DESTINATION", "STATE", "CATEGORY", "FIRST DEFERRAL", "LAST DEFERRAL", "ATTEMPTS",
@@ -440,7 +445,9 @@ Result<json> status(Ledger& ledger, const StatusInputs& in, TimePoint now) {
     return doc;
 }
 
-std::string render_status(const json& doc, const RenderOptions& ro) {
+std::string render_status(const json& raw, const RenderOptions& ro) {
+    // Outside text is rendered for the terminal once, before any of it is formatted.
+    const json doc = text::terminal_document(raw);
     std::string out;
     auto heading = [&](std::string_view h) { out += "\n" + colour(ro, "1", h) + "\n"; };
     const auto& cfg = doc.at("config");
@@ -555,7 +562,10 @@ Result<json> escalations(Ledger& ledger, const config::Config& config, TimePoint
     return json{{"now", format_rfc3339(now)}, {"escalations", arr}};
 }
 
-std::string escalation_note(const json& e) {
+std::string escalation_note(const json& raw) {
+    // The note is plain text for a person (and an email): every field of it is
+    // rendered like terminal output, so a reply cannot add lines or headers.
+    const json e = text::terminal_document(raw);
     std::string name = e.at("name").get<std::string>();
     bool mx = e.at("kind").get<std::string>() == "mx";
     std::string out;
@@ -577,7 +587,9 @@ std::string escalation_note(const json& e) {
     return out;
 }
 
-std::string render_escalations(const json& doc, const RenderOptions& ro) {
+std::string render_escalations(const json& raw, const RenderOptions& ro) {
+    // Outside text is rendered for the terminal once, before any of it is formatted.
+    const json doc = text::terminal_document(raw);
     const auto& arr = doc.at("escalations");
     if (arr.empty()) return "No destination is escalated.\n";
     std::string out;
@@ -592,7 +604,9 @@ std::string render_escalations(const json& doc, const RenderOptions& ro) {
         out +=
             fmt::format("Contact: {}\n", str_or(e, "contact", "(none configured: destinations[].contact)"));
         if (e.contains("guidance")) out += fmt::format("Guidance: {}\n", e.at("guidance").get<std::string>());
-        out += "\n" + e.at("note").get<std::string>() + "\n";
+        // Rebuilt from the rendered fields: the document's note holds line breaks
+        // that terminal_document showed as \x0a.
+        out += "\n" + escalation_note(e) + "\n";
     }
     return out;
 }
@@ -802,7 +816,9 @@ Result<json> explain(Ledger& ledger, const Classifier& classifier, const config:
                 {"chains", chains}};
 }
 
-std::string render_explain(const json& doc, const RenderOptions& ro) {
+std::string render_explain(const json& raw, const RenderOptions& ro) {
+    // Outside text is rendered for the terminal once, before any of it is formatted.
+    const json doc = text::terminal_document(raw);
     std::string out;
     for (const auto& c : doc.at("chains")) {
         std::string ids;
@@ -954,7 +970,9 @@ Result<json> queue(std::string_view text, const Classifier& classifier, Ledger* 
                 {"destinations", da},         {"categories", ca}};
 }
 
-std::string render_queue(const json& doc, const RenderOptions& ro) {
+std::string render_queue(const json& raw, const RenderOptions& ro) {
+    // Outside text is rendered for the terminal once, before any of it is formatted.
+    const json doc = text::terminal_document(raw);
     std::string out =
         fmt::format("{} messages, {} recipients in the queue", doc.at("messages").get<std::int64_t>(),
                     doc.at("recipients").get<std::int64_t>());
@@ -995,18 +1013,21 @@ std::string render_queue(const json& doc, const RenderOptions& ro) {
 
 namespace {
 std::string html_escape(std::string_view s) {
-    std::string o;
-    for (char c : s) {
-        switch (c) {
-            case '&': o += "&amp;"; break;
-            case '<': o += "&lt;"; break;
-            case '>': o += "&gt;"; break;
-            case '"': o += "&quot;"; break;
-            case '\'': o += "&#39;"; break;
-            default: o += c;
-        }
+    return text::html(s);
+}
+// Our own multi-line text (the escalation note): line breaks kept, each line
+// rendered as HTML text.
+std::string html_lines(std::string_view s) {
+    std::string out;
+    std::size_t pos = 0;
+    while (pos <= s.size()) {
+        std::size_t nl = s.find('\n', pos);
+        if (nl == std::string_view::npos) nl = s.size();
+        out += text::html(s.substr(pos, nl - pos));
+        if (nl < s.size()) out += '\n';
+        pos = nl + 1;
     }
-    return o;
+    return out;
 }
 const char* category_colour(Category c) {
     switch (c) {
@@ -1078,7 +1099,7 @@ Result<std::string> html_report(Ledger& ledger, const config::Config& config, Ti
                            html_escape(e.at("kind").get<std::string>()),
                            html_escape(e.at("name").get<std::string>()),
                            html_escape(str_or(e, "contact", "(none configured)")),
-                           html_escape(e.at("note").get<std::string>()));
+                           html_lines(e.at("note").get<std::string>()));
 
     // Flags.
     auto fl = ledger.list_flags(std::nullopt, now, false);
@@ -1189,7 +1210,9 @@ Result<json> flags(Ledger& ledger, TimePoint now, bool include_inactive) {
     return json{{"now", format_rfc3339(now)}, {"flags", arr}};
 }
 
-std::string render_flags(const json& doc, const RenderOptions& ro) {
+std::string render_flags(const json& raw, const RenderOptions& ro) {
+    // Outside text is rendered for the terminal once, before any of it is formatted.
+    const json doc = text::terminal_document(raw);
     const auto& arr = doc.at("flags");
     if (arr.empty()) return "No flags.\n";
     Table t({"DESTINATION", "SET", "EXPIRES", "CLEARED", "REASON"});

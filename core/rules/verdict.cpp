@@ -1,9 +1,11 @@
 // verdict.cpp -- formatting and reading back of verdict lines. The quoting is
-// the one contract between the verdict writer and the log parser: keep both
-// directions here so they cannot drift.
+// the one contract between the verdict writer and the log parser: both
+// directions live here (on top of the verdict renderer of core/text) so they
+// cannot drift. Every part of the line that can hold outside text, the key
+// included, goes through the same quoting.
 #include "retryguard/verdict.hpp"
 
-#include <fmt/format.h>
+#include "retryguard/text.hpp"
 
 namespace retryguard {
 
@@ -14,98 +16,76 @@ std::string_view Verdict::field(std::string_view k) const noexcept {
 }
 
 std::string quote_verdict_value(std::string_view value) {
-    bool needs = value.empty();
-    for (unsigned char c : value)
-        if (c <= ' ' || c == '"' || c == '\\' || c == '=' || c == 0x7f) needs = true;
-    if (!needs) return std::string(value);
-    std::string out;
-    out.reserve(value.size() + 2);
-    out += '"';
-    for (unsigned char c : value) {
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += static_cast<char>(c);
-        } else if (c < ' ' || c == 0x7f) {
-            out += fmt::format("\\x{:02x}", c);
-        } else {
-            out += static_cast<char>(c);
-        }
-    }
-    out += '"';
-    return out;
+    return text::verdict_value(value);
+}
+
+std::string quote_verdict_key(std::string_view key) {
+    return text::verdict_key(key);
 }
 
 std::string format_verdict(const Verdict& v) {
-    std::string out = v.key.empty() ? std::string("-") : v.key;
+    std::string out = quote_verdict_key(v.key);
     out += ": verdict=";
     out += quote_verdict_value(v.name);
     for (const auto& [k, value] : v.fields) {
         out += ' ';
-        out += k;
+        // Field names are the writer's own words; quoted anyway if one ever is not.
+        out += quote_verdict_value(k);
         out += '=';
         out += quote_verdict_value(value);
     }
     return out;
 }
 
-namespace {
-int hex_value(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-}  // namespace
-
 bool parse_verdict_fields(std::string_view text, std::vector<std::pair<std::string, std::string>>& out) {
-    size_t i = 0;
-    const size_t n = text.size();
+    std::size_t i = 0;
+    const std::size_t n = text.size();
+    std::string key, value;
     while (i < n) {
         while (i < n && text[i] == ' ') ++i;
         if (i >= n) break;
-        size_t eq = text.find('=', i);
-        if (eq == std::string_view::npos || eq == i) return false;
-        std::string key(text.substr(i, eq - i));
-        if (key.find(' ') != std::string::npos) return false;
-        i = eq + 1;
-        std::string value;
-        if (i < n && text[i] == '"') {
-            ++i;
-            bool closed = false;
-            while (i < n) {
-                char c = text[i++];
-                if (c == '"') {
-                    closed = true;
-                    break;
-                }
-                if (c == '\\') {
-                    if (i >= n) break;
-                    char e = text[i++];
-                    if (e == 'x') {
-                        if (i + 2 > n) return false;
-                        int hi = hex_value(text[i]), lo = hex_value(text[i + 1]);
-                        if (hi < 0 || lo < 0) return false;
-                        value += static_cast<char>(hi * 16 + lo);
-                        i += 2;
-                    } else {
-                        value += e;
-                    }
-                } else {
-                    value += c;
-                }
-            }
-            // An unterminated quote at the end is a record cut by syslog's
-            // length limit: keep what arrived rather than losing the verdict.
-            if (closed && i < n && text[i] != ' ') return false;
+        if (text[i] == '"') {
+            if (!text::read_verdict_value(text, i, key, '=')) return false;
+            if (i >= n || text[i] != '=') return false;
         } else {
-            size_t end = text.find(' ', i);
-            if (end == std::string_view::npos) end = n;
-            value.assign(text.substr(i, end - i));
-            i = end;
+            const std::size_t eq = text.find('=', i);
+            if (eq == std::string_view::npos || eq == i) return false;
+            key.assign(text.substr(i, eq - i));
+            if (key.find(' ') != std::string::npos) return false;
+            i = eq;
         }
-        out.emplace_back(std::move(key), std::move(value));
+        ++i;  // '='
+        if (!text::read_verdict_value(text, i, value)) return false;
+        out.emplace_back(key, value);
     }
     return true;
+}
+
+bool parse_verdict_line(std::string_view text, VerdictLine& out) {
+    out.key.clear();
+    out.has_key = false;
+    out.fields.clear();
+    std::string_view rest = text;
+    if (!rest.empty() && rest.front() == '"') {
+        // A quoted key: read exactly what the writer quoted; it must end in ": ".
+        std::size_t pos = 0;
+        if (!text::read_verdict_value(rest, pos, out.key, ':')) return false;
+        if (rest.substr(pos, 2) != ": ") return false;
+        out.has_key = true;
+        rest.remove_prefix(pos + 2);
+    } else {
+        // A bare key holds no space and no '=' (else it is quoted), so the first
+        // ": " before any '=' ends it.
+        const std::size_t colon = rest.find(": ");
+        const std::size_t first_eq = rest.find('=');
+        if (colon != std::string_view::npos && (first_eq == std::string_view::npos || colon < first_eq)) {
+            std::string_view key = rest.substr(0, colon);
+            if (key != "-") out.key.assign(key);
+            out.has_key = true;
+            rest.remove_prefix(colon + 2);
+        }
+    }
+    return parse_verdict_fields(rest, out.fields);
 }
 
 }  // namespace retryguard

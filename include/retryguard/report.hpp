@@ -1,7 +1,10 @@
 // report.hpp -- what the reporting commands (status, destinations, explain,
 // escalations, flags, prune) show, built from the ledger and the config as
 // JSON documents with stable keys, and rendered for people from those same
-// documents so the two outputs can never disagree. Read-only except prune and
+// documents so the two outputs can never disagree. The documents hold outside
+// text (replies, addresses, Message-IDs) as stored; the render_* functions,
+// the escalation note and the HTML page show it only through the renderers of
+// core/text (include/retryguard/text.hpp). Read-only except prune and
 // flag clearing, which the caller asks for explicitly; nothing here decides
 // policy (that is the rules engine's job).
 #pragma once

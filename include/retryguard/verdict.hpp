@@ -2,10 +2,12 @@
 //
 // Format (docs/verdicts.md): `KEY: verdict=NAME key=value key="quoted value" ...`
 // where KEY is the Postfix queue id when a message is involved, else the
-// destination ("domain:example.com", "mx:mx1.example.net") or "-". Values that
-// are empty or contain a space, a quote, a backslash or '=' are quoted with
-// double quotes, with \" and \\ escaped; control bytes become \xHH. The
-// project's own log parser reads these lines back (EventKind::verdict).
+// destination ("domain:example.com", "mx:mx1.example.net") or "-". The key and
+// every value use one quoting (text::verdict_value, include/retryguard/text.hpp):
+// empty values, values with a space, a quote, a backslash, '=' or a control
+// byte are quoted with double quotes, with \" and \\ escaped and control
+// bytes, invalid UTF-8 and the C1/bidi code points as \xHH. The project's own
+// log parser reads these lines back (EventKind::verdict) byte for byte.
 #pragma once
 
 #include <string>
@@ -36,8 +38,21 @@ std::string format_verdict(const Verdict& v);
 
 // Quote a value for a verdict line when it needs it (see above).
 std::string quote_verdict_value(std::string_view value);
+// The key as written before ": verdict=": "-" when empty, quoted when needed.
+std::string quote_verdict_key(std::string_view key);
 
 // Parse "k=v k=\"q v\" ..." back into fields; false on malformed quoting.
 bool parse_verdict_fields(std::string_view text, std::vector<std::pair<std::string, std::string>>& out);
+
+// A verdict line's message part read back: the key exactly as the writer had
+// it ("" for "-"), whether the line had a key at all, and the fields in order
+// (the first is verdict=NAME for lines written by format_verdict).
+struct VerdictLine {
+    std::string key;
+    bool has_key = false;
+    std::vector<std::pair<std::string, std::string>> fields;
+};
+// The one reader of format_verdict's output; false on malformed quoting.
+bool parse_verdict_line(std::string_view text, VerdictLine& out);
 
 }  // namespace retryguard
