@@ -364,10 +364,19 @@ int main(int argc, char** argv) {
         g_milters.push_back({"noop", g_dir + "/noop.sock", -1});
         g_milters.push_back({"retryguard", g_dir + "/rg.sock", -1});
         g_milters[0].pid = spawn({noop, "unix:" + g_milters[0].socket}, g_dir + "/noop.stderr");
-        std::vector<std::string> args = {
-            rg,      "-s",    "unix:" + g_milters[1].socket, "--socket-mode", "0666", "--ledger", spec,
-            "--log", "stderr"};
-        if (!user.empty()) args.insert(args.end(), {"--user", user});
+        std::vector<std::string> args = {rg,
+                                         "-c",
+                                         "/dev/null",
+                                         "-o",
+                                         "milter.socket=unix:" + g_milters[1].socket,
+                                         "-o",
+                                         "milter.socket_mode=0666",
+                                         "-o",
+                                         "ledger.sqlite.path=" + g_dir + "/ledger.db",
+                                         "-o",
+                                         "log.target=stderr"};
+        if (!user.empty())
+            args.insert(args.end(), {"-o", "milter.user=" + user, "-o", "milter.group=nogroup"});
         g_milters[1].pid = spawn(args, "/dev/null");
         wait_socket(g_milters[0].socket);
         wait_socket(g_milters[1].socket);

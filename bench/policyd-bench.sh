@@ -104,8 +104,9 @@ build_ledger() {
       printf "%s sender postfix/smtp[4242]: B%010X: to=<user@rdom%d.test>, relay=mx.rdom%d.test[192.0.2.1]:25, delay=0.15, delays=0.01/0/0.08/0.06, dsn=4.3.5, status=deferred (host mx.rdom%d.test[192.0.2.1] said: 451 4.3.5 System config error (in reply to RCPT TO command))\n", now, k + 1, d[k], d[k], d[k] }' > "$LEDGER_SEED/mail.log"
   ledger_config "$LEDGER_SEED" "[{type: file, path: $LEDGER_SEED/mail.log, start: beginning}]" > "$LEDGER_SEED/seed.yaml"
   local mport i watch=0; mport=$(free_port) || die "no free port"
-  "$POLICYD" --foreground -c "$LEDGER_SEED/seed.yaml" -l "tcp:127.0.0.1:$(( mport + 1 ))" \
-    --metrics "127.0.0.1:$mport" > "$LEDGER_SEED/seed.log" 2>&1 & SPID=$!
+  "$POLICYD" --foreground -c "$LEDGER_SEED/seed.yaml" -o "policy.socket=inet:$(( mport + 1 ))@127.0.0.1" \
+    -o "metrics.listen=127.0.0.1:$mport" -o metrics.enabled=true -o log.target=stderr \
+    > "$LEDGER_SEED/seed.log" 2>&1 & SPID=$!
   for i in $(seq 1200); do
     watch=$(http_get "$mport" /metrics | awk '/^retryguard_destinations\{state="watch"\}/ {print $2}')
     [ "${watch:-0}" -ge $((DESTINATIONS + 2)) ] 2>/dev/null && break
@@ -138,16 +139,20 @@ stop_server() {
 start() {
   local s=$1 tr=$2 dir=$3 port=$4
   if [ "$tr" = unix ]; then TARGET="unix:$dir/policy.sock"; else TARGET="tcp:127.0.0.1:$port"; fi
+  # the same endpoint as retryguard-policyd's policy.socket spells it
+  if [ "$tr" = unix ]; then SOCKET="unix:$dir/policy.sock"; else SOCKET="inet:$port@127.0.0.1"; fi
   SPGRP=""
   case $s in
     nullpolicy)
       $PIN_S "$TOOLS/nullpolicy" -l "$TARGET" -T 1 > "$dir/server.log" 2>&1 & SPID=$! ;;
     policyd|policyd-wide)
-      $PIN_S "$POLICYD" --foreground -l "$TARGET" --flagged "$TABLE" > "$dir/server.log" 2>&1 & SPID=$! ;;
+      $PIN_S "$POLICYD" --foreground -c /dev/null -o "policy.socket=$SOCKET" -o metrics.enabled=false \
+        -o log.target=stderr --flagged "$TABLE" > "$dir/server.log" 2>&1 & SPID=$! ;;
     policyd-ledger)
       cp "$LEDGER_SEED"/ledger.db* "$dir/"
       ledger_config "$dir" "[]" > "$dir/policyd.yaml"
-      $PIN_S "$POLICYD" --foreground -c "$dir/policyd.yaml" -l "$TARGET" > "$dir/server.log" 2>&1 & SPID=$! ;;
+      $PIN_S "$POLICYD" --foreground -c "$dir/policyd.yaml" -o "policy.socket=$SOCKET" -o log.target=stderr \
+        > "$dir/server.log" 2>&1 & SPID=$! ;;
     postgrey)
       mkdir -p "$dir/db" && chown postgrey:postgrey "$dir/db"
       local l="--inet=127.0.0.1:$port"; [ "$tr" = unix ] && l="--unix=$dir/policy.sock"

@@ -20,7 +20,8 @@ namespace {
 
 struct MessageContext {
     explicit MessageContext(std::shared_ptr<const FilterConfig> c)
-        : config(std::move(c)), fingerprint(config->fingerprint, config->fingerprint_body_limit) {}
+        : config(std::move(c)),
+          fingerprint(config->fingerprint, config->fingerprint_body_limit, config->subject_ignore) {}
     std::shared_ptr<const FilterConfig> config;  // as when the message began
     MessageFacts facts;
     FingerprintBuilder fingerprint;

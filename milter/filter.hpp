@@ -23,8 +23,9 @@ struct FilterConfig {
     ResendPolicy policy;
     FingerprintParts fingerprint;
     std::size_t fingerprint_body_limit = kDefaultFingerprintBodyLimit;
-    bool match_message_id = true;       // reinjection.match_by: message_id
-    std::size_t max_recipients = 1000;  // more: accept without a lookup (fail open)
+    std::shared_ptr<const re2::RE2> subject_ignore;  // reinjection.fingerprint.subject_ignore
+    bool match_message_id = true;                    // reinjection.match_by: message_id
+    std::size_t max_recipients = 1000;               // more: accept without a lookup (fail open)
     std::size_t max_headers = 1000;
     std::chrono::milliseconds deadline{500};  // milter.deadline: budget of the ledger lookup
     config::Config::Errors errors;            // errors.*: accept, or tempfail (SMTP path only)

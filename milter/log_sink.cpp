@@ -38,8 +38,8 @@ std::string_view prefix(Severity s) {
 
 class SyslogSink final : public LogSink {
   public:
-    explicit SyslogSink(std::string program) : program_(std::move(program)) {
-        openlog(program_.c_str(), LOG_PID | LOG_NDELAY, LOG_MAIL);
+    SyslogSink(std::string program, int facility) : program_(std::move(program)) {
+        openlog(program_.c_str(), LOG_PID | LOG_NDELAY, facility);
     }
     void write(Severity s, std::string_view text) noexcept override {
         syslog(syslog_priority(s), "%s%.*s", prefix(s).data(), static_cast<int>(text.size()), text.data());
@@ -90,12 +90,39 @@ class PostlogSink final : public LogSink {
     std::string program_, host_;
 };
 
-}  // namespace
+// Both syslog and stderr (log.target: both).
+class TeeSink final : public LogSink {
+  public:
+    TeeSink(std::unique_ptr<LogSink> a, std::unique_ptr<LogSink> b) : a_(std::move(a)), b_(std::move(b)) {}
+    void write(Severity s, std::string_view text) noexcept override {
+        a_->write(s, text);
+        b_->write(s, text);
+    }
 
-Result<std::unique_ptr<LogSink>> open_log_sink(std::string_view spec, std::string_view program,
-                                               std::string_view hostname) {
-    if (spec == "syslog") return std::unique_ptr<LogSink>(new SyslogSink(std::string(program)));
-    if (spec == "stderr") return std::unique_ptr<LogSink>(new StderrSink(std::string(program)));
+  private:
+    std::unique_ptr<LogSink> a_, b_;
+};
+
+// Drops lines below log.level before they reach the sink.
+class LevelSink final : public LogSink {
+  public:
+    LevelSink(std::unique_ptr<LogSink> inner, Severity floor) : inner_(std::move(inner)), floor_(floor) {}
+    void write(Severity s, std::string_view text) noexcept override {
+        if (static_cast<int>(s) >= static_cast<int>(floor_)) inner_->write(s, text);
+    }
+
+  private:
+    std::unique_ptr<LogSink> inner_;
+    Severity floor_;
+};
+
+Result<std::unique_ptr<LogSink>> open_unfiltered(std::string_view spec, const LogSinkOptions& o) {
+    const std::string& program = o.program;
+    if (spec == "syslog") return std::unique_ptr<LogSink>(new SyslogSink(program, o.facility));
+    if (spec == "stderr") return std::unique_ptr<LogSink>(new StderrSink(program));
+    if (spec == "both")
+        return std::unique_ptr<LogSink>(new TeeSink(std::make_unique<SyslogSink>(program, o.facility),
+                                                    std::make_unique<StderrSink>(program)));
     if (spec.starts_with("postlog:")) {
         std::string path(spec.substr(8));
         sockaddr_un addr{};
@@ -110,10 +137,30 @@ Result<std::unique_ptr<LogSink>> open_log_sink(std::string_view spec, std::strin
             ::close(fd);
             return make_error(ErrorKind::io, "log: connect " + path + ": " + why);
         }
-        return std::unique_ptr<LogSink>(new PostlogSink(fd, std::string(program), std::string(hostname)));
+        return std::unique_ptr<LogSink>(new PostlogSink(fd, program, o.hostname));
     }
     return make_error(ErrorKind::config,
-                      "log: expected syslog, stderr or postlog:/path, got \"" + std::string(spec) + "\"");
+                      "log.verdicts: the milter writes to syslog, stderr or postlog:/path, got \"" +
+                          std::string(spec) + "\"");
+}
+
+}  // namespace
+
+Severity severity_floor(config::LogLevel level) noexcept {
+    switch (level) {
+        case config::LogLevel::debug:
+        case config::LogLevel::info: return Severity::info;
+        case config::LogLevel::notice:
+        case config::LogLevel::warning: return Severity::warning;
+        case config::LogLevel::error: return Severity::error;
+    }
+    return Severity::info;
+}
+
+Result<std::unique_ptr<LogSink>> open_log_sink(std::string_view spec, const LogSinkOptions& options) {
+    auto sink = open_unfiltered(spec, options);
+    if (!sink || options.min_severity == Severity::info) return sink;
+    return std::unique_ptr<LogSink>(new LevelSink(std::move(*sink), options.min_severity));
 }
 
 }  // namespace retryguard::milter

@@ -291,14 +291,12 @@ class AsyncRecorder final : public PendingStore {
 
 }  // namespace
 
-Result<std::unique_ptr<PendingStore>> open_pending_store(const std::string& spec, std::size_t record_queue,
+Result<std::unique_ptr<PendingStore>> open_pending_store(std::unique_ptr<Ledger> ledger,
+                                                         const std::string& spec, std::size_t record_queue,
                                                          std::chrono::seconds filter_rescan, StoreLog log) {
-    if (spec == "none") return std::unique_ptr<PendingStore>();
-    auto ledger = open_ledger(spec);
-    if (!ledger) return std::move(ledger).error();
     if (!log) log = [](Severity, const std::string&) {};
     std::unique_ptr<PendingStore> store(
-        new LedgerStore(std::move(*ledger), spec, filter_rescan, std::move(log)));
+        new LedgerStore(std::move(ledger), spec, filter_rescan, std::move(log)));
     if (record_queue == 0) return store;
     return std::unique_ptr<PendingStore>(new AsyncRecorder(std::move(store), record_queue));
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "log_sink.hpp"
+#include "retryguard/ledger.hpp"
 #include "retryguard/resend.hpp"
 #include "retryguard/result.hpp"
 #include "retryguard/time.hpp"
@@ -49,13 +50,13 @@ class PendingStore {
 // Where a store reports what it does on its own (the filter's rebuilds).
 using StoreLog = std::function<void(Severity, const std::string&)>;
 
-// spec: a ledger spec ("sqlite:/var/lib/retryguard/ledger.db", "redis://...",
-// see ledger.hpp), or "none": no lookups, every message accepted and logged.
+// ledger: opened by the caller (open_configured_ledger); described as `spec`.
 // record_queue > 0: records are written by a worker thread through a queue of
 // that many entries (see AsyncRecorder); 0: written at end of message.
 // filter_rescan > 0: lookups go through an identity filter rebuilt that often
 // (see LedgerStore); 0: every message is looked up in the ledger.
-Result<std::unique_ptr<PendingStore>> open_pending_store(const std::string& spec, std::size_t record_queue,
+Result<std::unique_ptr<PendingStore>> open_pending_store(std::unique_ptr<Ledger> ledger,
+                                                         const std::string& spec, std::size_t record_queue,
                                                          std::chrono::seconds filter_rescan, StoreLog log);
 
 }  // namespace retryguard::milter

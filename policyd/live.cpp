@@ -42,6 +42,7 @@ FollowerSettings follower_settings(const config::Config& cfg, const config::Sour
     f.batch_max_lines = static_cast<std::size_t>(std::max<std::int64_t>(1, cfg.ingest.batch_max_events));
     if (s.max_line_length >= 80) f.max_line_bytes = static_cast<std::size_t>(s.max_line_length);
     f.start_at_end = s.start == config::SourceStart::end;
+    f.journal_match = s.journal_match;
     f.poll_interval = std::chrono::milliseconds(250);
     return f;
 }

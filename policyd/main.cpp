@@ -53,16 +53,6 @@ class SlowDecider final : public PolicyDecider {
     std::chrono::milliseconds delay_;
 };
 
-// Answers DUNNO to everything: the decider when no table is given, so the
-// daemon can be deployed and measured before any destination is flagged.
-class DunnoDecider final : public PolicyDecider {
-  public:
-    Decision decide(const PolicyRequest&, PolicyDeadline) override { return {}; }
-    bool may_block() const noexcept override { return false; }
-    Status reload() override { return {}; }
-    std::string describe() const override { return "no destination table (every answer is DUNNO)"; }
-};
-
 // Forks into the background before any thread or event loop exists (threads
 // do not survive fork). The parent waits on a pipe until the child reports
 // whether it could listen, so the exit status of the start command is true.
@@ -110,153 +100,137 @@ void notify_reloading() {
     sd_notify(0, fmt::format("RELOADING=1\nMONOTONIC_USEC={}", usec).c_str());
 }
 
+// "unix:/path" / "tcp:host:port" as the server binds them, from a socket spec.
+std::string listen_spec(const config::SocketSpec& sock) {
+    if (sock.kind == config::SocketSpec::Kind::unix_path) return "unix:" + sock.path;
+    if (sock.kind == config::SocketSpec::Kind::inet6) return fmt::format("tcp:[{}]:{}", sock.host, sock.port);
+    return fmt::format("tcp:{}:{}", sock.host, sock.port);
+}
+
+LogOptions log_options_from(const config::Config& c) {
+    LogOptions o;
+    o.to_syslog = c.log.target != config::LogTarget::stderr_;
+    o.to_stderr = c.log.target != config::LogTarget::syslog;
+    o.ident = c.log.ident + "/policyd";
+    o.facility = config::syslog_facility_code(c.log.facility);
+    o.max_priority = config::syslog_priority(c.log.level);
+    return o;
+}
+
+// Verdict lines: log.verdicts when set, else where log.target sends the
+// daemon's other lines (syslog wins for "both": verdicts belong in the mail log).
+Result<VerdictLogTarget> verdict_target_from(const config::Config& c) {
+    std::string spec = c.log.verdicts;
+    if (spec.empty()) spec = c.log.target == config::LogTarget::stderr_ ? "stderr" : "syslog";
+    auto t = parse_verdict_log_target(spec);
+    if (!t) return make_error(ErrorKind::config, "log.verdicts: " + t.error().message);
+    t->ident = c.log.ident + "/policyd";
+    if (spec == "syslog") t->facility = std::string(config::to_string(c.log.facility));
+    return t;
+}
+
+ServerOptions server_options_from(const config::Config& c) {
+    ServerOptions opt;
+    opt.listen.push_back(listen_spec(c.policy.socket));
+    for (const auto& extra : c.policy.extra_sockets)
+        if (auto sock = config::parse_socket(extra)) opt.listen.push_back(listen_spec(*sock));
+    opt.unix_mode = c.policy.socket_mode & 07777u;
+    opt.idle_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(c.policy.idle_timeout);
+    opt.request_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(c.policy.request_timeout);
+    opt.decision_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(c.policy.deadline);
+    opt.limits.max_line_bytes = c.policy.max_line_length;
+    opt.limits.max_attributes = static_cast<std::size_t>(c.policy.max_attributes);
+    opt.limits.max_request_bytes = c.policy.max_request_size;
+    opt.max_connections = static_cast<std::size_t>(c.policy.max_connections);
+    if (c.metrics.enabled) opt.metrics = c.metrics.listen.text;
+    return opt;
+}
+
+Result<PolicyStageSet> stages_from(const config::Config& c) {
+    static constexpr const char* kNames[] = {"CONNECT", "HELO",           "MAIL", "RCPT",
+                                             "DATA",    "END-OF-MESSAGE", "VRFY", "ETRN"};
+    std::string names;
+    for (auto st : c.policy.stages)
+        names += std::string(names.empty() ? "" : ",") + kNames[static_cast<int>(st)];
+    auto parsed = PolicyStageSet::parse(names.empty() ? "RCPT" : names);
+    if (!parsed) return make_error(ErrorKind::config, "policy.stages: " + parsed.error().message);
+    return parsed;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"retryguard-policyd: Postfix policy service of retryguard", "retryguard-policyd"};
     app.set_version_flag("--version", RETRYGUARD_VERSION);
-    ServerOptions opt;
-    std::string config_path, ledger_spec;
-    std::string flagged, stages_text = "RCPT", unix_mode_text = "0660", ready_file, verdict_log_spec;
+    std::string config_path, flagged, ready_file;
+    std::vector<std::string> overrides;
     bool foreground = false;
-    std::size_t worker_threads = 2;
-    long idle_s = 330, request_s = 10, decision_ms = 100, slow_ms = 0;
-    app.add_option("-l,--listen", opt.listen,
-                   "unix:/path or tcp:127.0.0.1:PORT (repeatable; port 0 = any free); default: policy.socket "
-                   "of the configuration");
+    long slow_ms = 0;
     app.add_option("-c,--config", config_path,
-                   "YAML configuration: decide from the ledger and the rules engine, follow its sources");
-    app.add_option("--ledger", ledger_spec,
-                   "ledger spec overriding the configuration (sqlite:/path, redis://...)");
-    app.add_option("--unix-mode", unix_mode_text, "octal mode of UNIX sockets")->capture_default_str();
-    app.add_option("--metrics", opt.metrics, "HOST:PORT on loopback for /metrics and /health");
-    app.add_option("--flagged", flagged, "destination table: lines 'domain ACTION [text]'");
-    app.add_option("--stages", stages_text, "SMTP stages answered from the decider; others get DUNNO")
-        ->capture_default_str();
-    app.add_option("--idle-timeout", idle_s, "seconds a connection may sit idle between requests")
-        ->capture_default_str();
-    app.add_option("--request-timeout", request_s, "seconds from a request's first byte to its end")
-        ->capture_default_str();
-    app.add_option("--decision-timeout-ms", decision_ms, "deadline of an off-loop decision before DUNNO")
-        ->capture_default_str();
-    app.add_option("--max-line", opt.limits.max_line_bytes, "bytes per request line")->capture_default_str();
-    app.add_option("--max-attributes", opt.limits.max_attributes, "attributes per request")
-        ->capture_default_str();
-    app.add_option("--max-request", opt.limits.max_request_bytes, "bytes per request")->capture_default_str();
-    app.add_option("--max-connections", opt.max_connections, "open policy connections")
-        ->capture_default_str();
-    app.add_option("--worker-threads", worker_threads, "threads for deciders that may block")
-        ->capture_default_str();
-    app.add_option("--simulate-slow-decider", slow_ms, "testing aid: every decision sleeps this many ms");
-    app.add_option("--verdict-log", verdict_log_spec,
-                   "where verdict lines go: syslog[:FACILITY], postlog:/path, file:/path, stderr, none "
-                   "(default: stderr with --foreground, else syslog)");
+                   std::string("configuration file (default ") + kDefaultConfigPath +
+                       "; built-in defaults when it does not exist)");
+    app.add_option("-o", overrides,
+                   "KEY=VALUE: set a configuration key (dotted, as in the file; repeatable), e.g. "
+                   "-o policy.socket=inet:10040@127.0.0.1");
+    app.add_flag("--foreground", foreground, "do not detach (systemd, tests); logging follows log.target");
     app.add_option("--ready-file", ready_file, "write the bound endpoints and the pid here once listening");
-    app.add_flag("--foreground", foreground, "stay in the foreground and log to stderr");
+    app.add_option("--flagged", flagged,
+                   "testing and measuring aid: answer from a static table ('domain ACTION [text]' lines) "
+                   "instead of the ledger; no log is followed");
+    app.add_option("--simulate-slow-decider", slow_ms, "testing aid: every decision sleeps this many ms");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
         return app.exit(e) == 0 ? kExitOk : kExitUsage;
     }
+    auto fail_early = [](const std::string& msg, int rc) {
+        std::fprintf(stderr, "retryguard-policyd: error: %s\n", msg.c_str());
+        return rc;
+    };
+    if (slow_ms < 0) return fail_early("--simulate-slow-decider must not be negative", kExitUsage);
 
-    Logger log(foreground);
     // A daemon runs in "/": relative paths must not change meaning (SIGHUP
-    // re-reads the table by name).
+    // re-reads the configuration and the table by name).
     std::error_code path_error;
     if (!flagged.empty()) flagged = std::filesystem::absolute(flagged, path_error).string();
     if (!ready_file.empty()) ready_file = std::filesystem::absolute(ready_file, path_error).string();
-    try {
-        opt.unix_mode = static_cast<unsigned>(std::stoul(unix_mode_text, nullptr, 8)) & 07777u;
-    } catch (const std::exception&) {
-        log.error("--unix-mode: expected an octal mode such as 0660");
-        return kExitUsage;
-    }
-    if (idle_s <= 0 || request_s <= 0 || decision_ms <= 0 || slow_ms < 0 || worker_threads == 0) {
-        log.error("timeouts and --worker-threads must be positive");
-        return kExitUsage;
-    }
-    opt.idle_timeout = std::chrono::seconds(idle_s);
-    opt.request_timeout = std::chrono::seconds(request_s);
-    opt.decision_timeout = std::chrono::milliseconds(decision_ms);
-    auto stages = PolicyStageSet::parse(stages_text);
-    if (!stages) {
-        log.error("--stages: " + stages.error().message);
-        return kExitUsage;
-    }
+    if (!config_path.empty()) config_path = std::filesystem::absolute(config_path, path_error).string();
 
-    // With a configuration: the ledger-backed decider, fed by the log
-    // followers this process hosts. Command-line options win over the file.
+    // The configuration (file, or built-in defaults, with the -o overrides),
+    // the ledger and the classifier, opened as every program opens them. A
+    // static table (--flagged) needs neither ledger nor classifier.
+    RuntimeOptions ro;
+    ro.config_path = config_path;
+    ro.overrides = overrides;
+    ro.open_ledger = flagged.empty();
+    ro.load_classifier = flagged.empty();
+    auto rt = open_runtime(ro);
+    if (!rt)
+        return fail_early(rt.error().message,
+                          rt.error().kind == ErrorKind::config ? kExitUsage : kExitFailure);
     std::optional<Runtime> runtime;
-    std::shared_ptr<config::ConfigHolder> config_holder;
-    if (!config_path.empty()) {
-        if (!flagged.empty()) {
-            log.error("--config and --flagged exclude each other");
-            return kExitUsage;
-        }
-        config_path = std::filesystem::absolute(config_path, path_error).string();
-        RuntimeOptions ro;
-        ro.config_path = config_path;
-        ro.ledger_spec = ledger_spec;
-        auto rt = open_runtime(ro);
-        if (!rt) {
-            log.error(rt.error().message);
-            return rt.error().kind == ErrorKind::config ? kExitUsage : kExitFailure;
-        }
-        runtime.emplace(std::move(*rt));
-        config_holder = std::make_shared<config::ConfigHolder>(runtime->config);
-        const config::Config& cfg = *runtime->config;
-        if (opt.listen.empty()) {
-            const auto& sock = cfg.policy.socket;
-            if (sock.kind == config::SocketSpec::Kind::unix_path)
-                opt.listen.push_back("unix:" + sock.path);
-            else if (sock.kind == config::SocketSpec::Kind::inet6)
-                opt.listen.push_back(fmt::format("tcp:[{}]:{}", sock.host, sock.port));
-            else
-                opt.listen.push_back(fmt::format("tcp:{}:{}", sock.host, sock.port));
-        }
-        if (!app.count("--unix-mode")) opt.unix_mode = cfg.policy.socket_mode & 07777u;
-        if (!app.count("--idle-timeout"))
-            opt.idle_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.policy.idle_timeout);
-        if (!app.count("--decision-timeout-ms"))
-            opt.decision_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.policy.deadline);
-        if (!app.count("--max-line") && cfg.policy.max_line_length > 0)
-            opt.limits.max_line_bytes = cfg.policy.max_line_length;
-        if (!app.count("--max-attributes") && cfg.policy.max_attributes > 0)
-            opt.limits.max_attributes = static_cast<std::size_t>(cfg.policy.max_attributes);
-        if (!app.count("--max-request") && cfg.policy.max_request_size > 0)
-            opt.limits.max_request_bytes = cfg.policy.max_request_size;
-        if (!app.count("--max-connections") && cfg.policy.max_connections > 0)
-            opt.max_connections = static_cast<std::size_t>(cfg.policy.max_connections);
-        if (!app.count("--metrics") && cfg.metrics.enabled) opt.metrics = cfg.metrics.listen.text;
-        if (!app.count("--stages") && !cfg.policy.stages.empty()) {
-            std::string names;
-            for (auto st : cfg.policy.stages) {
-                static constexpr const char* kNames[] = {"CONNECT", "HELO",           "MAIL", "RCPT",
-                                                         "DATA",    "END-OF-MESSAGE", "VRFY", "ETRN"};
-                names += std::string(names.empty() ? "" : ",") + kNames[static_cast<int>(st)];
-            }
-            auto parsed = PolicyStageSet::parse(names);
-            if (!parsed) {
-                log.error("policy.stages: " + parsed.error().message);
-                return kExitUsage;
-            }
-            stages = std::move(parsed);
-        }
-        if (verdict_log_spec.empty() && !cfg.log.verdicts.empty()) verdict_log_spec = cfg.log.verdicts;
-    }
-    if (opt.listen.empty()) {
-        log.error("nothing to listen on: give --listen or --config with policy.socket");
+    runtime.emplace(std::move(*rt));
+    config_path = runtime->config_path;
+    auto config_holder = std::make_shared<config::ConfigHolder>(runtime->config, overrides);
+    const config::Config& cfg = *runtime->config;
+
+    Logger log(log_options_from(cfg));
+    ServerOptions opt = server_options_from(cfg);
+    const std::size_t worker_threads = static_cast<std::size_t>(cfg.policy.worker_threads);
+    auto stages = stages_from(cfg);
+    if (!stages) {
+        log.error(stages.error().message);
         return kExitUsage;
     }
 
     std::shared_ptr<PolicyDecider> decider;
     std::shared_ptr<LedgerDecider> ledger_decider;
     std::size_t destinations = 0;
-    if (config_holder) {
+    if (flagged.empty()) {
         ledger_decider = std::make_shared<LedgerDecider>(
             config_holder, [&log](std::string_view line) { log.info(std::string(line)); });
         decider = ledger_decider;
-    } else if (!flagged.empty()) {
+    } else {
         auto table = StaticDestinationDecider::load(flagged);
         if (!table) {
             log.error(table.error().message);
@@ -264,21 +238,14 @@ int main(int argc, char** argv) {
         }
         destinations = (*table)->size();
         decider = std::shared_ptr<StaticDestinationDecider>(std::move(*table));
-    } else {
-        decider = std::make_shared<DunnoDecider>();
     }
     const auto* table_decider = dynamic_cast<const StaticDestinationDecider*>(decider.get());
     if (slow_ms > 0) decider = std::make_shared<SlowDecider>(decider, std::chrono::milliseconds(slow_ms));
 
-    auto verdict_target = parse_verdict_log_target(
-        verdict_log_spec.empty() ? (foreground ? "stderr" : "syslog") : verdict_log_spec);
+    auto verdict_target = verdict_target_from(cfg);
     if (!verdict_target) {
-        log.error("--verdict-log: " + verdict_target.error().message);
+        log.error(verdict_target.error().message);
         return kExitUsage;
-    }
-    verdict_target->ident = "retryguard/policyd";
-    if (runtime && !app.count("--verdict-log") && runtime->config->log.verdicts.empty()) {
-        verdict_target->ident = runtime->config->log.ident + "/policyd";
     }
 
     int daemon_fd = -1;
@@ -298,7 +265,6 @@ int main(int argc, char** argv) {
     PolicyService service(*stages, metrics);
     // errors.timeout / errors.internal: DUNNO (accept) or DEFER_IF_PERMIT (tempfail).
     auto apply_error_settings = [&] {
-        if (!config_holder) return;
         const auto cfg = config_holder->current();
         service.set_tempfail(cfg->errors.timeout == config::ErrorAction::tempfail,
                              cfg->errors.internal == config::ErrorAction::tempfail);
@@ -320,7 +286,7 @@ int main(int argc, char** argv) {
     // (and after the fork: threads do not survive it) and stopped after the
     // drain; they share nothing with the policy path but published snapshots.
     std::unique_ptr<LiveIngest> live;
-    if (runtime) {
+    if (ledger_decider) {
         live = std::make_unique<LiveIngest>(std::move(runtime->ledger), config_holder, runtime->classifier,
                                             *ledger_decider, verdicts, metrics, log);
         if (auto st = live->start(); !st) {
@@ -343,7 +309,7 @@ int main(int argc, char** argv) {
                 // decider swaps its table whole, so requests keep flowing.
                 asio::post(workers, [&] {
                     Status st = decider->reload();
-                    if (config_holder) {
+                    {
                         const auto errors = config_holder->reload(config_path);
                         if (!errors.empty()) {
                             std::string all;
@@ -360,9 +326,10 @@ int main(int argc, char** argv) {
                         if (st.ok())
                             log.info("reload done: " + decider->describe());
                         else
-                            log.error("reload failed, keeping the previous " +
-                                      std::string(config_holder ? "configuration: " : "table: ") +
-                                      st.error().message);
+                            log.error(
+                                "reload failed, keeping the previous " +
+                                std::string(table_decider ? "table and configuration: " : "configuration: ") +
+                                st.error().message);
                         notify("READY=1");
                     });
                 });

@@ -31,8 +31,9 @@ using boost::system::error_code;
 
 // ------------------------------------------------------------------ Logger
 
-Logger::Logger(bool to_stderr) : stderr_(to_stderr), pid_(static_cast<int>(::getpid())) {
-    if (!stderr_) openlog("retryguard/policyd", LOG_PID | LOG_NDELAY, LOG_MAIL);
+Logger::Logger(LogOptions options) : options_(std::move(options)), pid_(static_cast<int>(::getpid())) {
+    // openlog keeps the pointer: options_.ident lives as long as the logger.
+    if (options_.to_syslog) openlog(options_.ident.c_str(), LOG_PID | LOG_NDELAY, options_.facility);
 }
 void Logger::info(const std::string& msg) {
     emit(LOG_INFO, nullptr, msg);
@@ -44,13 +45,13 @@ void Logger::error(const std::string& msg) {
     emit(LOG_ERR, "error: ", msg);
 }
 void Logger::emit(int priority, const char* level, const std::string& msg) {
-    if (stderr_) {
+    if (priority > options_.max_priority) return;
+    if (options_.to_stderr) {
         std::fprintf(stderr, "retryguard-policyd[%d]: %s%s\n", static_cast<int>(::getpid()),
                      level ? level : "", msg.c_str());
         std::fflush(stderr);
-    } else {
-        syslog(priority, "%s%s", level ? level : "", msg.c_str());
     }
+    if (options_.to_syslog) syslog(priority, "%s%s", level ? level : "", msg.c_str());
 }
 
 // ---------------------------------------------------------------- sessions

@@ -88,16 +88,26 @@ class Server {
 
 // One line per event, to stderr in the foreground and to syslog (facility
 // mail, next to Postfix's own lines) otherwise.
+// Where the daemon's own lines go: log.target (syslog, stderr or both),
+// log.facility, log.ident + "/policyd", and log.level as the least severity.
+struct LogOptions {
+    bool to_syslog = true;
+    bool to_stderr = false;
+    std::string ident = "retryguard/policyd";
+    int facility = 2 << 3;  // LOG_MAIL
+    int max_priority = 6;   // LOG_INFO: syslog priorities count down, so this is the least severe kept
+};
+
 class Logger {
   public:
-    explicit Logger(bool to_stderr);
+    explicit Logger(LogOptions options);
     void info(const std::string& msg);
     void warning(const std::string& msg);
     void error(const std::string& msg);
 
   private:
     void emit(int priority, const char* level, const std::string& msg);
-    bool stderr_;
+    LogOptions options_;
     int pid_;  // stderr logging means --foreground: the pid never changes
 };
 

@@ -19,6 +19,7 @@ namespace cfg = retryguard::config;
 
 struct Options {
     std::string file;
+    std::vector<std::string> overrides;  // -o key=value
     std::string explain;
     std::string mx;
     bool json = false;
@@ -71,7 +72,7 @@ int run(const Options& o) {
         return kExitUsage;
     }
     const std::string file = o.file.empty() ? default_file() : o.file;
-    auto out = cfg::load_file(file);
+    auto out = cfg::load_file(file, o.overrides);
     nlohmann::json j;
     j["file"] = file;
     j["ok"] = out.ok();
@@ -159,6 +160,8 @@ void add_check_config_command(CLI::App& app) {
     cmd->add_option(
         "file", opts->file,
         "Config file (default /etc/retryguard/retryguard.yaml, or conf/retryguard.yaml in a source tree)");
+    cmd->add_option("-o", opts->overrides,
+                    "KEY=VALUE: check the file with this key set as a daemon's -o would set it (repeatable)");
     cmd->add_option("--explain", opts->explain, "Show which destination rule applies to DOMAIN and why");
     cmd->add_option("--mx", opts->mx, "Relay (MX) host of the domain, for MX-group rules");
     cmd->add_flag("--json", opts->json, "Print one JSON object");

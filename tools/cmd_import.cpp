@@ -20,7 +20,7 @@ namespace {
 
 struct ImportOptions {
     std::string config;
-    std::string ledger;
+    std::vector<std::string> overrides;  // -o key=value
     std::vector<std::string> files;
     std::optional<int> year;
     bool utc = false;
@@ -34,7 +34,7 @@ constexpr std::uint64_t kSaveEveryBatches = 50;
 int run_import(const ImportOptions& opt) {
     RuntimeOptions ro;
     ro.config_path = opt.config;
-    ro.ledger_spec = opt.ledger;
+    ro.overrides = opt.overrides;
     auto rt = open_runtime(ro);
     if (!rt) {
         fmt::print(stderr, "retryguard import: {}\n", rt.error().message);
@@ -165,8 +165,8 @@ void add_import_command(CLI::App& app) {
     cmd->add_option("files", opt->files, "Log files (plain or .gz; - for standard input)")->required();
     cmd->add_option("-c,--config", opt->config,
                     "Configuration file (default /etc/retryguard/retryguard.yaml)");
-    cmd->add_option("--ledger", opt->ledger,
-                    "Ledger spec overriding the configuration (sqlite:/path, redis://h:p/db)");
+    cmd->add_option("-o", opt->overrides,
+                    "KEY=VALUE: set a configuration key (repeatable), e.g. -o ledger.sqlite.path=/tmp/l.db");
     cmd->add_option("--year", opt->year, "Year of the first line for time stamps without one");
     cmd->add_flag("--utc", opt->utc, "Time stamps without a zone are UTC (default: local time)");
     cmd->add_flag("-q,--quiet", opt->quiet, "Do not print the verdicts");

@@ -1,4 +1,4 @@
-// report_common.hpp -- the options every reporting command shares (-c, --ledger,
+// report_common.hpp -- the options every reporting command shares (-c, -o,
 // --json, the hidden --now) and the one way they open the runtime and print.
 // Glue only: documents are built and rendered in core/report.
 #pragma once
@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "retryguard/report.hpp"
@@ -20,16 +21,16 @@ namespace retryguard::cli {
 
 struct ReportCommon {
     std::string config;
-    std::string ledger;
-    std::string now;  // hidden: RFC 3339, fixes "now" for stable relative times (tests)
+    std::vector<std::string> overrides;  // -o key=value
+    std::string now;                     // hidden: RFC 3339, fixes "now" for stable relative times (tests)
     bool json = false;
     bool no_colour = false;
 };
 
 inline void add_report_options(CLI::App* cmd, ReportCommon& c) {
     cmd->add_option("-c,--config", c.config, "Configuration file (default /etc/retryguard/retryguard.yaml)");
-    cmd->add_option("--ledger", c.ledger,
-                    "Ledger spec overriding the configuration (sqlite:/path, redis://h:p/db)");
+    cmd->add_option("-o", c.overrides,
+                    "KEY=VALUE: set a configuration key (repeatable), e.g. -o ledger.sqlite.path=/tmp/l.db");
     cmd->add_flag("--json", c.json, "Print JSON (stable keys, see docs/cli.md)");
     cmd->add_flag("--no-color", c.no_colour, "No colours even on a terminal");
     cmd->add_option("--now", c.now, "")->group("");  // hidden
@@ -40,7 +41,7 @@ inline std::optional<Runtime> open_for_report(const char* name, const ReportComm
                                               bool classifier = false) {
     RuntimeOptions ro;
     ro.config_path = c.config;
-    ro.ledger_spec = c.ledger;
+    ro.overrides = c.overrides;
     ro.load_classifier = classifier;
     auto rt = open_runtime(ro);
     if (!rt) {

@@ -14,6 +14,7 @@
 #include "config/internal.hpp"
 #include "config/values.hpp"
 #include "retryguard/file_access.hpp"
+#include "retryguard/follower.hpp"
 
 namespace retryguard::config {
 
@@ -147,7 +148,7 @@ class Loader {
     }
 
     // The top-level document into `c`, which holds the defaults already.
-    void load_root(const YAML::Node& root, Config& c) {
+    void load_root(const YAML::Node& root, Config& c, bool with_cross_checks = true) {
         if (root.IsNull()) return;
         if (!root.IsMap()) {
             error(root.Mark(), "the configuration must be a mapping of keys, got " + kind_of(root));
@@ -162,7 +163,7 @@ class Loader {
             &c);
         detail::finalize(c.global);
         if (destinations_node_) load_destinations(destinations_node_, c);
-        cross_checks(c);
+        if (with_cross_checks) cross_checks(c);
     }
 
     // `sources:` list into c.sources (used for the defaults too).
@@ -213,6 +214,8 @@ class Loader {
             } else if (s.address) {
                 error(mark_of("address"), where + ": 'address' applies only to syslog_udp sources");
             }
+            if (std::string why; type == SourceType::journald && !valid_journal_match(s.journal_match, &why))
+                error(mark_of("journal_match"), where + ": bad journal_match: " + why);
             if (s.name.empty()) {
                 switch (type) {
                     case SourceType::file: s.name = "file:" + s.path; break;
@@ -294,6 +297,27 @@ std::optional<Value> Loader::parse_value(const KeySpec& k, std::string_view show
         if (n.IsNull()) return Value(YAML::Node(YAML::NodeType::Sequence));
         if (!n.IsSequence()) return fail(key + " must be a list, got " + kind_of(n));
         return Value(n);
+    }
+    if (k.type == ValueType::socket_list) {
+        if (n.IsNull()) return Value(std::vector<std::string>{});
+        if (!n.IsSequence()) return fail(key + " must be a list of socket specs, got " + kind_of(n));
+        std::vector<std::string> out;
+        bool ok = true;
+        for (const auto& item : n) {
+            ++nodes_;
+            std::string why;
+            if (!item.IsScalar()) {
+                error(item.Mark(), key + ": list items must be socket specs, got " + kind_of(item));
+                ok = false;
+            } else if (!parse_socket(item.Scalar(), &why)) {
+                error(item.Mark(), "bad socket '" + item.Scalar() + "' in " + key + ": " + why);
+                ok = false;
+            } else {
+                out.push_back(item.Scalar());
+            }
+        }
+        if (!ok) return std::nullopt;
+        return Value(std::move(out));
     }
     if (k.type == ValueType::enum_list) {
         if (!n.IsSequence())
@@ -674,6 +698,21 @@ void Loader::cross_checks(Config& c) {
     if (c.milter.socket.text == c.policy.socket.text)
         error(mark("policy.socket"),
               "policy.socket and milter.socket are the same socket '" + c.policy.socket.text + "'");
+    const std::string& code = c.milter.reject_code;
+    const std::string& xcode = c.milter.reject_xcode;
+    if (code.size() != 3 || (code[0] != '4' && code[0] != '5') ||
+        !std::isdigit(static_cast<unsigned char>(code[1])) ||
+        !std::isdigit(static_cast<unsigned char>(code[2])))
+        error(mark("milter.reject_code"), "milter.reject_code must be a 4xx or 5xx code, got '" + code + "'");
+    else if (xcode.empty() || xcode[0] != code[0] ||
+             xcode.find_first_not_of("0123456789.") != std::string::npos ||
+             std::count(xcode.begin(), xcode.end(), '.') != 2)
+        error(mark("milter.reject_xcode"), "milter.reject_xcode must look like " + std::string(1, code[0]) +
+                                               ".7.1 (same class as milter.reject_code), got '" + xcode +
+                                               "'");
+    if (c.milter.maximal_backoff < c.milter.minimal_backoff)
+        error(mark("milter.maximal_backoff"),
+              "milter.maximal_backoff is shorter than milter.minimal_backoff");
     if (c.global.flags.period > c.ledger.retention_episodes)
         error(top_marks_.count("flags.period") ? mark("flags.period") : mark("ledger.retention.episodes"),
               "flags.period (" + format_duration(c.global.flags.period) +
@@ -733,7 +772,72 @@ std::shared_ptr<const Config> defaults() {
     return d;
 }
 
-LoadOutcome load_string(std::string_view yaml_text, std::string file_name) {
+namespace {
+
+// "a.b.c=value" -> {a: {b: {c: value}}}. Scalars are taken as written (no YAML
+// parsing, so "reject_text=queued: {original}" is one string); list keys take
+// YAML flow syntax. Returns a null node and `why` when the text is no override.
+YAML::Node override_node(const std::string& text, std::string* why) {
+    auto eq = text.find('=');
+    if (eq == std::string::npos || eq == 0) {
+        *why = "expected key=value (a dotted key of the configuration table)";
+        return {};
+    }
+    std::string key = text.substr(0, eq);
+    std::string value = text.substr(eq + 1);
+    if (key.find("[]") != std::string::npos) {
+        *why = "'" + key +
+               "': set the whole list instead (e.g. -o 'sources=[{type: file, path: /var/log/mail.log}]')";
+        return {};
+    }
+    const auto* spec = find_key(key);
+    YAML::Node leaf;
+    if (spec && (spec->type == ValueType::enum_list || spec->type == ValueType::yaml_sequence ||
+                 spec->type == ValueType::socket_list || spec->type == ValueType::item_list)) {
+        try {
+            leaf = YAML::Load(value);
+        } catch (const YAML::Exception& ex) {
+            *why = "'" + key + "': YAML syntax error in the value: " + ex.msg;
+            return {};
+        }
+    } else {
+        leaf = YAML::Node(value);
+    }
+    // Built from the innermost key outwards: a fresh map per level, so no
+    // node is shared with anything else.
+    std::vector<std::string> parts;
+    for (std::size_t start = 0;;) {
+        auto dot = key.find('.', start);
+        parts.push_back(key.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+        if (dot == std::string::npos) break;
+        start = dot + 1;
+    }
+    YAML::Node node = leaf;
+    for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+        YAML::Node map(YAML::NodeType::Map);
+        map[*it] = node;
+        node.reset(map);
+    }
+    return node;
+}
+
+// Copies every leaf of `from` (nested maps) into `into`, replacing what is there.
+void merge_into(YAML::Node into, const YAML::Node& from) {
+    for (auto it = from.begin(); it != from.end(); ++it) {
+        const std::string k = it->first.Scalar();
+        const YAML::Node v = it->second;
+        if (v.IsMap() && into[k] && into[k].IsMap()) {
+            merge_into(into[k], v);
+        } else {
+            into[k] = v;
+        }
+    }
+}
+
+}  // namespace
+
+LoadOutcome load_string(std::string_view yaml_text, std::string file_name,
+                        const std::vector<std::string>& overrides) {
     LoadOutcome out;
     Loader l(file_name);
     try {
@@ -750,6 +854,32 @@ LoadOutcome load_string(std::string_view yaml_text, std::string file_name) {
             } catch (const YAML::Exception& ex) {
                 parsed = false;
                 l.error(ex.mark, "YAML syntax error: " + ex.msg);
+            }
+            // Each override is checked on its own first, so its errors name it.
+            std::vector<Diagnostic> override_errors;
+            for (const auto& o : overrides) {
+                Loader ol("-o " + o);
+                std::string why;
+                YAML::Node node = override_node(o, &why);
+                if (!node) {
+                    ol.error(YAML::Mark::null_mark(), why);
+                } else {
+                    Config scratch(*defaults());
+                    ol.load_root(node, scratch, false);
+                }
+                for (auto d : ol.take_errors()) {
+                    d.line = d.column = 0;  // positions inside one argument say nothing
+                    override_errors.push_back(std::move(d));
+                }
+                if (parsed && node && override_errors.empty()) {
+                    if (root.IsNull()) root.reset(YAML::Node(YAML::NodeType::Map));
+                    if (root.IsMap()) merge_into(root, node);
+                }
+            }
+            if (!override_errors.empty()) {
+                out.errors = l.take_errors();
+                out.errors.insert(out.errors.end(), override_errors.begin(), override_errors.end());
+                return out;
             }
             if (parsed) {
                 auto c = std::make_shared<Config>(*defaults());
@@ -774,7 +904,7 @@ LoadOutcome load_string(std::string_view yaml_text, std::string file_name) {
     return out;
 }
 
-LoadOutcome load_file(const std::string& path) {
+LoadOutcome load_file(const std::string& path, const std::vector<std::string>& overrides) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
         LoadOutcome out;
@@ -793,7 +923,7 @@ LoadOutcome load_file(const std::string& path) {
             return out;
         }
     }
-    return load_string(text, path);
+    return load_string(text, path, overrides);
 }
 
 std::string Diagnostic::to_string() const {
@@ -818,6 +948,7 @@ std::string_view to_string(ValueType t) noexcept {
         case ValueType::file_mode: return "an octal file mode";
         case ValueType::policy_action: return "a policy action";
         case ValueType::yaml_sequence: return "a list";
+        case ValueType::socket_list: return "a list of socket specs";
         case ValueType::item_list: return "a list of entries";
     }
     return "a value";

@@ -96,12 +96,15 @@ std::string Resolution::reason() const {
     return head;
 }
 
-ConfigHolder::ConfigHolder(std::shared_ptr<const Config> initial) : current_(std::move(initial)) {}
+ConfigHolder::ConfigHolder(std::shared_ptr<const Config> initial, std::vector<std::string> overrides)
+    : current_(std::move(initial)), overrides_(std::move(overrides)) {}
 
 std::vector<Diagnostic> ConfigHolder::reload(const std::string& path) {
     auto running = current_.load();
     std::string file = path.empty() && running ? running->source : path;
-    LoadOutcome out = load_file(file);
+    // Built-in defaults (no file, source "<...>"): only the overrides are read again.
+    LoadOutcome out =
+        file.empty() || file.front() == '<' ? load_string("", file, overrides_) : load_file(file, overrides_);
     if (!out.ok()) return out.errors;
     current_.store(std::move(out.config));
     generation_.fetch_add(1);

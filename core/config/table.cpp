@@ -123,6 +123,9 @@ void assign(bool& f, const Value& v) {
 void assign(std::string& f, const Value& v) {
     f = std::get<std::string>(v);
 }
+void assign(std::vector<std::string>& f, const Value& v) {
+    f = std::get<std::vector<std::string>>(v);
+}
 void assign(SocketSpec& f, const Value& v) {
     f = std::get<SocketSpec>(v);
 }
@@ -322,6 +325,29 @@ const std::vector<Entry>& table() {
                   "Budget for the ledger lookup at end of message; past it the message is accepted "
                   "(errors.timeout).",
                   milter.deadline),
+        RG_GLOBAL("milter.timeout", duration, "30s", "duration", kNone, kSec, kHour,
+                  "libmilter I/O timeout towards Postfix (smfi_settimeout).", milter.timeout),
+        RG_GLOBAL("milter.reject_code", string, "\"550\"", "", kNone, 3, 3,
+                  "SMTP code of a refused resend (4xx or 5xx; quote it).", milter.reject_code),
+        RG_GLOBAL("milter.reject_xcode", string, "\"5.7.1\"", "", kNone, 5, 9,
+                  "Enhanced status code of a refused resend; its class must match milter.reject_code.",
+                  milter.reject_xcode),
+        RG_GLOBAL("milter.minimal_backoff", duration, "300s", "duration", kNone, kSec, kDay,
+                  "Postfix's minimal_backoff_time: the shortest gap between retries, for the next-retry "
+                  "estimate in the reply.",
+                  milter.minimal_backoff),
+        RG_GLOBAL("milter.maximal_backoff", duration, "4000s", "duration", kNone, kSec, kDay,
+                  "Postfix's maximal_backoff_time: the longest gap between retries (at least "
+                  "milter.minimal_backoff).",
+                  milter.maximal_backoff),
+        RG_GLOBAL("milter.record_queue", integer, "10000", "identities", kNone, 0, 1000000,
+                  "Accepted messages waiting for the writer thread to record them; 0: recorded at end of "
+                  "message (slower replies).",
+                  milter.record_queue),
+        RG_GLOBAL("milter.filter_rescan", duration, "60s", "duration", kNone, 0, kDay,
+                  "How often the in-memory identity filter is rebuilt from the ledger; 0: no filter, every "
+                  "message is looked up in the ledger.",
+                  milter.filter_rescan),
 
         // --- policy service ---------------------------------------------------
         RG_GLOBAL("policy.socket", socket, "unix:/var/spool/postfix/retryguard/policy.sock", "", kNone, 0, 0,
@@ -336,6 +362,16 @@ const std::vector<Entry>& table() {
                   "Per-request deadline; past it the answer is DUNNO (errors.timeout). Keep it well below "
                   "Postfix's smtpd_policy_service_timeout (100s).",
                   policy.deadline),
+        RG_GLOBAL("policy.extra_sockets", socket_list, "[]", "", kNone, 0, 0,
+                  "Further listen sockets of the policy service, same syntax as policy.socket (e.g. a "
+                  "loopback TCP port beside the UNIX socket).",
+                  policy.extra_sockets),
+        RG_GLOBAL("policy.request_timeout", duration, "10s", "duration", kNone, kSec, kHour,
+                  "Time from a request's first byte to its end; a slower client is disconnected.",
+                  policy.request_timeout),
+        RG_GLOBAL("policy.worker_threads", integer, "2", "threads", kNone, 1, 256,
+                  "Threads that run ledger-backed decisions and reloads off the event loop.",
+                  policy.worker_threads),
         RG_GLOBAL("policy.idle_timeout", duration, "300s", "duration", kNone, kSec, kHour,
                   "Idle connections are closed after this (Postfix's smtpd_policy_service_max_idle).",
                   policy.idle_timeout),
@@ -412,19 +448,25 @@ const std::vector<Entry>& table() {
                    "Message parts the content fingerprint is built from.", reinjection.fingerprint_parts),
         RG_SETTING("reinjection.fingerprint.body_limit", size, "1MiB", "bytes", kNone, 1 * kKiB, 64 * kMiB,
                    "Body bytes hashed at most (normalised body).", reinjection.fingerprint_body_limit),
-        RG_SETTING("reinjection.fingerprint.subject_ignore", regex,
-                   "'(?i)^\\s*((re|fwd?|aw|wg|tr)(\\[\\d+\\])?\\s*:\\s*)+'", "", kNone, 0, 0,
-                   "RE2 pattern removed from the subject before hashing (reply/forward prefixes).",
-                   reinjection.subject_ignore),
+        RG_SETTING(
+            "reinjection.fingerprint.subject_ignore", regex, "\"\"", "", kNone, 0, 0,
+            "RE2 pattern whose matches are removed from the (lower-cased) subject before hashing, e.g. "
+            "a tag a gateway adds ('^\\[ext\\] '); empty: none. Reply prefixes are best kept: without "
+            "them a reply could hash like the message it answers.",
+            reinjection.subject_ignore),
         RG_SETTING("reinjection.tag_header", string, "X-Retryguard-Resend", "", kNone, 1, 64,
                    "Header added when reinjection.action is tag.", reinjection.tag_header),
-        RG_SETTING("reinjection.reject_text", string,
-                   "\"already queued as {original} for {destination}, retrying since {since} after: "
-                   "{reply}; next retry {next_retry}\"",
-                   "", kNone, 1, 400,
-                   "Reply text of a refused resend. Placeholders: {original} {destination} {reply} {since} "
-                   "{next_retry}.",
-                   reinjection.reject_text),
+        RG_SETTING(
+            "reinjection.reject_text", string,
+            "\"Not accepted again: a copy for <{recipient}> is already queued as {original} for "
+            "{destination}, retrying since {since} after \\\"{reply}\\\", next retry about "
+            "{next_retry}{more}; "
+            "the queue keeps retrying it, do not resend\"",
+            "", kNone, 1, 400,
+            "Reply text of a refused resend (the milter's reply, with milter.reject_code). "
+            "Placeholders: {recipient} {original} {destination} {reply} {since} {next_retry} {more} (\" "
+            "(and N more recipient(s))\" or nothing).",
+            reinjection.reject_text),
 
         // --- policy actions (overridable) -------------------------------------
         RG_SETTING("actions.watch", policy_action, "DUNNO", "", kVerbs, 0, 0,
@@ -482,10 +524,14 @@ const std::vector<Entry>& table() {
         RG_GLOBAL("log.level", enumeration, "info", "", kLogLevels, 0, 0,
                   "Least severity logged; verdicts are info.", log.level),
         RG_GLOBAL("log.verdicts", string, "\"\"", "", kNone, 0, 512,
-                  "Where the daemons write verdict lines: empty for syslog (log.facility, log.ident), "
-                  "postlog:/path (Postfix's postlogd socket, for maillog_file sites), file:/path, stderr or "
-                  "none. A command-line --verdict-log wins.",
+                  "Where the daemons write verdict lines: empty for where log.target sends the other lines, "
+                  "syslog (log.facility, log.ident), postlog:/path (Postfix's postlogd socket, for "
+                  "maillog_file sites), file:/path, stderr or none.",
                   log.verdicts),
+        RG_GLOBAL("log.hostname", string, "\"\"", "", kNone, 0, 255,
+                  "Host field of lines written to postlog:/path (Postfix writes myhostname there); empty: "
+                  "this host's name up to the first dot.",
+                  log.hostname),
 
         // --- metrics --------------------------------------------------------------
         RG_GLOBAL("metrics.enabled", boolean, "true", "", kNone, 0, 0, "Serve Prometheus metrics over HTTP.",
@@ -527,8 +573,8 @@ constexpr std::array<std::string_view, 5> kActionPlaceholders = {"domain", "mx",
                                                                  "reply"};
 constexpr std::array<std::string_view, 6> kActionPlaceholdersWithContact = {"domain", "mx",    "category",
                                                                             "since",  "reply", "contact"};
-constexpr std::array<std::string_view, 5> kRejectPlaceholders = {"original", "destination", "reply", "since",
-                                                                 "next_retry"};
+constexpr std::array<std::string_view, 7> kRejectPlaceholders = {
+    "recipient", "original", "destination", "reply", "since", "next_retry", "more"};
 
 }  // namespace
 

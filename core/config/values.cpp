@@ -3,6 +3,7 @@
 // bounded: anything not spelled exactly as documented is rejected with a
 // reason. Must never throw and never consult the key table.
 #include <arpa/inet.h>
+#include <syslog.h>
 
 #include <algorithm>
 #include <cctype>
@@ -190,7 +191,7 @@ std::optional<SocketSpec> parse_socket(std::string_view text, std::string* why) 
                std::nullopt;
     auto port = parse_port(rest.substr(0, at), why);
     if (!port) return std::nullopt;
-    if (*port == 0) return set_why(why, "port 0 is not a listen port"), std::nullopt;
+    // port 0: any free port (tests; the daemons report the bound port)
     std::string_view host = rest.substr(at + 1);
     if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
     bool v6 = false;
@@ -348,6 +349,45 @@ std::optional<std::string> glob_to_regex(std::string_view glob, std::size_t* lit
     }
     if (literal_chars) *literal_chars = literals;
     return re;
+}
+
+}  // namespace retryguard::config
+
+// syslog(3) codes for the log.* keys, so every daemon maps them the same way.
+namespace retryguard::config {
+
+int syslog_facility_code(SyslogFacility f) noexcept {
+    switch (f) {
+        case SyslogFacility::mail: return LOG_MAIL;
+        case SyslogFacility::daemon: return LOG_DAEMON;
+        case SyslogFacility::user: return LOG_USER;
+        case SyslogFacility::local0: return LOG_LOCAL0;
+        case SyslogFacility::local1: return LOG_LOCAL1;
+        case SyslogFacility::local2: return LOG_LOCAL2;
+        case SyslogFacility::local3: return LOG_LOCAL3;
+        case SyslogFacility::local4: return LOG_LOCAL4;
+        case SyslogFacility::local5: return LOG_LOCAL5;
+        case SyslogFacility::local6: return LOG_LOCAL6;
+        case SyslogFacility::local7: return LOG_LOCAL7;
+    }
+    return LOG_MAIL;
+}
+
+std::string_view to_string(SyslogFacility f) noexcept {
+    static constexpr std::string_view kNames[] = {"mail",   "daemon", "user",   "local0", "local1", "local2",
+                                                  "local3", "local4", "local5", "local6", "local7"};
+    return kNames[static_cast<std::size_t>(f)];
+}
+
+int syslog_priority(LogLevel l) noexcept {
+    switch (l) {
+        case LogLevel::debug: return LOG_DEBUG;
+        case LogLevel::info: return LOG_INFO;
+        case LogLevel::notice: return LOG_NOTICE;
+        case LogLevel::warning: return LOG_WARNING;
+        case LogLevel::error: return LOG_ERR;
+    }
+    return LOG_INFO;
 }
 
 }  // namespace retryguard::config

@@ -69,6 +69,7 @@ class JournalFollower final : public LineSource {
         if (r < 0)
             return make_error(ErrorKind::io,
                               fmt::format("journal {}: {}", counters_.path, std::strerror(-r)));
+        if (Status st = add_matches(); !st) return st;
         // Fields larger than this come back cut; lines are bounded anyway.
         sd_journal_set_data_threshold(j_, settings_.max_line_bytes + 64);
         if (!committed_.cursor.empty()) {
@@ -143,6 +144,22 @@ class JournalFollower final : public LineSource {
     void add_status(FollowerStatus& st) override { st.read_offset = seq_; }
 
   private:
+    Status add_matches() {
+        std::string_view rest = settings_.journal_match;
+        while (!rest.empty()) {
+            const auto space = rest.find(' ');
+            const std::string term(rest.substr(0, space));
+            rest = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
+            if (term.empty()) continue;
+            const int r = term == "+" ? sd_journal_add_disjunction(j_)
+                                      : sd_journal_add_match(j_, term.data(), term.size());
+            if (r < 0)
+                return make_error(ErrorKind::config,
+                                  fmt::format("journal_match '{}': {}", term, std::strerror(-r)));
+        }
+        return {};
+    }
+
     bool wanted(const std::string& identifier) const {
         for (const auto& p : settings_.journal_identifier_prefixes)
             if (identifier.compare(0, p.size(), p) == 0) return true;
@@ -169,6 +186,24 @@ Result<std::unique_ptr<LineSource>> open_journal_follower(std::string directory,
     } catch (const std::exception& e) {
         return make_error(ErrorKind::internal, fmt::format("journal follower: {}", e.what()));
     }
+}
+
+bool valid_journal_match(std::string_view match, std::string* why) {
+    while (!match.empty()) {
+        const auto space = match.find(' ');
+        const std::string_view term = match.substr(0, space);
+        match = space == std::string_view::npos ? std::string_view() : match.substr(space + 1);
+        if (term.empty() || term == "+") continue;
+        const auto eq = term.find('=');
+        bool ok = eq != std::string_view::npos && eq > 0 && !(term[0] >= '0' && term[0] <= '9');
+        for (std::size_t i = 0; ok && i < eq; ++i)
+            ok = (term[i] >= 'A' && term[i] <= 'Z') || (term[i] >= '0' && term[i] <= '9') || term[i] == '_';
+        if (!ok) {
+            if (why) *why = "'" + std::string(term) + "' is not FIELD=value (field: A-Z, 0-9, _)";
+            return false;
+        }
+    }
+    return true;
 }
 
 }  // namespace retryguard

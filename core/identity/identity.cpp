@@ -3,6 +3,8 @@
 // must never decide anything about a message and never throw.
 #include "retryguard/identity.hpp"
 
+#include <re2/re2.h>
+
 #include <openssl/evp.h>
 
 #include <algorithm>
@@ -173,8 +175,12 @@ struct FingerprintBuilder::Hash {
     }
 };
 
-FingerprintBuilder::FingerprintBuilder(FingerprintParts parts, std::size_t body_limit)
-    : parts_(parts), body_limit_(body_limit), body_hash_(std::make_unique<Hash>()) {}
+FingerprintBuilder::FingerprintBuilder(FingerprintParts parts, std::size_t body_limit,
+                                       std::shared_ptr<const re2::RE2> subject_ignore)
+    : parts_(parts),
+      body_limit_(body_limit),
+      subject_ignore_(std::move(subject_ignore)),
+      body_hash_(std::make_unique<Hash>()) {}
 FingerprintBuilder::~FingerprintBuilder() = default;
 FingerprintBuilder::FingerprintBuilder(FingerprintBuilder&&) noexcept = default;
 FingerprintBuilder& FingerprintBuilder::operator=(FingerprintBuilder&&) noexcept = default;
@@ -194,6 +200,8 @@ void FingerprintBuilder::header(std::string_view name, std::string_view value) {
     };
     if (!have_subject_ && is("subject")) {
         subject_ = normalize_subject(value);
+        if (subject_ignore_ && parts_.subject && RE2::GlobalReplace(&subject_, *subject_ignore_, "") > 0)
+            subject_ = normalize_subject(subject_);  // trimmed again where a match left blanks
         have_subject_ = true;
     } else if (is("content-type")) {
         note_boundary(value);

@@ -130,8 +130,52 @@ ResendAction ResendPolicy::action_for(std::string_view recipient) const {
     return action;
 }
 
+namespace {
+
+// reinjection.reject_text with its placeholders filled in (the loader has
+// checked that only known ones are used); an unknown one is kept as written.
+std::string fill_reply_template(const std::vector<PendingCopy>& dups, const ResendPolicy& policy) {
+    const PendingCopy& p = dups.front();
+    auto value = [&](std::string_view name) -> std::optional<std::string> {
+        if (name == "recipient") return p.recipient;
+        if (name == "original") return p.queue_id;
+        if (name == "destination")
+            return p.destination.empty() ? recipient_domain(p.recipient) : p.destination;
+        if (name == "since")
+            return p.first_deferral ? format_rfc3339(*p.first_deferral) : std::string("unknown");
+        if (name == "reply") return printable(literal_reply(p.last_reply), 160);
+        if (name == "next_retry") {
+            auto next = next_retry_estimate(p, policy.minimal_backoff, policy.maximal_backoff);
+            return next ? format_rfc3339(*next) : std::string("unknown");
+        }
+        if (name == "more")
+            return dups.size() > 1 ? fmt::format(" (and {} more recipient(s))", dups.size() - 1)
+                                   : std::string();
+        return std::nullopt;
+    };
+    const std::string& t = policy.reply_template;
+    std::string out;
+    for (std::size_t i = 0; i < t.size();) {
+        if (t[i] == '{') {
+            auto close = t.find('}', i);
+            if (close != std::string::npos) {
+                if (auto v = value(std::string_view(t).substr(i + 1, close - i - 1))) {
+                    out += *v;
+                    i = close + 1;
+                    continue;
+                }
+            }
+        }
+        out += t[i++];
+    }
+    return out;
+}
+
+}  // namespace
+
 std::string resend_reply_text(const std::vector<PendingCopy>& dups, const ResendPolicy& policy) {
     if (dups.empty()) return "Not a resend";
+    if (!policy.reply_template.empty()) return printable(fill_reply_template(dups, policy), kMaxReplyText);
     const PendingCopy& p = dups.front();
     std::string text =
         fmt::format("Not accepted again: a copy for <{}> is already queued as {} for {}", p.recipient,

@@ -26,6 +26,7 @@ ResendSettings resend_settings_from(const config::Config& c) {
     const auto& r = c.global.reinjection;
     s.policy.action = to_resend_action(r.action);
     s.policy.header_name = r.tag_header;
+    s.policy.reply_template = r.reject_text;
     auto has = [&](config::FingerprintPart p) {
         return std::find(r.fingerprint_parts.begin(), r.fingerprint_parts.end(), p) !=
                r.fingerprint_parts.end();
@@ -33,6 +34,7 @@ ResendSettings resend_settings_from(const config::Config& c) {
     s.fingerprint =
         FingerprintParts{has(config::FingerprintPart::sender), has(config::FingerprintPart::subject),
                          has(config::FingerprintPart::body)};
+    s.subject_ignore = r.subject_ignore_re;
     if (r.fingerprint_body_limit > 0)
         s.fingerprint_body_limit = static_cast<std::size_t>(r.fingerprint_body_limit);
     auto by = [&](config::ReinjectionMatch m) {

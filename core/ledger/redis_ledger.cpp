@@ -745,7 +745,20 @@ class RedisLedger final : public Ledger {
         }
         redisSetTimeout(c, to_timeval(options_.command_timeout));
         ctx_ = c;
-        if (db_ != 0) call({"SELECT", std::to_string(db_)});
+        try {
+            if (!options_.redis_password.empty())
+                call(
+                    options_.redis_username.empty()
+                        ? std::vector<std::string>{"AUTH", options_.redis_password}
+                        : std::vector<std::string>{"AUTH", options_.redis_username, options_.redis_password});
+            if (db_ != 0) call({"SELECT", std::to_string(db_)});
+        } catch (Failure&) {
+            // Not usable unauthenticated or on the wrong database: drop it, back off.
+            if (ctx_) redisFree(ctx_);
+            ctx_ = nullptr;
+            back_off(now);
+            throw;
+        }
         backoff_ = std::chrono::milliseconds(0);
         if (ever_connected_) options_.warn("ledger (redis): reconnected to " + location());
         ever_connected_ = true;

@@ -2,7 +2,15 @@
 // every program (see runtime.hpp).
 #include "retryguard/runtime.hpp"
 
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 namespace retryguard {
 
@@ -18,6 +26,10 @@ LedgerOptions ledger_options_from(const config::Config& c) {
     if (c.ledger.sqlite_busy_timeout.count() > 0) o.busy_timeout = c.ledger.sqlite_busy_timeout;
     if (!c.ledger.redis_key_prefix.empty()) o.key_prefix = c.ledger.redis_key_prefix;
     if (c.ledger.redis_timeout.count() > 0) o.command_timeout = o.connect_timeout = c.ledger.redis_timeout;
+    if (c.ledger.redis_reconnect_max_backoff.count() > 0) {
+        o.reconnect_max = c.ledger.redis_reconnect_max_backoff;
+        o.reconnect_min = std::min(o.reconnect_min, o.reconnect_max);
+    }
     return o;
 }
 
@@ -38,14 +50,63 @@ Result<std::shared_ptr<const Classifier>> classifier_from(const config::Config& 
     return std::make_shared<const Classifier>(std::move(built.value()));
 }
 
+Result<RedisCredentials> read_redis_password_file(const std::string& path) {
+    const std::string what = "ledger.redis.password_file " + path;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0)
+        return make_error(ErrorKind::config, what + ": " + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) return make_error(ErrorKind::config, what + ": not a regular file");
+    if (st.st_mode & (S_IRWXG | S_IRWXO))
+        return make_error(
+            ErrorKind::config,
+            fmt::format("{}: mode {:04o} lets others read the password; chmod 0600 (or 0400) it", what,
+                        st.st_mode & 07777));
+    std::ifstream in(path);
+    std::string line;
+    if (!in || !std::getline(in, line))
+        return make_error(ErrorKind::config, what + ": cannot read a password from it");
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+        line.pop_back();
+    if (line.empty()) return make_error(ErrorKind::config, what + ": the first line is empty");
+    RedisCredentials c;
+    if (auto colon = line.find(':'); colon != std::string::npos && colon > 0) {
+        c.username = line.substr(0, colon);
+        c.password = line.substr(colon + 1);
+    } else {
+        c.password = line;
+    }
+    return c;
+}
+
+Result<std::unique_ptr<Ledger>> open_configured_ledger(const config::Config& c) {
+    LedgerOptions lo = ledger_options_from(c);
+    if (c.ledger.backend == config::LedgerBackend::redis && !c.ledger.redis_password_file.empty()) {
+        auto cred = read_redis_password_file(c.ledger.redis_password_file);
+        if (!cred) return cred.error();
+        lo.redis_username = std::move(cred->username);
+        lo.redis_password = std::move(cred->password);
+    }
+    return open_configured_ledger(lo);
+}
+
+Result<std::unique_ptr<Ledger>> open_configured_ledger(const LedgerOptions& lo) {
+    if (lo.spec.starts_with("sqlite:")) {
+        // The embedded default must work on first use: create its directory.
+        std::error_code ec;
+        std::filesystem::create_directories(std::filesystem::path(lo.spec.substr(7)).parent_path(), ec);
+    }
+    return open_ledger(lo);
+}
+
 Result<Runtime> open_runtime(const RuntimeOptions& options) {
     Runtime rt;
     std::string path = options.config_path;
     if (path.empty() && std::filesystem::exists(kDefaultConfigPath)) path = kDefaultConfigPath;
-    if (path.empty()) {
+    if (path.empty() && options.overrides.empty()) {
         rt.config = config::defaults();
     } else {
-        auto loaded = config::load_file(path);
+        auto loaded = path.empty() ? config::load_string("", "<built-in defaults>", options.overrides)
+                                   : config::load_file(path, options.overrides);
         if (!loaded.ok()) {
             std::string msg;
             for (const auto& d : loaded.errors) msg += (msg.empty() ? "" : "\n") + d.to_string();
@@ -60,14 +121,7 @@ Result<Runtime> open_runtime(const RuntimeOptions& options) {
         rt.classifier = std::move(c.value());
     }
     if (options.open_ledger) {
-        LedgerOptions lo = ledger_options_from(*rt.config);
-        if (!options.ledger_spec.empty()) lo.spec = options.ledger_spec;
-        if (lo.spec.starts_with("sqlite:")) {
-            // The embedded default must work on first use: create its directory.
-            std::error_code ec;
-            std::filesystem::create_directories(std::filesystem::path(lo.spec.substr(7)).parent_path(), ec);
-        }
-        auto l = open_ledger(lo);
+        auto l = open_configured_ledger(*rt.config);
         if (!l) return l.error();
         rt.ledger = std::move(l.value());
     }

@@ -84,6 +84,10 @@ enum class SyslogFacility {
 };
 enum class LogTarget { syslog, stderr_, both };
 enum class LogLevel { debug, info, notice, warning, error };
+// The syslog(3) facility code (LOG_MAIL, ...) and priority (LOG_INFO, ...).
+int syslog_facility_code(SyslogFacility f) noexcept;
+int syslog_priority(LogLevel l) noexcept;
+std::string_view to_string(SyslogFacility f) noexcept;
 enum class PolicyStage { connect, helo, mail, rcpt, data, end_of_message, vrfy, etrn };
 
 // ---------------------------------------------------------------------------
@@ -217,10 +221,18 @@ struct Config {
 
     struct Milter : DaemonSocket {
         Duration deadline{0};
+        Duration timeout{0};
+        std::string reject_code, reject_xcode;
+        Duration minimal_backoff{0}, maximal_backoff{0};
+        std::int64_t record_queue = 0;
+        Duration filter_rescan{0};
     } milter;
 
     struct Policy : DaemonSocket {
         Duration deadline{0};
+        std::vector<std::string> extra_sockets;  // validated socket specs
+        Duration request_timeout{0};
+        std::int64_t worker_threads = 0;
         Duration idle_timeout{0};
         std::uint64_t max_line_length = 0;
         std::int64_t max_attributes = 0;
@@ -249,7 +261,8 @@ struct Config {
         std::string ident;
         LogTarget target = LogTarget::syslog;
         LogLevel level = LogLevel::info;
-        std::string verdicts;  // verdict log target ("" = syslog); see parse_verdict_log_target
+        std::string verdicts;  // verdict log target ("" = as log.target); see parse_verdict_log_target
+        std::string hostname;  // host field of postlog lines ("" = this host's short name)
     } log;
 
     struct Metrics {
@@ -301,6 +314,7 @@ enum class ValueType {
     file_mode,
     policy_action,
     yaml_sequence,  // kept as a node (classifier.rules)
+    socket_list,    // a list of socket specs
     item_list,      // a sequence of maps whose keys are `key[].x` (sources, destinations)
 };
 std::string_view to_string(ValueType t) noexcept;
@@ -347,8 +361,14 @@ struct LoadOutcome {
 
 inline constexpr std::size_t kMaxConfigBytes = 4 * 1024 * 1024;
 
-LoadOutcome load_string(std::string_view yaml_text, std::string file_name = "<string>");
-LoadOutcome load_file(const std::string& path);
+// `overrides` are Postfix-style "key=value" settings (`-o` on every program's
+// command line): the dotted key of the table, the value as it would be written
+// in the file (lists and `sources` in YAML flow syntax: [a, b]). They replace
+// what the file says and are validated the same way; their errors name the
+// override ("-o key=value: error: ...").
+LoadOutcome load_string(std::string_view yaml_text, std::string file_name = "<string>",
+                        const std::vector<std::string>& overrides = {});
+LoadOutcome load_file(const std::string& path, const std::vector<std::string>& overrides = {});
 // The built-in defaults (every key at its table default, no destinations).
 std::shared_ptr<const Config> defaults();
 
@@ -372,7 +392,8 @@ std::string render_default_yaml();
 
 class ConfigHolder {
   public:
-    explicit ConfigHolder(std::shared_ptr<const Config> initial);
+    // `overrides` (see load_string) are applied again on every reload.
+    explicit ConfigHolder(std::shared_ptr<const Config> initial, std::vector<std::string> overrides = {});
     // The snapshot to use for one unit of work; keep it until the work is done.
     std::shared_ptr<const Config> current() const noexcept { return current_.load(); }
     // Load `path` (default: the current snapshot's source) and swap it in when
@@ -383,6 +404,7 @@ class ConfigHolder {
   private:
     std::atomic<std::shared_ptr<const Config>> current_;
     std::atomic<std::uint64_t> generation_{1};
+    std::vector<std::string> overrides_;
 };
 
 }  // namespace retryguard::config

@@ -56,6 +56,10 @@ struct FollowerSettings {
 
     // Journal sources: entries whose SYSLOG_IDENTIFIER starts with one of these.
     std::vector<std::string> journal_identifier_prefixes{"postfix"};
+    // ...and that match this (sources[].journal_match), as journalctl reads
+    // matches: FIELD=value terms separated by spaces, all of which must hold,
+    // "+" between groups of them for either group. Empty: every entry.
+    std::string journal_match;
 
     // Syslog datagram sources.
     std::size_t max_datagram_bytes = 8 * 1024;      // longer datagrams are cut here
@@ -64,6 +68,10 @@ struct FollowerSettings {
 
 // Checks ranges (non-zero batch sizes, line limit >= 80, ...).
 Status validate(const FollowerSettings& settings);
+
+// Whether `match` is a journal match as FollowerSettings::journal_match
+// describes it (field names: upper case, digits, '_', not starting with a digit).
+bool valid_journal_match(std::string_view match, std::string* why = nullptr);
 
 // ---------------------------------------------------------------------------
 // Batches and status

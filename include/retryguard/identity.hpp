@@ -17,6 +17,10 @@
 #include <string_view>
 #include <vector>
 
+namespace re2 {
+class RE2;
+}
+
 namespace retryguard {
 
 inline constexpr std::size_t kMaxMessageIdLength = 998;  // RFC 5322 line limit
@@ -58,8 +62,11 @@ std::string normalize_subject(std::string_view subject);
 // Only the first body_limit bytes of the body count.
 class FingerprintBuilder {
   public:
+    // subject_ignore (reinjection.fingerprint.subject_ignore): every match is
+    // removed from the normalised subject before it is hashed; null: none.
     explicit FingerprintBuilder(FingerprintParts parts = {},
-                                std::size_t body_limit = kDefaultFingerprintBodyLimit);
+                                std::size_t body_limit = kDefaultFingerprintBodyLimit,
+                                std::shared_ptr<const re2::RE2> subject_ignore = nullptr);
     ~FingerprintBuilder();
     FingerprintBuilder(FingerprintBuilder&&) noexcept;
     FingerprintBuilder& operator=(FingerprintBuilder&&) noexcept;
@@ -83,6 +90,7 @@ class FingerprintBuilder {
     std::string sender_;
     std::string subject_;
     bool have_subject_ = false;
+    std::shared_ptr<const re2::RE2> subject_ignore_;
     std::string line_;            // the current partial body line (bounded)
     bool line_overflow_ = false;  // the current line exceeded the buffer: hashed as it came
     std::vector<std::string> boundaries_;

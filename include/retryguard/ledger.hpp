@@ -403,8 +403,9 @@ struct LedgerOptions {
     std::string key_prefix = "retryguard:";
     std::chrono::milliseconds connect_timeout{200};
     std::chrono::milliseconds command_timeout{200};
-    std::chrono::milliseconds reconnect_min{100};                   // back-off after a failure, doubling...
-    std::chrono::milliseconds reconnect_max{5000};                  // ...up to this
+    std::chrono::milliseconds reconnect_min{100};   // back-off after a failure, doubling...
+    std::chrono::milliseconds reconnect_max{5000};  // ...up to this
+    std::string redis_username, redis_password;     // AUTH after connecting (empty password: none)
     std::chrono::seconds key_ttl{std::chrono::hours(24 * 400)};     // long-lived keys
     std::chrono::seconds message_ttl{std::chrono::hours(24 * 60)};  // per-message keys, refreshed on update
     std::chrono::seconds seen_ttl{std::chrono::hours(24 * 14)};     // replay protection

@@ -51,6 +51,9 @@ struct ResendPolicy {
     std::string reject_code = "550";  // 5xx; 4xx allowed on SMTP only
     std::string reject_xcode = "5.7.1";
     std::string header_name = "X-Retryguard-Resend";
+    // reinjection.reject_text: the refusal's text with {recipient} {original}
+    // {destination} {since} {reply} {next_retry} {more}; empty: the built-in text.
+    std::string reply_template;
     // the sending Postfix's main.cf values, for the "next retry" estimate
     Duration minimal_backoff = std::chrono::seconds(300);
     Duration maximal_backoff = std::chrono::seconds(4000);

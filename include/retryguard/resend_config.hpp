@@ -16,6 +16,7 @@ struct ResendSettings {
     ResendPolicy policy;
     FingerprintParts fingerprint;
     std::size_t fingerprint_body_limit = kDefaultFingerprintBodyLimit;
+    std::shared_ptr<const re2::RE2> subject_ignore;  // reinjection.fingerprint.subject_ignore (null: none)
     bool match_message_id = true;
     bool match_fingerprint = true;
     Duration deadline = std::chrono::milliseconds(500);  // milter.deadline: budget of the ledger lookup

@@ -20,8 +20,9 @@ inline constexpr const char* kDefaultConfigPath = "/etc/retryguard/retryguard.ya
 struct RuntimeOptions {
     // Config file; empty: kDefaultConfigPath when it exists, else built-in defaults.
     std::string config_path;
-    // Ledger spec overriding the configuration ("sqlite:/path", "redis://host:port/db").
-    std::string ledger_spec;
+    // Postfix-style "key=value" overrides (-o), applied to the file's table and
+    // validated with it (see config::load_string).
+    std::vector<std::string> overrides;
     bool open_ledger = true;
     bool load_classifier = true;
 };
@@ -37,8 +38,24 @@ struct Runtime {
 // ("file:line:col: error: ..."), or the ledger's / classifier's error.
 Result<Runtime> open_runtime(const RuntimeOptions& options);
 
-// The ledger options a configuration asks for.
+// The ledger options a configuration asks for (ledger.redis.password_file is
+// read by open_configured_ledger, so that this cannot fail).
 LedgerOptions ledger_options_from(const config::Config& config);
+
+// ledger.redis.password_file: one line, "password" or "user:password" (Redis 6
+// ACL). Refused when group or others may read or write it, or it is not a
+// regular file.
+struct RedisCredentials {
+    std::string username, password;
+};
+Result<RedisCredentials> read_redis_password_file(const std::string& path);
+
+// Opens the ledger `options` name (creating an embedded ledger's directory on
+// first use). open_runtime and programs that open the ledger later (the milter,
+// after dropping privileges) both come here.
+Result<std::unique_ptr<Ledger>> open_configured_ledger(const LedgerOptions& options);
+// The same, with ledger.redis.password_file read into the options first.
+Result<std::unique_ptr<Ledger>> open_configured_ledger(const config::Config& config);
 
 // The classifier: shipped rules plus config->classifier.rules.
 Result<std::shared_ptr<const Classifier>> classifier_from(const config::Config& config);

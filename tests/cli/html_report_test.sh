@@ -10,8 +10,8 @@ rm -f "$out/ledger.db" "$out/report.html" "$out/report.png" "$out/dom.html"
 command -v chromium >/dev/null || { echo "FAIL: chromium not installed (scripts/install-deps.sh)"; exit 1; }
 export TZ=UTC
 cfg="$fixtures/report/escalate-fast.yaml"
-"$cli" import -q --year 2026 -c "$cfg" --ledger "sqlite:$out/ledger.db" "$fixtures/postfix-3.7/full-run.sender.log"
-"$cli" report --html "$out/report.html" -c "$cfg" --ledger "sqlite:$out/ledger.db" --now 2026-11-29T21:00:00Z
+"$cli" import -q --year 2026 -c "$cfg" -o "ledger.sqlite.path=$out/ledger.db" "$fixtures/postfix-3.7/full-run.sender.log"
+"$cli" report --html "$out/report.html" -c "$cfg" -o "ledger.sqlite.path=$out/ledger.db" --now 2026-11-29T21:00:00Z
 if grep -Eq '(src|href)="(https?:)?//' "$out/report.html"; then echo "FAIL: external resource in report"; exit 1; fi
 profile=$(mktemp -d)
 trap 'rm -rf "$profile"' EXIT

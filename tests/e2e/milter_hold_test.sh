@@ -5,7 +5,8 @@
 # sendmail too; Postfix's own log shows the hold.
 E2E_DEFER_DOMAINS="hold.e2e.test tag.e2e.test"
 . "$(dirname "$0")/milter_lib.sh"
-milter_e2e_begin milter-hold 150 --destination-action hold.e2e.test=hold --destination-action tag.e2e.test=tag
+milter_e2e_begin milter-hold 150 \
+    -o 'destinations=[{domain: hold.e2e.test, reinjection: {action: hold}}, {domain: tag.e2e.test, reinjection: {action: tag}}]'
 
 for d in hold tag; do
     e2e_message "$E2E_DIR/$d" "$d-$$@client.e2e.test" "$FROM" "bob@$d.e2e.test" "Status $d"

@@ -7,7 +7,7 @@
 # forever). Every verdict is read from the sending Postfix's log.
 . "$(dirname "$0")/milter_lib.sh"
 dead_port=$(e2e_free_port)  # nothing listens there
-MILTER_LEDGER="redis://127.0.0.1:$dead_port/0"
+MILTER_REDIS_ADDRESS="127.0.0.1:$dead_port"
 MILTER_CONFIG_TEXT=$'errors:\n  ledger_unavailable: accept'
 milter_e2e_begin milter-ledger-down 150
 

@@ -6,7 +6,7 @@
 # policy service listens on 127.0.0.1:$POLICY_PORT; wiring it into the sender
 # is up to the caller).
 #   . "$(dirname "$0")/milter_lib.sh"
-#   milter_e2e_begin NAME SECONDS [extra milter options...]
+#   milter_e2e_begin NAME SECONDS [extra milter options (-o key=value)...]
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 FROM=alice@ok.e2e.test
@@ -23,17 +23,18 @@ milter_e2e_begin() {
     chown nobody:nogroup "$E2E_DIR/ledger"
     MILTER_SOCK=$E2E_DIR/milter/milter.sock
     LEDGER=sqlite:$E2E_DIR/ledger/ledger.db
-    MILTER_ARGS=(-s "unix:$MILTER_SOCK" --socket-owner nobody:postfix --socket-mode 0660 --user nobody:nogroup
-        --ledger "${MILTER_LEDGER:-$LEDGER}" --log "postlog:$E2E_DIR/sender/spool/public/postlog" --log-hostname sender
-        --minimal-backoff 3 --maximal-backoff 6 "$@")
-    # MILTER_LEDGER: another ledger for the milter only (default: $LEDGER)
-    # MILTER_CONFIG_TEXT: a retryguard.yaml for the milter's -c (MILTER_CONFIG)
-    if [ -n "${MILTER_CONFIG_TEXT:-}" ]; then
-        MILTER_CONFIG=$E2E_DIR/milter/retryguard.yaml
-        printf '%s\n' "$MILTER_CONFIG_TEXT" >"$MILTER_CONFIG"
-        chmod 644 "$MILTER_CONFIG"
-        MILTER_ARGS+=(-c "$MILTER_CONFIG")
-    fi
+    # The milter reads its configuration file (MILTER_CONFIG_TEXT, default empty)
+    # and this test's settings as -o overrides, as an admin would give them.
+    MILTER_CONFIG=$E2E_DIR/milter/retryguard.yaml
+    printf '%s\n' "${MILTER_CONFIG_TEXT:-}" >"$MILTER_CONFIG"
+    chmod 644 "$MILTER_CONFIG"
+    local ledger=(-o "ledger.sqlite.path=$E2E_DIR/ledger/ledger.db")
+    # MILTER_REDIS_ADDRESS: a Redis ledger for the milter only (default: the SQLite $LEDGER)
+    [ -n "${MILTER_REDIS_ADDRESS:-}" ] && ledger=(-o ledger.backend=redis -o "ledger.redis.address=$MILTER_REDIS_ADDRESS")
+    MILTER_ARGS=(-c "$MILTER_CONFIG" -o "milter.socket=unix:$MILTER_SOCK" -o milter.user=nobody
+        -o milter.group=postfix -o milter.socket_mode=0660 "${ledger[@]}"
+        -o "log.verdicts=postlog:$E2E_DIR/sender/spool/public/postlog" -o log.hostname=sender
+        -o milter.minimal_backoff=3s -o milter.maximal_backoff=6s "$@")
     e2e_start_receiver
     e2e_start_sender "unix:$MILTER_SOCK"
     milter_start
@@ -54,7 +55,7 @@ metrics: {enabled: false}
 log: {verdicts: "postlog:$E2E_DIR/sender/spool/public/postlog"}
 EOF
     e2e_start_daemon policyd setpriv --reuid=nobody --regid=postdrop --clear-groups \
-        "$RETRYGUARD_POLICYD" -c "$E2E_DIR/retryguard.yaml" --foreground --listen "tcp:127.0.0.1:$POLICY_PORT"
+        "$RETRYGUARD_POLICYD" -c "$E2E_DIR/retryguard.yaml" --foreground -o "policy.socket=inet:$POLICY_PORT@127.0.0.1"
     e2e_wait_port "$POLICY_PORT" 10 policyd
 }
 

@@ -81,8 +81,8 @@ log: {verdicts: "postlog:$ROOT/spool/public/postlog"}
 EOF
 start_policyd() {
     rm -f "$ROOT/ready"
-    "$POLICYD" --foreground -c "$ROOT/retryguard.yaml" -l "tcp:127.0.0.1:${POLICY_PORT:-0}" \
-        --ready-file "$ROOT/ready" >> "$ROOT/policyd.log" 2>&1 &
+    "$POLICYD" --foreground -c "$ROOT/retryguard.yaml" -o "policy.socket=inet:${POLICY_PORT:-0}@127.0.0.1" \
+        -o log.target=stderr --ready-file "$ROOT/ready" >> "$ROOT/policyd.log" 2>&1 &
     DPID=$!
     local i
     for i in $(seq 100); do [ -s "$ROOT/ready" ] && break; sleep 0.1; done

@@ -69,7 +69,8 @@ warned.test   WARN retryguard: destination flagged
 EOF
 start_policyd() {
     rm -f "$ROOT/ready"
-    "$POLICYD" --foreground -l "tcp:127.0.0.1:${POLICY_PORT:-0}" --flagged "$ROOT/flagged" \
+    "$POLICYD" --foreground -c /dev/null -o "policy.socket=inet:${POLICY_PORT:-0}@127.0.0.1" \
+        -o metrics.enabled=false -o log.target=stderr --flagged "$ROOT/flagged" \
         --ready-file "$ROOT/ready" >> "$ROOT/policyd.log" 2>&1 &
     DPID=$!
     local i

@@ -27,22 +27,27 @@ e2e_stage_programs
 cp "$(dirname "$0")/../../conf/retryguard.yaml" "$dir/retryguard.yaml"
 chmod 644 "$dir/retryguard.yaml"
 run_as=()
-user=$(id -un)
+user=$(id -un) group=$(id -gn)
 if [ "$(id -u)" = 0 ]; then
-    user=nobody
+    user=nobody group=nogroup
     chown nobody "$dir"
     run_as=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
 fi
-"$RETRYGUARD_MILTER" -s "unix:$dir/milter.sock" --socket-mode 0600 --user "$user" --ledger "sqlite:$dir/ledger.db" \
-    --filter-rescan 1 --log stderr --destination-action hold.example=hold --destination-action tag.example=tag \
-    --destination-action drop.example=drop_duplicates --destination-action quiet.example=log_only \
+# The shipped configuration with this test's settings as -o overrides (milter.user
+# and milter.group apply when started as root).
+milter_conf=(-c "$dir/retryguard.yaml" -o milter.socket_mode=0600 -o "milter.user=$user" -o "milter.group=$group"
+    -o log.target=stderr)
+"$RETRYGUARD_MILTER" "${milter_conf[@]}" -o "milter.socket=unix:$dir/milter.sock" \
+    -o "ledger.sqlite.path=$dir/ledger.db" -o milter.filter_rescan=1s \
+    -o 'destinations=[{domain: hold.example, reinjection: {action: hold}}, {domain: tag.example, reinjection: {action: tag}},
+        {domain: drop.example, reinjection: {action: drop_duplicates}}, {domain: quiet.example, reinjection: {action: log_only}}]' \
     2>"$dir/milter.stderr" &
 pid=$!
 for _ in $(seq 100); do [ -S "$dir/milter.sock" ] && break; sleep 0.05; done
 conf=$dir/retryguard.yaml
 # protocol.lua runs: $RG_FEED LEDGER LOG
-export RG_SOCKET=$dir/milter.sock RG_LEDGER=sqlite:$dir/ledger.db RG_LOG=$dir/postfix.log \
-    RG_FEED="${run_as[*]} $RETRYGUARD_CLI import -q -c $conf --ledger"
+export RG_SOCKET=$dir/milter.sock RG_LEDGER=ledger.sqlite.path=$dir/ledger.db RG_LOG=$dir/postfix.log \
+    RG_FEED="${run_as[*]} $RETRYGUARD_CLI import -q -c $conf -o"
 rc=0
 out=$(timeout -k 5 60 miltertest -s "$(dirname "$0")/protocol.lua" 2>&1) || rc=$?
 kill "$pid"
@@ -73,8 +78,8 @@ check 'identity filter: 0 keys read in [0-9]+ ms'
 # Second milter: its ledger (Redis) does not answer. Every message is accepted
 # and each fail-open is logged and counted.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$RETRYGUARD_MILTER" -s "unix:$dir/failopen.sock" --socket-mode 0600 --user "$user" \
-    --ledger "redis://127.0.0.1:$port/0" --log stderr 2>"$dir/failopen.stderr" &
+"$RETRYGUARD_MILTER" "${milter_conf[@]}" -o "milter.socket=unix:$dir/failopen.sock" \
+    -o ledger.backend=redis -o "ledger.redis.address=127.0.0.1:$port" 2>"$dir/failopen.stderr" &
 pid=$!
 for _ in $(seq 100); do [ -S "$dir/failopen.sock" ] && break; sleep 0.05; done
 rc=0

@@ -79,7 +79,7 @@ f:write(stamp .. " sender postfix/smtp[4242]: CCC0000001: to=<bob@defer.example>
   "(host mx.defer.example[192.0.2.1] said: 451 4.3.5 System config error (in reply to RCPT TO command))\n")
 f:close()
 if not os.execute(feed .. " " .. ledger .. " " .. plog) then fail("ledger feed failed") end
--- the milter runs with --filter-rescan 1: its identity filter reads that
+-- the milter runs with milter.filter_rescan 1s: its identity filter reads that
 -- Message-ID within a second
 os.execute("sleep 2.5")
 

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -157,11 +158,23 @@ class Daemon {
             "warned.test WARN retryguard: destination flagged\n"
             "held.test HOLD retryguard\n");
         unix_path_ = (dir_ / "policy.sock").string();
-        std::vector<std::string> args = {RETRYGUARD_POLICYD, "--foreground", "-l",
-                                         "tcp:127.0.0.1:0",  "-l",           "unix:" + unix_path_,
-                                         "--metrics",        "127.0.0.1:0",  "--flagged",
-                                         table_.string(),    "--ready-file", (dir_ / "ready").string()};
-        if (!with_table) args.erase(args.begin() + 8, args.begin() + 10);  // "--flagged FILE"
+        // Everything but the table comes from the configuration: an empty file
+        // (built-in defaults) unless the test gives its own -c, with -o overrides.
+        std::vector<std::string> args = {RETRYGUARD_POLICYD,
+                                         "--foreground",
+                                         "-o",
+                                         "policy.socket=inet:0@127.0.0.1",
+                                         "-o",
+                                         "policy.extra_sockets=[unix:" + unix_path_ + "]",
+                                         "-o",
+                                         "metrics.listen=127.0.0.1:0",
+                                         "-o",
+                                         "log.target=stderr",
+                                         "--ready-file",
+                                         (dir_ / "ready").string()};
+        if (with_table) args.insert(args.end(), {"--flagged", table_.string()});
+        if (std::find(extra.begin(), extra.end(), "-c") == extra.end())
+            args.insert(args.end(), {"-c", "/dev/null"});
         args.insert(args.end(), extra.begin(), extra.end());
         start(args, env);
     }
@@ -250,6 +263,36 @@ const std::string kReject = "action=REJECT 5.7.1 destination flagged by retrygua
 
 }  // namespace
 
+// --foreground only keeps the daemon attached: where lines go is log.target
+// and log.verdicts. Verdicts sent to a file are not on stderr, and the
+// daemon's own lines at log.level warning leave out the info lines.
+TEST(PolicydDaemon, ForegroundLogsWhereTheConfigurationSays) {
+    const fs::path verdicts =
+        fs::temp_directory_path() / ("rg-policyd-verdicts-" + std::to_string(::getpid()));
+    fs::remove(verdicts);
+    Daemon d({"-o", "log.verdicts=file:" + verdicts.string()});
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client c = Client::tcp(d.port());
+    ASSERT_TRUE(c.send(request("user@flagged.test")));
+    EXPECT_EQ(c.answer(), kReject);
+    EXPECT_NE(read_file(verdicts).find("verdict=policy_reject"), std::string::npos) << read_file(verdicts);
+    EXPECT_EQ(d.log().find("verdict=policy_reject"), std::string::npos) << d.log();
+    EXPECT_NE(d.log().find("listening: policy"), std::string::npos) << d.log();
+    fs::remove(verdicts);
+
+    Daemon quiet({"-o", "log.level=warning"});
+    ASSERT_TRUE(quiet.ready()) << quiet.log();
+    Client q = Client::tcp(quiet.port());
+    ASSERT_TRUE(q.send(request("user@flagged.test")));
+    EXPECT_EQ(q.answer(), kReject);
+    ASSERT_TRUE(q.send("garbage without equals sign\n\n"));
+    EXPECT_TRUE(q.closed_within(3000ms));
+    for (int i = 0; i < 150 && quiet.log().find("warning: malformed") == std::string::npos; ++i)
+        std::this_thread::sleep_for(20ms);
+    EXPECT_NE(quiet.log().find("warning: malformed"), std::string::npos) << quiet.log();
+    EXPECT_EQ(quiet.log().find("listening: policy"), std::string::npos) << quiet.log();
+}
+
 TEST(PolicydDaemon, UnknownDestinationGetsDunnoFlaggedGetsConfiguredActionOverTcpAndUnix) {
     Daemon d;
     ASSERT_TRUE(d.ready()) << d.log();
@@ -326,7 +369,7 @@ TEST(PolicydDaemon, MalformedRequestClosesThatConnectionOnly) {
 }
 
 TEST(PolicydDaemon, OversizedRequestAndLongLineAreRejected) {
-    Daemon d({"--max-request", "2048", "--max-line", "512"});
+    Daemon d({"-o", "policy.max_request_size=2048B", "-o", "policy.max_line_length=512B"});
     ASSERT_TRUE(d.ready()) << d.log();
     Client big = Client::tcp(d.port());
     std::string extra;
@@ -348,7 +391,7 @@ TEST(PolicydDaemon, OversizedRequestAndLongLineAreRejected) {
 }
 
 TEST(PolicydDaemon, OneBytePerSecondClientHitsTimeoutWithoutStallingOthers) {
-    Daemon d({"--request-timeout", "2"});
+    Daemon d({"-o", "policy.request_timeout=2s"});
     ASSERT_TRUE(d.ready()) << d.log();
     std::atomic<bool> slow_closed{false};
     std::atomic<int> bytes_sent{0};
@@ -387,7 +430,7 @@ TEST(PolicydDaemon, OneBytePerSecondClientHitsTimeoutWithoutStallingOthers) {
 }
 
 TEST(PolicydDaemon, EachPartialRequestGetsItsOwnRequestDeadline) {
-    Daemon d({"--request-timeout", "2"});
+    Daemon d({"-o", "policy.request_timeout=2s"});
     ASSERT_TRUE(d.ready()) << d.log();
     Client c = Client::tcp(d.port());
     const std::string a = request("a@flagged.test");
@@ -402,7 +445,7 @@ TEST(PolicydDaemon, EachPartialRequestGetsItsOwnRequestDeadline) {
 }
 
 TEST(PolicydDaemon, IdleConnectionIsClosedAfterIdleTimeout) {
-    Daemon d({"--idle-timeout", "1"});
+    Daemon d({"-o", "policy.idle_timeout=1s"});
     ASSERT_TRUE(d.ready()) << d.log();
     Client c = Client::tcp(d.port());
     ASSERT_TRUE(c.send(request("a@x.test")));
@@ -425,7 +468,7 @@ TEST(PolicydDaemon, StagesOtherThanRcptAnswerDunnoUnlessConfigured) {
         EXPECT_EQ(metric(m, "retryguard_policy_requests_total{stage=\"DATA\"}"), 1);
         EXPECT_EQ(metric(m, "retryguard_policy_actions_total{action=\"reject\"}"), 0);
     }
-    Daemon d({"--stages", "RCPT,END-OF-MESSAGE"});
+    Daemon d({"-o", "policy.stages=[rcpt, end_of_message]"});
     ASSERT_TRUE(d.ready()) << d.log();
     Client c = Client::tcp(d.port());
     ASSERT_TRUE(c.send(request("a@flagged.test", "END-OF-MESSAGE")));
@@ -435,7 +478,7 @@ TEST(PolicydDaemon, StagesOtherThanRcptAnswerDunnoUnlessConfigured) {
 }
 
 TEST(PolicydDaemon, SlowDeciderFailsOpenWithDunnoAndCounts) {
-    Daemon d({"--simulate-slow-decider", "300", "--decision-timeout-ms", "50"});
+    Daemon d({"--simulate-slow-decider", "300", "-o", "policy.deadline=50ms"});
     ASSERT_TRUE(d.ready()) << d.log();
     Client c = Client::tcp(d.port());
     const auto t0 = Clock::now();
@@ -448,7 +491,7 @@ TEST(PolicydDaemon, SlowDeciderFailsOpenWithDunnoAndCounts) {
 }
 
 TEST(PolicydDaemon, OffLoopDeciderWithinDeadlineAnswersItsVerdict) {
-    Daemon d({"--simulate-slow-decider", "20", "--decision-timeout-ms", "2000"});
+    Daemon d({"--simulate-slow-decider", "20", "-o", "policy.deadline=2s"});
     ASSERT_TRUE(d.ready()) << d.log();
     // Several connections at once: a blocking decider must not serialize them
     // on the event loop.
@@ -500,7 +543,7 @@ TEST(PolicydDaemon, SighupReloadsTableWithoutDroppingConnections) {
 }
 
 TEST(PolicydDaemon, SigtermFinishesRequestInFlightClosesIdleAndExitsCleanly) {
-    Daemon d({"--simulate-slow-decider", "300", "--decision-timeout-ms", "2000"});
+    Daemon d({"--simulate-slow-decider", "300", "-o", "policy.deadline=2s"});
     ASSERT_TRUE(d.ready()) << d.log();
     Client idle = Client::tcp(d.port());
     Client busy = Client::unix_socket(d.unix_path());
@@ -557,7 +600,7 @@ TEST(PolicydDaemon, ManyConcurrentConnections) {
 }
 
 TEST(PolicydDaemon, ConnectionsBeyondTheLimitAreRefusedAndCounted) {
-    Daemon d({"--max-connections", "2"});
+    Daemon d({"-o", "policy.max_connections=2"});
     ASSERT_TRUE(d.ready()) << d.log();
     Client a = Client::tcp(d.port());
     Client b = Client::unix_socket(d.unix_path());
@@ -615,8 +658,9 @@ TEST(PolicydDaemon, DaemonModeDetachesReloadsAndStops) {
     const pid_t starter = ::fork();
     if (starter == 0) {
         if (::chdir(dir.c_str()) != 0) ::_exit(126);
-        ::execl(RETRYGUARD_POLICYD, RETRYGUARD_POLICYD, "-l", "tcp:127.0.0.1:0", "--metrics", "127.0.0.1:0",
-                "--flagged", "flagged", "--ready-file", "ready", static_cast<char*>(nullptr));
+        ::execl(RETRYGUARD_POLICYD, RETRYGUARD_POLICYD, "-c", "/dev/null", "-o",
+                "policy.socket=inet:0@127.0.0.1", "-o", "metrics.listen=127.0.0.1:0", "--flagged", "flagged",
+                "--ready-file", "ready", static_cast<char*>(nullptr));
         ::_exit(127);
     }
     int st = 0;
@@ -690,11 +734,21 @@ TEST(PolicydDaemon, RefusesBadConfiguration) {
         ::waitpid(pid, &st, 0);
         return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     };
-    EXPECT_EQ(run({"-l", "tcp:0.0.0.0:0"}), 2);  // not loopback
-    EXPECT_EQ(run({"-l", "tcp:127.0.0.1:0", "--flagged", (dir / "bad").string()}), 2);
-    EXPECT_EQ(run({"-l", "tcp:127.0.0.1:0", "--flagged", (dir / "missing").string()}), 2);
-    EXPECT_EQ(run({"-l", "tcp:127.0.0.1:0", "--stages", "RCPT,NOPE"}), 2);
-    EXPECT_EQ(run({"-l", "bogus"}), 2);
+    std::ofstream(dir / "good") << "example.com REJECT\n";
+    const std::string good = (dir / "good").string();
+    const std::vector<std::string> base = {"-c", "/dev/null", "-o", "metrics.enabled=false"};
+    auto with = [&](std::vector<std::string> more) {
+        more.insert(more.begin(), base.begin(), base.end());
+        return more;
+    };
+    EXPECT_EQ(run(with({"-o", "policy.socket=inet:0@0.0.0.0", "--flagged", good})), 2);  // not loopback
+    EXPECT_EQ(run(with({"-o", "policy.socket=inet:0@127.0.0.1", "--flagged", (dir / "bad").string()})), 2);
+    EXPECT_EQ(run(with({"-o", "policy.socket=inet:0@127.0.0.1", "--flagged", (dir / "missing").string()})),
+              2);
+    EXPECT_EQ(run(with({"-o", "policy.socket=inet:0@127.0.0.1", "-o", "policy.stages=[rcpt, nope]"})), 2);
+    EXPECT_EQ(run(with({"-o", "policy.socket=bogus"})), 2);
+    EXPECT_EQ(run(with({"-o", "policy.sokcet=inet:0@127.0.0.1"})), 2);  // unknown key
+    EXPECT_EQ(run(with({"--listen", "tcp:127.0.0.1:0"})), 2);           // the old flags are gone
     fs::remove_all(dir);
 }
 
@@ -822,8 +876,8 @@ TEST(PolicydLive, ErrorsTimeoutTempfailDefersInsteadOfDunnoAndFollowsReload) {
     fs::create_directories(dir);
     std::ofstream(dir / "retryguard.yaml") << live_config(dir, "errors: {timeout: tempfail}\n");
     std::ofstream(dir / "mail.log").flush();
-    Daemon d({"-c", (dir / "retryguard.yaml").string(), "--simulate-slow-decider", "300",
-              "--decision-timeout-ms", "50"},
+    Daemon d({"-c", (dir / "retryguard.yaml").string(), "--simulate-slow-decider", "300", "-o",
+              "policy.deadline=50ms"},
              {}, false);
     ASSERT_TRUE(d.ready()) << d.log();
     const std::string answer = ask_rcpt(d.port(), "user@example.test");

@@ -43,9 +43,15 @@ TEST(ConfigDefaults, FollowTheGuidance) {
     EXPECT_EQ(g.retry.min_interval, 30min);                    // RFC 5321
     EXPECT_EQ(g.retry.min_interval_after_greylisting, 15min);  // never within 15 minutes
     EXPECT_EQ(g.reinjection.action, cfg::ReinjectionAction::reject);
-    ASSERT_NE(g.reinjection.subject_ignore_re, nullptr);
+    // Reply prefixes count for the fingerprint by default: stripping them would
+    // let a reply hash like the message it answers (identity.hpp).
+    EXPECT_EQ(g.reinjection.subject_ignore_re, nullptr);
+    auto stripping = cfg::load_string("reinjection:\n  fingerprint:\n    subject_ignore: "
+                                      "'(?i)^\\s*((re|fwd?|aw|wg|tr)(\\[\\d+\\])?\\s*:\\s*)+'\n");
+    ASSERT_TRUE(stripping.ok()) << (stripping.errors.empty() ? "" : stripping.errors[0].to_string());
+    ASSERT_NE(stripping.config->global.reinjection.subject_ignore_re, nullptr);
     std::string subject = "Re: Fwd: RE[2]: quarterly report";
-    RE2::Replace(&subject, *g.reinjection.subject_ignore_re, "");
+    RE2::Replace(&subject, *stripping.config->global.reinjection.subject_ignore_re, "");
     EXPECT_EQ(subject, "quarterly report");
     // Categories without a ladder of their own borrow unknown's thresholds.
     EXPECT_EQ(&g.thresholds(Category::mailbox), &g.thresholds(Category::unknown));

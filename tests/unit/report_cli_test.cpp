@@ -34,13 +34,13 @@ class ReportCli : public ::testing::Test {
     static void SetUpTestSuite() {
         dir_ = fs::temp_directory_path() / ("rg-report-" + std::to_string(::getpid()));
         fs::create_directories(dir_);
-        int rc = run_raw("import -q --year 2026 -c '" + kConfig + "' --ledger " + ledger() + " '" +
-                         kFixtures + "/postfix-3.7/full-run.sender.log'");
+        int rc = run_raw("import -q --year 2026 -c '" + kConfig + "' -o " + ledger() + " '" + kFixtures +
+                         "/postfix-3.7/full-run.sender.log'");
         ASSERT_EQ(rc, 0) << err_;
     }
     static void TearDownTestSuite() { fs::remove_all(dir_); }
 
-    static std::string ledger() { return "sqlite:" + (dir_ / "ledger.db").string(); }
+    static std::string ledger() { return "ledger.sqlite.path=" + (dir_ / "ledger.db").string(); }
 
     static int run_raw(const std::string& args) {
         std::string cmd = "TZ=UTC RETRYGUARD_DATADIR='" RETRYGUARD_SOURCE_DIR "/conf' '" RETRYGUARD_CLI "' " +
@@ -52,7 +52,7 @@ class ReportCli : public ::testing::Test {
     }
     // A reporting command against the imported ledger at the fixed "now".
     static int run(const std::string& args) {
-        return run_raw(args + " -c '" + kConfig + "' --ledger " + ledger() + " --now " + kNow);
+        return run_raw(args + " -c '" + kConfig + "' -o " + ledger() + " --now " + kNow);
     }
     static nlohmann::json json_out() { return nlohmann::json::parse(out_); }
 
@@ -209,7 +209,8 @@ TEST_F(ReportCli, ExplainGolden) {
 TEST_F(ReportCli, FlagsListAndClearThenPrune) {
     // Own copy: clearing changes the ledger the other tests read.
     fs::copy_file(dir_ / "ledger.db", dir_ / "copy.db", fs::copy_options::overwrite_existing);
-    std::string l = " -c '" + kConfig + "' --ledger sqlite:" + (dir_ / "copy.db").string() + " --now " + kNow;
+    std::string l =
+        " -c '" + kConfig + "' -o ledger.sqlite.path=" + (dir_ / "copy.db").string() + " --now " + kNow;
     ASSERT_EQ(run_raw("flags list --json" + l), 0) << err_;
     ASSERT_EQ(json_out().at("flags").size(), 1u);
     ASSERT_EQ(run_raw("flags clear mx:127.0.0.1 --json" + l), 0) << err_;
@@ -221,7 +222,7 @@ TEST_F(ReportCli, FlagsListAndClearThenPrune) {
     EXPECT_TRUE(json_out().at("flags")[0].at("cleared_at").is_string());
     EXPECT_EQ(run_raw("flags clear mx:127.0.0.1" + l), 1);  // nothing left to clear
     // Prune a year later: finished messages are past the retention.
-    std::string later = " -c '" + kConfig + "' --ledger sqlite:" + (dir_ / "copy.db").string() +
+    std::string later = " -c '" + kConfig + "' -o ledger.sqlite.path=" + (dir_ / "copy.db").string() +
                         " --now 2027-11-29T21:00:00Z";
     ASSERT_EQ(run_raw("prune --json" + later), 0) << err_;
     EXPECT_GT(json_out().at("messages").get<int>(), 0);
@@ -273,17 +274,19 @@ TEST_F(ReportCli, HtmlReportIsSelfContainedWithTimelines) {
 }
 
 TEST_F(ReportCli, UsageAndConfigErrorsExitTwo) {
-    EXPECT_EQ(run_raw("status --ledger " + ledger() + " --now yesterday"), 2);
-    EXPECT_EQ(run_raw("status -c /nonexistent/retryguard.yaml --ledger " + ledger()), 2);
+    EXPECT_EQ(run_raw("status -o " + ledger() + " --now yesterday"), 2);
+    EXPECT_EQ(run_raw("status -c /nonexistent/retryguard.yaml -o " + ledger()), 2);
     EXPECT_EQ(run_raw("destinations --no-such-option"), 2);
     for (const char* c :
          {"status", "destinations", "explain", "escalations", "flags", "prune", "queue", "report"}) {
         EXPECT_EQ(run_raw(std::string(c) + " --help"), 0) << c;
-        EXPECT_NE(out_.find(std::string(c) == "flags" ? "clear" : "--ledger"), std::string::npos)
+        EXPECT_NE(out_.find(std::string(c) == "flags" ? "clear" : "KEY=VALUE"), std::string::npos)
             << c << out_;
     }
     EXPECT_EQ(run_raw("flags list --help"), 0);
-    EXPECT_NE(out_.find("--ledger"), std::string::npos) << out_;
+    EXPECT_NE(out_.find("KEY=VALUE"), std::string::npos) << out_;
+    EXPECT_EQ(run_raw("status -o ledger.sqlite.pth=/tmp/x"), 2);  // unknown key
+    EXPECT_NE(err_.find("-o ledger.sqlite.pth=/tmp/x: error: unknown key"), std::string::npos) << err_;
 }
 
 }  // namespace
