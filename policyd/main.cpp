@@ -9,16 +9,19 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "live.hpp"
 #include "retryguard/ledger_decider.hpp"
+#include "retryguard/report.hpp"
 #include "retryguard/runtime.hpp"
 #include "server.hpp"
 
@@ -99,6 +102,64 @@ void notify_reloading() {
                       static_cast<unsigned long long>(ts.tv_nsec) / 1000ull;
     sd_notify(0, fmt::format("RELOADING=1\nMONOTONIC_USEC={}", usec).c_str());
 }
+
+// ledger.retention.*: prunes the ledger at start and then every
+// ledger.retention.prune_interval (read again after a reload), on a thread and
+// ledger connection of its own, so the log follower's thread never waits for
+// a prune (with SQLite its writes may wait for the prune's transaction, within
+// ledger.sqlite.busy_timeout). Failures are logged and retried next interval.
+class Pruner {
+  public:
+    Pruner(std::shared_ptr<config::ConfigHolder> config, Logger& log)
+        : config_(std::move(config)), log_(log) {}
+    ~Pruner() { stop(); }
+    void start() {
+        thread_ = std::thread([this] { run(); });
+    }
+    void stop() {
+        {
+            std::lock_guard lock(mutex_);
+            stopping_ = true;
+        }
+        wake_.notify_all();
+        if (thread_.joinable()) thread_.join();
+    }
+
+  private:
+    void run() {
+        std::unique_ptr<Ledger> ledger;
+        for (;;) {
+            const auto cfg = config_->current();
+            if (!ledger) {
+                auto opened = open_configured_ledger(*cfg);
+                if (opened)
+                    ledger = std::move(*opened);
+                else
+                    log_.warning("prune: cannot open the ledger: " + opened.error().message);
+            }
+            if (ledger) {
+                const auto now = std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now());
+                auto r = ledger->prune(report::retention_from(*cfg), now);
+                if (r)
+                    log_.info(fmt::format(
+                        "prune done: messages={} recipients={} episodes={} flags={} seen_events={}",
+                        r->messages, r->recipients, r->episodes, r->flags, r->seen_events));
+                else
+                    log_.warning("prune failed: " + r.error().message);
+            }
+            std::unique_lock lock(mutex_);
+            if (wake_.wait_for(lock, cfg->ledger.retention_prune_interval, [this] { return stopping_; }))
+                return;
+        }
+    }
+
+    std::shared_ptr<config::ConfigHolder> config_;
+    Logger& log_;
+    std::thread thread_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    bool stopping_ = false;
+};
 
 // "unix:/path" / "tcp:host:port" as the server binds them, from a socket spec.
 std::string listen_spec(const config::SocketSpec& sock) {
@@ -297,6 +358,12 @@ int main(int argc, char** argv) {
         }
     }
 
+    std::unique_ptr<Pruner> pruner;
+    if (ledger_decider) {
+        pruner = std::make_unique<Pruner>(config_holder, log);
+        pruner->start();
+    }
+
     asio::signal_set signals(io, SIGHUP, SIGTERM, SIGINT);
     std::function<void()> wait_signal;
     wait_signal = [&] {
@@ -365,11 +432,13 @@ int main(int argc, char** argv) {
         workers.stop();
         workers.join();
         if (live) live->stop();
+        if (pruner) pruner->stop();
         return kExitFailure;
     }
     workers.stop();
     workers.join();
     if (live) live->stop();
+    if (pruner) pruner->stop();
     log.info("stopped");
     return kExitOk;
 }

@@ -894,3 +894,19 @@ TEST(PolicydLive, ErrorsTimeoutTempfailDefersInsteadOfDunnoAndFollowsReload) {
     EXPECT_EQ(ask_rcpt(d.port(), "user@example.test"), kDunno);
     fs::remove_all(dir);
 }
+
+// ledger.retention.prune_interval: the daemon prunes the ledger (at start, then
+// every interval) on its own thread and connection while it follows the log.
+TEST(PolicydLive, PrunesTheLedgerWhileFollowing) {
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-prune-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "retryguard.yaml") << live_config(dir);
+    std::ofstream(dir / "mail.log").flush();
+    Daemon d({"-c", (dir / "retryguard.yaml").string(), "-o", "ledger.retention.prune_interval=1m"}, {}, false);
+    ASSERT_TRUE(d.ready()) << d.log();
+    EXPECT_TRUE(eventually([&] { return d.log().find("prune done: messages=0") != std::string::npos; }))
+        << d.log();
+    EXPECT_EQ(ask_rcpt(d.port(), "user@example.test"), kDunno);
+    fs::remove_all(dir);
+}
