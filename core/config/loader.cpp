@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <unordered_set>
 
@@ -777,18 +778,18 @@ namespace {
 // "a.b.c=value" -> {a: {b: {c: value}}}. Scalars are taken as written (no YAML
 // parsing, so "reject_text=queued: {original}" is one string); list keys take
 // YAML flow syntax. Returns a null node and `why` when the text is no override.
-YAML::Node override_node(const std::string& text, std::string* why) {
+std::optional<YAML::Node> override_node(const std::string& text, std::string* why) {
     auto eq = text.find('=');
     if (eq == std::string::npos || eq == 0) {
         *why = "expected key=value (a dotted key of the configuration table)";
-        return {};
+        return std::nullopt;
     }
     std::string key = text.substr(0, eq);
     std::string value = text.substr(eq + 1);
     if (key.find("[]") != std::string::npos) {
         *why = "'" + key +
                "': set the whole list instead (e.g. -o 'sources=[{type: file, path: /var/log/mail.log}]')";
-        return {};
+        return std::nullopt;
     }
     const auto* spec = find_key(key);
     YAML::Node leaf;
@@ -798,7 +799,7 @@ YAML::Node override_node(const std::string& text, std::string* why) {
             leaf = YAML::Load(value);
         } catch (const YAML::Exception& ex) {
             *why = "'" + key + "': YAML syntax error in the value: " + ex.msg;
-            return {};
+            return std::nullopt;
         }
     } else {
         leaf = YAML::Node(value);
@@ -860,12 +861,12 @@ LoadOutcome load_string(std::string_view yaml_text, std::string file_name,
             for (const auto& o : overrides) {
                 Loader ol("-o " + o);
                 std::string why;
-                YAML::Node node = override_node(o, &why);
+                std::optional<YAML::Node> node = override_node(o, &why);
                 if (!node) {
                     ol.error(YAML::Mark::null_mark(), why);
                 } else {
                     Config scratch(*defaults());
-                    ol.load_root(node, scratch, false);
+                    ol.load_root(*node, scratch, false);
                 }
                 for (auto d : ol.take_errors()) {
                     d.line = d.column = 0;  // positions inside one argument say nothing
@@ -873,7 +874,7 @@ LoadOutcome load_string(std::string_view yaml_text, std::string file_name,
                 }
                 if (parsed && node && override_errors.empty()) {
                     if (root.IsNull()) root.reset(YAML::Node(YAML::NodeType::Map));
-                    if (root.IsMap()) merge_into(root, node);
+                    if (root.IsMap()) merge_into(root, *node);
                 }
             }
             if (!override_errors.empty()) {

@@ -169,7 +169,9 @@ std::string render_docs_markdown() {
          "their `xn--` form. Two rules with the same domain or the same glob are an error.\n\n"
          "## Keys\n\n"
          "Per destination: *yes* = a destination rule may override it; *global* = top level only;\n"
-         "*per source* = inside a `sources` entry; *rule* = inside a `destinations` entry.\n";
+         "*per source* = inside a `sources` entry; *rule* = inside a `destinations` entry.\n"
+         "Read by: ledger = every program, through the ledger it opens; engine = the rules engine (policy\n"
+         "daemon and CLI); classifier; policyd; milter; cli.\n";
     std::string current;
     for (const auto& k : key_table()) {
         std::string sec = section_of(k.key);
@@ -178,13 +180,13 @@ std::string render_docs_markdown() {
             o << "\n### " << sec << "\n\n";
             auto doc = detail::section_doc(sec);
             if (!doc.empty()) o << md_escape(doc) << "\n\n";
-            o << "| key | type | default | unit | allowed | per destination | description |\n"
-                 "|---|---|---|---|---|---|---|\n";
+            o << "| key | type | default | unit | allowed | per destination | read by | description |\n"
+                 "|---|---|---|---|---|---|---|---|\n";
         }
         o << "| `" << k.key << "` | " << to_string(k.type) << " | "
           << (k.default_yaml.empty() ? std::string("-") : "`" + md_escape(k.default_yaml) + "`") << " | "
           << (k.unit.empty() ? "-" : std::string(k.unit)) << " | " << md_escape(constraint_text(k)) << " | "
-          << scope_text(k.scope) << " | " << md_escape(k.doc) << " |\n";
+          << scope_text(k.scope) << " | " << key_consumers(k.key) << " | " << md_escape(k.doc) << " |\n";
     }
     return o.str();
 }

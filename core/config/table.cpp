@@ -622,6 +622,47 @@ std::span<const std::string_view> placeholders_for(std::string_view key) noexcep
     return kActionPlaceholders;
 }
 
+}  // namespace retryguard::config::detail
+
+namespace retryguard::config {
+
+std::string_view key_consumers(std::string_view key) noexcept {
+    // Most specific first: a whole key, then its section.
+    static constexpr std::array<std::pair<std::string_view, std::string_view>, 24> kConsumers = {{
+        {"ledger.retention.prune_interval", "policyd"},
+        {"ledger.retention.", "ledger, policyd, cli"},
+        {"ledger.", "ledger"},
+        {"sources", "policyd"},
+        {"ingest.", "policyd"},
+        {"milter.", "milter"},
+        {"policy.user", "policyd"},
+        {"policy.group", "policyd"},
+        {"policy.", "policyd"},
+        {"categories.", "engine"},
+        {"retry.", "engine"},
+        {"flags.", "engine"},
+        {"reinjection.", "milter"},
+        {"actions.", "engine"},
+        {"dry_run", "engine"},
+        {"spread.", "engine"},
+        {"errors.ledger_unavailable", "milter, policyd"},
+        {"errors.", "milter, policyd"},
+        {"log.hostname", "milter"},
+        {"log.", "milter, policyd"},
+        {"metrics.", "policyd"},
+        {"classifier.", "classifier"},
+        {"destinations[]", "engine, milter"},
+        {"destinations", "engine, milter"},
+    }};
+    for (const auto& [prefix, who] : kConsumers)
+        if (key.starts_with(prefix)) return who;
+    return {};
+}
+
+}  // namespace retryguard::config
+
+namespace retryguard::config::detail {
+
 std::span<const std::string_view> category_names() noexcept {
     return kCategories;
 }

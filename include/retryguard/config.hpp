@@ -341,6 +341,12 @@ struct KeySpec {
 std::span<const KeySpec> key_table() noexcept;
 const KeySpec* find_key(std::string_view dotted) noexcept;
 
+// Who reads a key, comma-separated: ledger (every program, through
+// open_runtime), engine (the rules engine: policyd and the CLI), classifier,
+// policyd, milter, cli. Declared per section in table.cpp, with exceptions per
+// key; tests/unit/config_consumers_test.cpp proves each key has an effect there.
+std::string_view key_consumers(std::string_view key) noexcept;
+
 // ---------------------------------------------------------------------------
 // Loading.
 

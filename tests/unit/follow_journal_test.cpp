@@ -132,6 +132,42 @@ TEST(FollowJournal, ReadsMatchingEntriesFromAJournalDirectoryAndResumesAfterTheC
     EXPECT_EQ(texts(drain(**src, 1, 200ms)), Lines{});
 }
 
+// sources[].journal_match: only entries matching it are read (journalctl's
+// syntax: terms ANDed, "+" between alternatives).
+TEST(FollowJournal, JournalMatchSelectsEntries) {
+    REQUIRE_JOURNAL_REMOTE();
+    TempDir dir;
+    std::string cmd = fmt::format("{} -o {}/remote.journal - 2>/dev/null", kJournalRemote, dir.path);
+    FILE* p = ::popen(cmd.c_str(), "w");
+    ASSERT_NE(p, nullptr);
+    std::uint64_t mono = 0;
+    const std::uint64_t t0 = 1796006330000000ull;
+    for (const auto& [facility, text] : std::vector<std::pair<int, std::string>>{
+             {2, "mail line one"}, {3, "daemon line"}, {2, "mail line two"}}) {
+        std::string e = fmt::format(
+            "__REALTIME_TIMESTAMP={}\n__MONOTONIC_TIMESTAMP={}\n_BOOT_ID=0123456789abcdef0123456789abcdef\n"
+            "_HOSTNAME=sender\nSYSLOG_IDENTIFIER=postfix/smtp\nSYSLOG_FACILITY={}\nMESSAGE={}\n\n",
+            t0 + mono, mono + 1, facility, text);
+        ++mono;
+        std::fwrite(e.data(), 1, e.size(), p);
+    }
+    const int rc = ::pclose(p);
+    ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+    auto s = fast_settings();
+    s.journal_match = "SYSLOG_FACILITY=2";
+    auto src = open_journal_follower(dir.path, {}, s);
+    ASSERT_TRUE(src.ok()) << src.error().message;
+    auto got = texts(drain(**src, 2));
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_NE(got[0].find("mail line one"), std::string::npos);
+    EXPECT_NE(got[1].find("mail line two"), std::string::npos);
+    EXPECT_EQ(texts(drain(**src, 1, 200ms)), Lines{});
+    s.journal_match = "SYSLOG_FACILITY=3 + SYSLOG_FACILITY=2";
+    auto both = open_journal_follower(dir.path, {}, s);
+    ASSERT_TRUE(both.ok()) << both.error().message;
+    EXPECT_EQ(texts(drain(**both, 3)).size(), 3u);
+}
+
 TEST(FollowJournal, RefusedBatchIsOfferedAgainAndUncommittedEntriesReturnAfterRestart) {
     REQUIRE_JOURNAL_REMOTE();
     TempDir dir;
