@@ -187,5 +187,51 @@ TEST(LedgerRedis, ServerDownAtStartIsNotFatal) {
     EXPECT_EQ((*l)->counters().unavailable, 1u);
 }
 
+// ledger.redis.password_file: the ledger authenticates (AUTH password, or
+// AUTH user password for a Redis 6 ACL user) on every connection; a wrong
+// password is an error the caller fails open on, not a crash.
+TEST(LedgerRedis, AuthenticatesWithThePasswordFromTheConfiguration) {
+    RETRYGUARD_REQUIRE_REDIS(RedisServer::shared());
+    RedisServer server;  // private: this test sets a password on it
+    ASSERT_TRUE(server.running());
+    {
+        timeval tv{1, 0};
+        redisContext* c = redisConnectWithTimeout("127.0.0.1", server.port(), tv);
+        ASSERT_TRUE(c && !c->err);
+        freeReplyObject(redisCommand(c, "ACL SETUSER mta1 on >acl-pw ~* &* +@all"));
+        freeReplyObject(redisCommand(c, "CONFIG SET requirepass s3cret"));
+        redisFree(c);
+    }
+    auto o = options_for(server, "rgauth:");
+    o.warn = [](std::string_view) {};
+    {
+        auto none = open_ledger(o);  // no password: the first command is refused
+        if (none.ok()) {
+            EXPECT_FALSE((*none)->get_message("Q1").ok());
+        }
+    }
+    o.redis_password = "wrong";
+    {
+        auto wrong = open_ledger(o);
+        if (wrong.ok()) {
+            EXPECT_FALSE((*wrong)->get_message("Q1").ok());
+        }
+    }
+    o.redis_password = "s3cret";
+    auto right = open_ledger(o);
+    ASSERT_TRUE(right.ok()) << right.error().message;
+    EXPECT_TRUE((*right)->ingest(std::vector<IngestItem>{deferred("Q1", 1, "a@b.test")}, std::nullopt).ok());
+    auto msg = (*right)->get_message("Q1");
+    ASSERT_TRUE(msg.ok()) << msg.error().message;
+    EXPECT_TRUE(msg->has_value());
+    o.redis_username = "mta1";
+    o.redis_password = "acl-pw";
+    auto acl = open_ledger(o);
+    ASSERT_TRUE(acl.ok()) << acl.error().message;
+    auto seen = (*acl)->get_message("Q1");
+    ASSERT_TRUE(seen.ok()) << seen.error().message;
+    EXPECT_TRUE(seen->has_value());
+}
+
 }  // namespace
 }  // namespace retryguard::ledger_test
