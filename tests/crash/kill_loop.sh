@@ -69,11 +69,24 @@ EOF
 kills_done=0
 report=""
 
+# The -o options that select the ledger a SPEC names (sqlite:/path or
+# redis://host:port/db), in the global array LEDGER_OPTS.
+ledger_opts() {  # ledger_opts SPEC
+    case $1 in
+        sqlite:*) LEDGER_OPTS=(-o "ledger.sqlite.path=${1#sqlite:}") ;;
+        redis://*)
+            local rest=${1#redis://}
+            LEDGER_OPTS=(-o ledger.backend=redis -o "ledger.redis.address=${rest%%/*}" -o "ledger.redis.database=${rest##*/}") ;;
+        *) echo "unknown ledger spec $1"; exit 1 ;;
+    esac
+}
+
 # ------------------------------------------------------------------ import
 run_import() {  # run_import SPEC OUT [kill]
     local spec=$1 out=$2 kill=${3:-}
     rules > "$DIR/import.yaml"
-    local args=(import -c "$DIR/import.yaml" --ledger "$spec" --utc --batch 50 "$DIR/full.log")
+    ledger_opts "$spec"
+    local args=(import -c "$DIR/import.yaml" "${LEDGER_OPTS[@]}" --utc --batch 50 "$DIR/full.log")
     if [ -z "$kill" ]; then
         "$RG" "${args[@]}" >> "$out" 2>> "$DIR/import.err"
         return
@@ -99,7 +112,9 @@ run_import() {  # run_import SPEC OUT [kill]
 # ----------------------------------------------------------------- policyd
 start_policyd() {  # start_policyd CONF LOGFILE SPEC
     rm -f "$DIR/ready"
-    "$POLICYD" --foreground -c "$1" --ledger "$3" -l "tcp:127.0.0.1:0" --ready-file "$DIR/ready" >> "$2" 2>&1 &
+    ledger_opts "$3"
+    "$POLICYD" --foreground -c "$1" "${LEDGER_OPTS[@]}" -o policy.socket=inet:0@127.0.0.1 -o log.target=stderr \
+        --ready-file "$DIR/ready" >> "$2" 2>&1 &
     DPID=$!
     PIDS+=("$DPID")
     for _ in $(seq 200); do [ -s "$DIR/ready" ] && return 0; sleep 0.05; done
@@ -109,7 +124,8 @@ start_policyd() {  # start_policyd CONF LOGFILE SPEC
 # Offset the follower recorded in the ledger for the log (python reads the JSON).
 ledger_offset() {  # ledger_offset CONF SPEC
     local json
-    json=$("$RG" status --json -c "$1" --ledger "$2" 2> /dev/null || true)  # 1: needs attention
+    ledger_opts "$2"
+    json=$("$RG" status --json -c "$1" "${LEDGER_OPTS[@]}" 2> /dev/null || true)  # 1: needs attention
     python3 -c 'import json,sys
 try:
     d = json.loads(sys.argv[1])

@@ -47,12 +47,18 @@ class Policyd {
         std::ofstream(dir_ / "flagged") << "flagged.test REJECT 5.7.1 destination flagged by retryguard\n";
         const std::vector<std::string> args = {RETRYGUARD_POLICYD,
                                                "--foreground",
-                                               "-l",
-                                               "tcp:127.0.0.1:0",
+                                               "-c",
+                                               "/dev/null",
+                                               "-o",
+                                               "policy.socket=inet:0@127.0.0.1",
+                                               "-o",
+                                               "metrics.enabled=false",
+                                               "-o",
+                                               "log.target=stderr",
                                                "--flagged",
                                                (dir_ / "flagged").string(),
-                                               "--verdict-log",
-                                               "file:" + (dir_ / "verdicts.log").string(),
+                                               "-o",
+                                               "log.verdicts=file:" + (dir_ / "verdicts.log").string(),
                                                "--ready-file",
                                                (dir_ / "ready").string()};
         const std::string log = (dir_ / "log").string();
