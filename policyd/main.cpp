@@ -344,7 +344,9 @@ int main(int argc, char** argv) {
                 asio::post(workers, [&] {
                     Status st = decider->reload();
                     if (config_holder) {
-                        const auto errors = config_holder->reload(config_path);
+                        // The classifier rules are compiled before the swap: a
+                        // bad rule fails the whole reload and nothing changes.
+                        const auto errors = config_holder->reload(config_path, runtime_checks);
                         if (!errors.empty()) {
                             std::string all;
                             for (const auto& e : errors) all += (all.empty() ? "" : "\n") + e.to_string();

@@ -840,3 +840,35 @@ TEST(PolicydLive, ErrorsTimeoutTempfailDefersInsteadOfDunnoAndFollowsReload) {
     EXPECT_EQ(ask_rcpt(d.port(), "user@example.test"), kDunno);
     fs::remove_all(dir);
 }
+
+// A reload whose classifier rule the daemon would refuse fails as a whole: it
+// says so and why, and the rest of the new file (errors.timeout) is not
+// applied either.
+TEST(PolicydLive, ReloadWithBadClassifierRuleFailsAndKeepsTheWholeConfig) {
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-badrule-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "retryguard.yaml") << live_config(dir, "errors: {timeout: tempfail}\n");
+    std::ofstream(dir / "mail.log").flush();
+    Daemon d({"-c", (dir / "retryguard.yaml").string(), "--simulate-slow-decider", "300",
+              "--decision-timeout-ms", "50"},
+             {}, false);
+    ASSERT_TRUE(d.ready()) << d.log();
+    const std::string deferred = ask_rcpt(d.port(), "user@example.test");
+    ASSERT_EQ(deferred.rfind("action=DEFER_IF_PERMIT", 0), 0u) << deferred;
+
+    std::ofstream(dir / "retryguard.yaml", std::ios::trunc)
+        << live_config(dir,
+                       "errors: {timeout: accept}\n"
+                       "classifier:\n"
+                       "  rules:\n"
+                       "    - {name: broken, category: greylisting, text: \"(unclosed\"}\n");
+    ::kill(d.pid(), SIGHUP);
+    EXPECT_TRUE(eventually([&] { return d.log().find("reload failed") != std::string::npos; })) << d.log();
+    EXPECT_NE(d.log().find("bad RE2 pattern in rule `broken`"), std::string::npos) << d.log();
+    EXPECT_EQ(d.log().find("reload done"), std::string::npos) << d.log();
+    EXPECT_EQ(ask_rcpt(d.port(), "user@example.test").rfind("action=DEFER_IF_PERMIT", 0), 0u) << d.log();
+    const std::string m = d.metrics();
+    EXPECT_EQ(metric(m, "retryguard_policy_reloads_total{result=\"failed\"}"), 1) << m;
+    fs::remove_all(dir);
+}
