@@ -227,7 +227,11 @@ int main(int argc, char** argv) {
             opt.limits.max_request_bytes = cfg.policy.max_request_size;
         if (!app.count("--max-connections") && cfg.policy.max_connections > 0)
             opt.max_connections = static_cast<std::size_t>(cfg.policy.max_connections);
-        if (!app.count("--metrics") && cfg.metrics.enabled) opt.metrics = cfg.metrics.listen.text;
+        if (!app.count("--metrics") && cfg.metrics.enabled) {
+            opt.metrics = cfg.metrics.listen.text;
+            // The file's explicit opt-in, which check-config accepts too.
+            opt.metrics_allow_non_loopback = cfg.metrics.allow_non_loopback;
+        }
         if (!app.count("--stages") && !cfg.policy.stages.empty()) {
             std::string names;
             for (auto st : cfg.policy.stages) {
@@ -330,6 +334,10 @@ int main(int argc, char** argv) {
             return rc;
         }
     }
+
+    if (opt.metrics_allow_non_loopback && !opt.metrics.empty())
+        log.warning("metrics.allow_non_loopback: the unauthenticated metrics endpoint " + opt.metrics +
+                    " may be reachable from other hosts");
 
     asio::signal_set signals(io, SIGHUP, SIGTERM, SIGINT);
     std::function<void()> wait_signal;

@@ -418,16 +418,17 @@ awaitable<void> Server::metrics_loop() {
 
 namespace {
 
-Result<asio::ip::tcp::endpoint> loopback_endpoint(std::string_view spec) {
+Result<asio::ip::tcp::endpoint> loopback_endpoint(std::string_view spec, bool allow_non_loopback = false) {
     const auto colon = spec.rfind(':');
     if (colon == std::string_view::npos) return make_error(ErrorKind::config, "expected HOST:PORT");
     std::string host(spec.substr(0, colon));
     if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    if (host == "localhost") host = "127.0.0.1";  // as the configuration check accepts it
     error_code ec;
     const auto addr = asio::ip::make_address(host, ec);
     if (ec) return make_error(ErrorKind::config, "bad address '" + host + "'");
     // The policy protocol has no authentication: loopback only.
-    if (!addr.is_loopback())
+    if (!addr.is_loopback() && !allow_non_loopback)
         return make_error(ErrorKind::config,
                           "'" + host + "' is not a loopback address (use 127.0.0.1 or ::1)");
     unsigned long port = 0;
@@ -485,7 +486,7 @@ Result<std::vector<std::string>> Server::bind() {
             }
         }
         if (!options_.metrics.empty()) {
-            auto ep = loopback_endpoint(options_.metrics);
+            auto ep = loopback_endpoint(options_.metrics, options_.metrics_allow_non_loopback);
             if (!ep)
                 return make_error(ErrorKind::config,
                                   "metrics " + options_.metrics + ": " + ep.error().message);

@@ -31,6 +31,9 @@ struct ServerOptions {
     std::vector<std::string> listen;  // "unix:/path" or "tcp:127.0.0.1:10040" (port 0: any free port)
     unsigned unix_mode = 0660;
     std::string metrics;  // "127.0.0.1:9465", empty for none
+    // metrics.allow_non_loopback: the configuration's explicit opt-in to serve
+    // metrics on another address; the command line (--metrics) stays loopback.
+    bool metrics_allow_non_loopback = false;
     PolicyLimits limits;
     std::chrono::milliseconds idle_timeout{330'000};    // between requests (Postfix's max_idle is 300 s)
     std::chrono::milliseconds request_timeout{10'000};  // from a request's first byte to its last

@@ -494,7 +494,9 @@ const std::vector<Entry>& table() {
                   "host:port of the metrics and health endpoint (loopback unless allow_non_loopback).",
                   metrics.listen),
         RG_GLOBAL("metrics.allow_non_loopback", boolean, "false", "", kNone, 0, 0,
-                  "Allow metrics.listen on a non-loopback address.", metrics.allow_non_loopback),
+                  "Serve metrics.listen on a non-loopback address (the endpoint has no authentication; "
+                  "the daemon logs a warning at start).",
+                  metrics.allow_non_loopback),
 
         // --- classifier -------------------------------------------------------------
         RG_GLOBAL("classifier.rules", yaml_sequence, "[]", "", kNone, 0, 0,

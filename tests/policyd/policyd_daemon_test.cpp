@@ -145,7 +145,7 @@ double metric(const std::string& text, const std::string& series) {
 class Daemon {
   public:
     explicit Daemon(std::vector<std::string> extra = {}, std::map<std::string, std::string> env = {},
-                    bool with_table = true) {
+                    bool with_table = true, bool metrics_flag = true) {
         dir_ = fs::temp_directory_path() /
                ("rg-policyd-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
         fs::remove_all(dir_);
@@ -162,6 +162,7 @@ class Daemon {
                                          "--metrics",        "127.0.0.1:0",  "--flagged",
                                          table_.string(),    "--ready-file", (dir_ / "ready").string()};
         if (!with_table) args.erase(args.begin() + 8, args.begin() + 10);  // "--flagged FILE"
+        if (!metrics_flag) args.erase(args.begin() + 6, args.begin() + 8);  // "--metrics 127.0.0.1:0"
         args.insert(args.end(), extra.begin(), extra.end());
         start(args, env);
     }
@@ -870,5 +871,21 @@ TEST(PolicydLive, ReloadWithBadClassifierRuleFailsAndKeepsTheWholeConfig) {
     EXPECT_EQ(ask_rcpt(d.port(), "user@example.test").rfind("action=DEFER_IF_PERMIT", 0), 0u) << d.log();
     const std::string m = d.metrics();
     EXPECT_EQ(metric(m, "retryguard_policy_reloads_total{result=\"failed\"}"), 1) << m;
+    fs::remove_all(dir);
+}
+
+// metrics.allow_non_loopback: true is an explicit opt-in that check-config
+// accepts; the daemon honours it (with a warning) instead of refusing to start.
+TEST(PolicydLive, MetricsAllowNonLoopbackIsHonouredWithAWarning) {
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-nonloop-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "mail.log").flush();
+    std::ofstream(dir / "retryguard.yaml")
+        << live_config(dir, "metrics: {listen: \"0.0.0.0:0\", allow_non_loopback: true}\n");
+    Daemon d({"-c", (dir / "retryguard.yaml").string()}, {}, false, false);
+    ASSERT_TRUE(d.ready()) << d.log();
+    EXPECT_NE(d.log().find("may be reachable from other hosts"), std::string::npos) << d.log();
+    EXPECT_NE(http_body(d.metrics_port(), "/health").find("ok"), std::string::npos);
     fs::remove_all(dir);
 }

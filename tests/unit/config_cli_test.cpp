@@ -160,3 +160,21 @@ TEST(ConfigCli, BadClassifierRuleFailsWithPosition) {
     EXPECT_EQ(ok.status, 0) << ok.out;
     std::filesystem::remove(good);
 }
+
+// metrics.allow_non_loopback is an explicit opt-in the daemon honours: the
+// check accepts it, refuses a non-loopback address without it, and refuses a
+// host name the daemon would not resolve.
+TEST(ConfigCli, MetricsNonLoopbackNeedsTheOptInAndAnAddress) {
+    auto allowed = temp_config("metrics: {listen: \"0.0.0.0:9487\", allow_non_loopback: true}\n");
+    EXPECT_EQ(run("check-config " + allowed).status, 0);
+    auto refused = temp_config("metrics: {listen: \"0.0.0.0:9487\"}\n");
+    auto r = run("check-config " + refused);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_NE(r.out.find("is not loopback; set metrics.allow_non_loopback: true"), std::string::npos)
+        << r.out;
+    auto named = temp_config("metrics: {listen: \"metrics.example:9487\", allow_non_loopback: true}\n");
+    auto n = run("check-config " + named);
+    EXPECT_EQ(n.status, 2);
+    EXPECT_NE(n.out.find("give an IP address"), std::string::npos) << n.out;
+    for (const auto& f : {allowed, refused, named}) std::filesystem::remove(f);
+}
