@@ -23,6 +23,7 @@
 
 #include "filter.hpp"
 #include "retryguard/config.hpp"
+#include "retryguard/daemon_guard.hpp"
 #include "retryguard/resend_config.hpp"
 #include "retryguard/runtime.hpp"
 
@@ -207,6 +208,16 @@ void reload(const Options& o, const Given& given) {
     sd_notify(0, "READY=1");
 }
 
+// An exception caught at the top of one of the milter's own threads.
+GuardReport milter_report() {
+    return [](std::string_view where, std::string_view what) {
+        if (globals().log)
+            globals().log->write(
+                Severity::error,
+                fmt::format("{}: caught exception: {}; carrying on (fail-open)", where, what));
+    };
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -368,7 +379,13 @@ int main(int argc, char** argv) {
         sigaddset(&usr1, SIGUSR1);
         for (;;) {
             int sig = 0;
-            if (sigwait(&usr1, &sig) == 0 && sig == SIGUSR1) reload(o, given);
+            // This thread's top level: a reload that throws is a failed reload.
+            if (sigwait(&usr1, &sig) == 0 && sig == SIGUSR1 &&
+                !run_guarded(
+                    "reload", [&] { reload(o, given); }, globals().counters.exceptions, milter_report())) {
+                ++globals().counters.reload_errors;
+                sd_notify(0, "READY=1");
+            }
         }
     }).detach();
 
@@ -391,6 +408,7 @@ int main(int argc, char** argv) {
         globals().counters.record_errors += globals().store->failed_records();
         globals().counters.lookups_filtered += globals().store->filtered_lookups();
         globals().counters.filter_errors += globals().store->filter_errors();
+        globals().counters.exceptions += globals().store->exceptions_caught();
     }
     globals().log->write(Severity::info, "stopping: " + counters_line());
     remove_own_socket();
