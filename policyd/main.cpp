@@ -19,6 +19,7 @@
 
 #include "live.hpp"
 #include "retryguard/ledger_decider.hpp"
+#include "retryguard/privileges.hpp"
 #include "retryguard/runtime.hpp"
 #include "server.hpp"
 
@@ -253,6 +254,23 @@ int main(int argc, char** argv) {
         return kExitUsage;
     }
 
+    // Started as root with a configuration: everything that needs root is
+    // opened first (configuration, ledger, log sources, sockets, owned by
+    // policy.user:policy.group), then root is given up for good before the
+    // first request. The SIGHUP reload and every file reopened later run as
+    // that user.
+    std::optional<RunAs> run_as;
+    if (::geteuid() == 0 && runtime) {
+        auto who = lookup_run_as(runtime->config->policy.user, runtime->config->policy.group);
+        if (!who) {
+            log.error("policy.user/policy.group: " + who.error().message + "; refusing to run as root");
+            return kExitUsage;
+        }
+        run_as = std::move(*who);
+        opt.unix_uid = static_cast<long>(run_as->uid);
+        opt.unix_gid = static_cast<long>(run_as->gid);
+    }
+
     std::shared_ptr<PolicyDecider> decider;
     std::shared_ptr<LedgerDecider> ledger_decider;
     std::size_t destinations = 0;
@@ -335,6 +353,32 @@ int main(int argc, char** argv) {
         }
     }
 
+    if (run_as) {
+        // Files this process created as root go to the user it runs as: the
+        // SQLite ledger (and its WAL files), a verdict log file.
+        std::vector<std::string> owned;
+        const std::string spec =
+            !ledger_spec.empty() ? ledger_spec : ledger_options_from(*runtime->config).spec;
+        if (spec.starts_with("sqlite:")) {
+            const std::string db = spec.substr(7);
+            owned = {db, db + "-wal", db + "-shm", db + "-journal"};
+        }
+        if (verdict_target->kind == VerdictLogTarget::Kind::file) owned.push_back(verdict_target->path);
+        Status st;
+        for (const auto& path : owned)
+            if (st.ok()) st = give_to(path, *run_as);
+        if (st.ok()) st = drop_privileges(*run_as);
+        if (!st) {
+            log.error(st.error().message);
+            if (live) live->stop();
+            daemonize_end(daemon_fd, kExitFailure);
+            return kExitFailure;
+        }
+        log.info(fmt::format("running as {}:{} (uid {}, gid {})", run_as->user, run_as->group, run_as->uid,
+                             run_as->gid));
+    } else if (::geteuid() == 0) {
+        log.warning("running as root: give a configuration (-c) with policy.user to drop privileges");
+    }
     if (opt.metrics_allow_non_loopback && !opt.metrics.empty())
         log.warning("metrics.allow_non_loopback: the unauthenticated metrics endpoint " + opt.metrics +
                     " may be reachable from other hosts");

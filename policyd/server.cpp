@@ -16,7 +16,9 @@
 
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 
 #include <fmt/format.h>
@@ -478,6 +480,10 @@ Result<std::vector<std::string>> Server::bind() {
                 unix_paths_.push_back(path);
                 if (::chmod(path.c_str(), options_.unix_mode) != 0)
                     return make_error(ErrorKind::io, spec + ": chmod failed");
+                if ((options_.unix_uid >= 0 || options_.unix_gid >= 0) &&
+                    ::chown(path.c_str(), static_cast<uid_t>(options_.unix_uid),
+                            static_cast<gid_t>(options_.unix_gid)) != 0)
+                    return make_error(ErrorKind::io, spec + ": chown failed: " + std::strerror(errno));
                 acc->listen(asio::socket_base::max_listen_connections);
                 bound.push_back("policy unix:" + path);
                 unix_acceptors_.push_back(std::move(acc));

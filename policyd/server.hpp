@@ -34,6 +34,9 @@ struct ServerOptions {
     // metrics.allow_non_loopback: the configuration's explicit opt-in to serve
     // metrics on another address; the command line (--metrics) stays loopback.
     bool metrics_allow_non_loopback = false;
+    // Owner and group of the UNIX sockets (policy.user/policy.group when
+    // started as root); -1 keeps the creator's.
+    long unix_uid = -1, unix_gid = -1;
     PolicyLimits limits;
     std::chrono::milliseconds idle_timeout{330'000};    // between requests (Postfix's max_idle is 300 s)
     std::chrono::milliseconds request_timeout{10'000};  // from a request's first byte to its last

@@ -3,11 +3,14 @@
 // it: verdicts, pipelining, malformed/oversized/slow clients, stages,
 // fail-open, SIGHUP reload, SIGTERM drain, metrics and systemd notify.
 #include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +19,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +34,16 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// Started as root with a configuration, the daemon drops to policy.user
+// (nobody:nogroup in these tests): the directories it writes to (ready file,
+// sockets, ledger) must be that user's.
+void give_to_nobody(const fs::path& p) {
+    if (::geteuid() != 0) return;
+    const passwd* pw = ::getpwnam("nobody");
+    const group* gr = ::getgrnam("nogroup");
+    if (pw && gr && ::chown(p.c_str(), pw->pw_uid, gr->gr_gid) != 0) std::perror("chown");
+}
 
 std::string read_file(const fs::path& p) {
     std::ifstream in(p);
@@ -150,6 +164,7 @@ class Daemon {
                ("rg-policyd-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
         fs::remove_all(dir_);
         fs::create_directories(dir_);
+        give_to_nobody(dir_);
         table_ = dir_ / "flagged";
         write_table(
             "# test table\n"
@@ -161,7 +176,7 @@ class Daemon {
                                          "tcp:127.0.0.1:0",  "-l",           "unix:" + unix_path_,
                                          "--metrics",        "127.0.0.1:0",  "--flagged",
                                          table_.string(),    "--ready-file", (dir_ / "ready").string()};
-        if (!with_table) args.erase(args.begin() + 8, args.begin() + 10);  // "--flagged FILE"
+        if (!with_table) args.erase(args.begin() + 8, args.begin() + 10);   // "--flagged FILE"
         if (!metrics_flag) args.erase(args.begin() + 6, args.begin() + 8);  // "--metrics 127.0.0.1:0"
         args.insert(args.end(), extra.begin(), extra.end());
         start(args, env);
@@ -705,8 +720,13 @@ namespace {
 
 // A daemon started with a configuration: it follows DIR/mail.log, keeps its
 // ledger in DIR, and answers from what it has read.
-std::string live_config(const fs::path& dir, const std::string& extra = {}) {
-    return "ledger: {backend: sqlite, sqlite: {path: " + (dir / "ledger.db").string() +
+std::string live_config(const fs::path& dir, const std::string& extra = {},
+                        const std::string& policy = "user: nobody, group: nogroup") {
+    give_to_nobody(dir);
+    return "policy: {" + policy +
+           "}\n"
+           "ledger: {backend: sqlite, sqlite: {path: " +
+           (dir / "ledger.db").string() +
            "}}\n"
            "sources:\n  - {type: file, path: " +
            (dir / "mail.log").string() +
@@ -887,5 +907,95 @@ TEST(PolicydLive, MetricsAllowNonLoopbackIsHonouredWithAWarning) {
     ASSERT_TRUE(d.ready()) << d.log();
     EXPECT_NE(d.log().find("may be reachable from other hosts"), std::string::npos) << d.log();
     EXPECT_NE(http_body(d.metrics_port(), "/health").find("ok"), std::string::npos);
+    fs::remove_all(dir);
+}
+
+// ------------------------------------------------------------- hardening
+
+namespace {
+
+// "Uid:" / "Gid:" / "Groups:" line of /proc/PID/status, without the label.
+std::string proc_status(pid_t pid, const std::string& field) {
+    std::istringstream in(read_file("/proc/" + std::to_string(pid) + "/status"));
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind(field + ":", 0) == 0) return line.substr(field.size() + 1);
+    return "";
+}
+
+std::vector<long> numbers(const std::string& text) {
+    std::vector<long> out;
+    std::istringstream in(text);
+    for (long v; in >> v;) out.push_back(v);
+    return out;
+}
+
+}  // namespace
+
+// Started as root with policy.user/policy.group, the daemon opens its socket
+// (owned by them, with policy.socket_mode), its ledger and its log source as
+// root, then runs as that user and group only, for good: SIGHUP reloads as
+// that user.
+TEST(PolicydLive, StartedAsRootRunsAsPolicyUserAndGroupWithItsSocketOwnedByThem) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root (CI runs this test as root)";
+    const passwd* nobody = ::getpwnam("nobody");
+    const group* nogroup = ::getgrnam("nogroup");
+    ASSERT_TRUE(nobody && nogroup);
+    const uid_t uid = nobody->pw_uid;
+    const gid_t gid = nogroup->gr_gid;
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-drop-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "retryguard.yaml")
+        << live_config(dir, {}, "user: nobody, group: nogroup, socket_mode: \"0660\"");
+    std::ofstream(dir / "mail.log").flush();
+    ::chmod((dir / "mail.log").c_str(), 0600);  // root's: opened before the drop
+    Daemon d({"-c", (dir / "retryguard.yaml").string()}, {}, false);
+    ASSERT_TRUE(d.ready()) << d.log();
+
+    const auto uids = numbers(proc_status(d.pid(), "Uid"));  // real, effective, saved, filesystem
+    const auto gids = numbers(proc_status(d.pid(), "Gid"));
+    ASSERT_EQ(uids.size(), 4u) << proc_status(d.pid(), "Uid");
+    ASSERT_EQ(gids.size(), 4u);
+    for (long v : uids) EXPECT_EQ(v, static_cast<long>(uid));
+    for (long v : gids) EXPECT_EQ(v, static_cast<long>(gid));
+    for (long g : numbers(proc_status(d.pid(), "Groups"))) EXPECT_NE(g, 0) << "still in group root";
+
+    struct stat st {};
+    ASSERT_EQ(::stat(d.unix_path().c_str(), &st), 0);
+    EXPECT_TRUE(S_ISSOCK(st.st_mode));
+    EXPECT_EQ(st.st_uid, uid);
+    EXPECT_EQ(st.st_gid, gid);
+    EXPECT_EQ(st.st_mode & 0777, 0660u);
+    ASSERT_EQ(::stat((dir / "ledger.db").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, uid) << "the ledger created as root belongs to policy.user";
+
+    Client c = Client::unix_socket(d.unix_path());
+    ASSERT_TRUE(c.connected());
+    c.send(request("someone@example.test"));
+    EXPECT_EQ(c.answer(), kDunno);
+    EXPECT_NE(d.log().find("running as nobody:nogroup"), std::string::npos) << d.log();
+
+    // The reload reads the configuration as nobody.
+    d.signal(SIGHUP);
+    EXPECT_TRUE(eventually([&] { return d.log().find("reload done") != std::string::npos; })) << d.log();
+    d.signal(SIGTERM);
+    EXPECT_EQ(d.wait_exit(10s), 0) << d.log();
+    fs::remove_all(dir);
+}
+
+// Started as root, an unknown policy.user (or root itself) is refused
+// rather than running on as root.
+TEST(PolicydLive, StartedAsRootRefusesAnUnknownOrRootPolicyUser) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root (CI runs this test as root)";
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-nouser-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "mail.log").flush();
+    for (const char* who : {"user: no-such-user-rg, group: nogroup", "user: root, group: root"}) {
+        std::ofstream(dir / "retryguard.yaml", std::ios::trunc) << live_config(dir, {}, who);
+        Daemon d({"-c", (dir / "retryguard.yaml").string()}, {}, false);
+        EXPECT_FALSE(d.ready()) << d.log();
+        EXPECT_NE(d.log().find("refusing to run as root"), std::string::npos) << d.log();
+    }
     fs::remove_all(dir);
 }
