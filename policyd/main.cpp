@@ -146,6 +146,9 @@ int main(int argc, char** argv) {
     app.add_option("--max-request", opt.limits.max_request_bytes, "bytes per request")->capture_default_str();
     app.add_option("--max-connections", opt.max_connections, "open policy connections")
         ->capture_default_str();
+    app.add_option("--metrics-max-connections", opt.metrics_max_connections,
+                   "open metrics/health connections (further ones are closed at once)")
+        ->capture_default_str();
     app.add_option("--worker-threads", worker_threads, "threads for deciders that may block")
         ->capture_default_str();
     app.add_option("--simulate-slow-decider", slow_ms, "testing aid: every decision sleeps this many ms");
@@ -233,6 +236,8 @@ int main(int argc, char** argv) {
             // The file's explicit opt-in, which check-config accepts too.
             opt.metrics_allow_non_loopback = cfg.metrics.allow_non_loopback;
         }
+        if (!app.count("--metrics-max-connections") && cfg.metrics.max_connections > 0)
+            opt.metrics_max_connections = static_cast<std::size_t>(cfg.metrics.max_connections);
         if (!app.count("--stages") && !cfg.policy.stages.empty()) {
             std::string names;
             for (auto st : cfg.policy.stages) {
@@ -251,6 +256,10 @@ int main(int argc, char** argv) {
     }
     if (opt.listen.empty()) {
         log.error("nothing to listen on: give --listen or --config with policy.socket");
+        return kExitUsage;
+    }
+    if (opt.metrics_max_connections == 0) {
+        log.error("--metrics-max-connections must be positive");
         return kExitUsage;
     }
 
@@ -454,6 +463,7 @@ int main(int argc, char** argv) {
         if (live) live->stop();
         return kExitFailure;
     }
+    server.flush_suppressed(true);
     workers.stop();
     workers.join();
     if (live) live->stop();

@@ -257,6 +257,7 @@ struct Config {
         bool enabled = true;
         HostPort listen;
         bool allow_non_loopback = false;
+        std::int64_t max_connections = 0;
     } metrics;
 
     // User classifier rules: kept as YAML for the classifier module to

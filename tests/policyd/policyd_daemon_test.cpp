@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -24,6 +25,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -894,22 +896,6 @@ TEST(PolicydLive, ReloadWithBadClassifierRuleFailsAndKeepsTheWholeConfig) {
     fs::remove_all(dir);
 }
 
-// metrics.allow_non_loopback: true is an explicit opt-in that check-config
-// accepts; the daemon honours it (with a warning) instead of refusing to start.
-TEST(PolicydLive, MetricsAllowNonLoopbackIsHonouredWithAWarning) {
-    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-nonloop-" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    std::ofstream(dir / "mail.log").flush();
-    std::ofstream(dir / "retryguard.yaml")
-        << live_config(dir, "metrics: {listen: \"0.0.0.0:0\", allow_non_loopback: true}\n");
-    Daemon d({"-c", (dir / "retryguard.yaml").string()}, {}, false, false);
-    ASSERT_TRUE(d.ready()) << d.log();
-    EXPECT_NE(d.log().find("may be reachable from other hosts"), std::string::npos) << d.log();
-    EXPECT_NE(http_body(d.metrics_port(), "/health").find("ok"), std::string::npos);
-    fs::remove_all(dir);
-}
-
 // ------------------------------------------------------------- hardening
 
 namespace {
@@ -927,6 +913,15 @@ std::vector<long> numbers(const std::string& text) {
     std::istringstream in(text);
     for (long v; in >> v;) out.push_back(v);
     return out;
+}
+
+// Lines of `log` that contain `needle`.
+std::size_t count_lines(const std::string& log, const std::string& needle) {
+    std::size_t n = 0;
+    std::istringstream in(log);
+    for (std::string line; std::getline(in, line);)
+        if (line.find(needle) != std::string::npos) ++n;
+    return n;
 }
 
 }  // namespace
@@ -998,4 +993,147 @@ TEST(PolicydLive, StartedAsRootRefusesAnUnknownOrRootPolicyUser) {
         EXPECT_NE(d.log().find("refusing to run as root"), std::string::npos) << d.log();
     }
     fs::remove_all(dir);
+}
+
+// metrics.allow_non_loopback: true is an explicit opt-in that check-config
+// accepts; the daemon honours it (with a warning) instead of refusing to start.
+TEST(PolicydLive, MetricsAllowNonLoopbackIsHonouredWithAWarning) {
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-nonloop-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "mail.log").flush();
+    std::ofstream(dir / "retryguard.yaml")
+        << live_config(dir, "metrics: {listen: \"0.0.0.0:0\", allow_non_loopback: true}\n");
+    Daemon d({"-c", (dir / "retryguard.yaml").string()}, {}, false, false);
+    ASSERT_TRUE(d.ready()) << d.log();
+    EXPECT_NE(d.log().find("may be reachable from other hosts"), std::string::npos) << d.log();
+    EXPECT_NE(http_body(d.metrics_port(), "/health").find("ok"), std::string::npos);
+    fs::remove_all(dir);
+}
+
+// Metrics connections are bounded: one beyond metrics.max_connections is
+// closed at once and counted, and the bound frees up as connections end.
+TEST(PolicydDaemon, MetricsConnectionsBeyondTheLimitAreClosedAndCounted) {
+    Daemon d({"--metrics-max-connections", "2"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    std::vector<Client> held;
+    for (int i = 0; i < 2; ++i) {
+        held.push_back(Client::tcp(d.metrics_port()));
+        ASSERT_TRUE(held.back().connected());
+        held.back().send("GET /health HTTP/1.1\r\n");  // an unfinished request keeps it open
+    }
+    // Accepted in order: the two above are open before this one is looked at.
+    EXPECT_TRUE(eventually([&] {
+        Client extra = Client::tcp(d.metrics_port());
+        return extra.closed_within(2000ms) && extra.received().empty();
+    })) << d.log();
+    held.clear();
+    std::string m;
+    EXPECT_TRUE(eventually([&] {
+        m = d.metrics();
+        return metric(m, "retryguard_policyd_metrics_connections_refused_total") >= 1;
+    })) << m
+        << d.log();
+    EXPECT_GE(count_lines(d.log(), "metrics connection limit 2 reached"), 1u) << d.log();
+}
+
+// Out of descriptors (EMFILE): both acceptors back off instead of spinning,
+// count the errors, log the first one and then at most one line per 10 s,
+// and say when accepting works again.
+TEST(PolicydDaemon, OutOfDescriptorsBacksOffLogsOnceAndRecovers) {
+#ifdef __SANITIZE_ADDRESS__
+    // The sanitizer runtime opens descriptors of its own (UBSan's vptr check
+    // probes memory through a pipe): out of descriptors it reports a false
+    // "invalid vptr" and, built with -fno-sanitize-recover, aborts the daemon.
+    GTEST_SKIP() << "descriptor exhaustion is not testable under the sanitizers";
+#endif
+    Daemon d({"--max-connections", "1000"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    // Leave room for exactly two more descriptors: the limit is one above the
+    // second-lowest free descriptor number (inherited descriptors may sit high).
+    std::set<int> used;
+    for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(d.pid()) + "/fd"))
+        used.insert(std::stoi(e.path().filename().string()));
+    std::vector<int> free_fds;
+    for (int fd = 0; free_fds.size() < 2; ++fd)
+        if (!used.count(fd)) free_fds.push_back(fd);
+    rlimit before{};
+    ASSERT_EQ(::prlimit(d.pid(), RLIMIT_NOFILE, nullptr, &before), 0);
+    rlimit tight = before;
+    tight.rlim_cur = static_cast<rlim_t>(free_fds[1] + 1);
+    ASSERT_EQ(::prlimit(d.pid(), RLIMIT_NOFILE, &tight, nullptr), 0);
+
+    std::vector<Client> clients;
+    for (int i = 0; i < 2; ++i) {
+        clients.push_back(Client::tcp(d.port()));
+        clients.back().send(request("a@example.test"));
+        ASSERT_EQ(clients.back().answer(), kDunno) << d.log();
+    }
+    // Queued in the backlog, never accepted while the limit holds.
+    Client waiting = Client::tcp(d.port());
+    Client metrics_waiting = Client::tcp(d.metrics_port());
+    ASSERT_TRUE(waiting.connected() && metrics_waiting.connected());
+    waiting.send(request("b@example.test"));
+    EXPECT_TRUE(eventually([&] { return d.log().find("policy accept: ") != std::string::npos; })) << d.log();
+    EXPECT_TRUE(eventually([&] { return d.log().find("metrics accept: ") != std::string::npos; })) << d.log();
+    std::this_thread::sleep_for(2500ms);  // long enough for many retries
+    EXPECT_EQ(waiting.answer(100ms), "");
+
+    // Give descriptors back: the waiting connection is answered.
+    ASSERT_EQ(::prlimit(d.pid(), RLIMIT_NOFILE, &before, nullptr), 0);
+    clients.clear();
+    EXPECT_EQ(waiting.answer(5000ms), kDunno) << d.log();
+    EXPECT_TRUE(eventually([&] {
+        return d.log().find("policy accept recovered after ") != std::string::npos;
+    })) << d.log();
+    const std::string log = d.log();
+    // One line when it started; no line per retry (the retries happen every
+    // 100 ms to 1 s, the repeat lines at most every 10 s).
+    EXPECT_EQ(count_lines(log, "policy accept: "), 1u) << log;
+    EXPECT_LE(count_lines(log, "policy accept still failing"), 1u) << log;
+    const std::string m = d.metrics();
+    const double policy_errors = metric(m, "retryguard_policyd_accept_errors_total{listener=\"policy\"}");
+    const double metrics_errors = metric(m, "retryguard_policyd_accept_errors_total{listener=\"metrics\"}");
+    EXPECT_GE(policy_errors, 2) << m;
+    EXPECT_GE(metrics_errors, 2) << m;
+    // Each failed accept waited before the next one (a spinning acceptor makes
+    // hundreds of thousands of attempts in 2.5 s).
+    EXPECT_EQ(metric(m, "retryguard_policyd_accept_backoffs_total{listener=\"policy\"}"), policy_errors) << m;
+    EXPECT_EQ(metric(m, "retryguard_policyd_accept_backoffs_total{listener=\"metrics\"}"), metrics_errors)
+        << m;
+    EXPECT_LT(policy_errors + metrics_errors, 200) << m;
+}
+
+// Rate-limited warnings are not lost: the count of those suppressed is logged
+// once the limiter opens again, with no new warning needed, and every
+// malformed request is accounted for in the log (logged or counted).
+TEST(PolicydDaemon, SuppressedWarningCountIsLoggedWhenTheLimiterOpens) {
+    Daemon d;
+    ASSERT_TRUE(d.ready()) << d.log();
+    constexpr int kBad = 6;
+    for (int i = 0; i < kBad; ++i) {
+        Client c = Client::tcp(d.port());
+        c.send("no equals sign\n\n");
+        EXPECT_TRUE(c.closed_within(5000ms));
+    }
+    auto accounted = [&] {
+        const std::string log = d.log();
+        std::size_t total = 0;
+        std::istringstream in(log);
+        for (std::string line; std::getline(in, line);) {
+            if (line.find("malformed policy request from") != std::string::npos) {
+                ++total;
+                const auto semi = line.rfind("; ");
+                total += std::stoul(line.substr(semi + 2));  // "N similar lines suppressed"
+            }
+            const auto pos = line.find(" similar malformed-request warning(s) suppressed");
+            if (pos != std::string::npos) {
+                const auto start = line.rfind(' ', pos - 1) + 1;
+                total += std::stoul(line.substr(start, pos - start));
+            }
+        }
+        return total;
+    };
+    EXPECT_TRUE(eventually([&] { return accounted() == kBad; }, 10s)) << accounted() << "\n" << d.log();
+    EXPECT_GE(count_lines(d.log(), "similar malformed-request warning(s) suppressed"), 1u) << d.log();
 }
