@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "live.hpp"
+#include "retryguard/daemon_guard.hpp"
 #include "retryguard/ledger_decider.hpp"
 #include "retryguard/privileges.hpp"
 #include "retryguard/runtime.hpp"
@@ -394,48 +395,64 @@ int main(int argc, char** argv) {
 
     asio::signal_set signals(io, SIGHUP, SIGTERM, SIGINT);
     std::function<void()> wait_signal;
+    std::function<void(int)> on_signal;
     wait_signal = [&] {
         signals.async_wait([&](const error_code& ec, int sig) {
             if (ec) return;
-            if (sig == SIGHUP) {
-                notify_reloading();
-                log.info("SIGHUP: reloading " + decider->describe());
-                // Reading the table may take a while: off the event loop. The
-                // decider swaps its table whole, so requests keep flowing.
-                asio::post(workers, [&] {
-                    Status st = decider->reload();
-                    if (config_holder) {
-                        // The classifier rules are compiled before the swap: a
-                        // bad rule fails the whole reload and nothing changes.
-                        const auto errors = config_holder->reload(config_path, runtime_checks);
-                        if (!errors.empty()) {
-                            std::string all;
-                            for (const auto& e : errors) all += (all.empty() ? "" : "\n") + e.to_string();
-                            st = make_error(ErrorKind::config, all);
-                        } else {
-                            apply_error_settings();
-                            if (live) live->request_reload();
-                        }
-                    }
-                    asio::post(io, [&, st = std::move(st)] {
-                        metrics.reload(st.ok());
-                        if (table_decider) metrics.set_destinations(table_decider->size());
-                        if (st.ok())
-                            log.info("reload done: " + decider->describe());
-                        else
-                            log.error("reload failed, keeping the previous " +
-                                      std::string(config_holder ? "configuration: " : "table: ") +
-                                      st.error().message);
-                        notify("READY=1");
-                    });
-                });
-                wait_signal();
-                return;
-            }
-            log.info(sig == SIGTERM ? "SIGTERM: draining" : "SIGINT: draining");
-            notify("STOPPING=1");
-            server.drain();
+            // An exception here would leave io.run(): count it, keep serving.
+            const bool handled = run_guarded(
+                "signal handler", [&] { on_signal(sig); }, server.exceptions_caught(), server.guard_report());
+            if (!handled || sig == SIGHUP) wait_signal();
         });
+    };
+    on_signal = [&](int sig) {
+        if (sig == SIGHUP) {
+            notify_reloading();
+            log.info("SIGHUP: reloading " + decider->describe());
+            // Reading the table may take a while: off the event loop. The
+            // decider swaps its table whole, so requests keep flowing.
+            asio::post(workers, [&] {
+                // A worker thread's top level: a reload that throws
+                // fails, keeping the running table and configuration.
+                Status st;
+                if (!run_guarded(
+                        "reload",
+                        [&] {
+                            st = decider->reload();
+                            if (config_holder) {
+                                // The classifier rules are compiled before the swap: a
+                                // bad rule fails the whole reload and nothing changes.
+                                const auto errors = config_holder->reload(config_path, runtime_checks);
+                                if (!errors.empty()) {
+                                    std::string all;
+                                    for (const auto& e : errors)
+                                        all += (all.empty() ? "" : "\n") + e.to_string();
+                                    st = make_error(ErrorKind::config, all);
+                                } else {
+                                    apply_error_settings();
+                                    if (live) live->request_reload();
+                                }
+                            }
+                        },
+                        server.exceptions_caught(), server.guard_report()))
+                    st = make_error(ErrorKind::internal, "exception while reloading");
+                asio::post(io, [&, st = std::move(st)] {
+                    metrics.reload(st.ok());
+                    if (table_decider) metrics.set_destinations(table_decider->size());
+                    if (st.ok())
+                        log.info("reload done: " + decider->describe());
+                    else
+                        log.error("reload failed, keeping the previous " +
+                                  std::string(config_holder ? "configuration: " : "table: ") +
+                                  st.error().message);
+                    notify("READY=1");
+                });
+            });
+            return;
+        }
+        log.info(sig == SIGTERM ? "SIGTERM: draining" : "SIGINT: draining");
+        notify("STOPPING=1");
+        server.drain();
     };
     wait_signal();
 
@@ -454,14 +471,13 @@ int main(int argc, char** argv) {
     notify("READY=1");
     daemonize_end(daemon_fd, kExitOk);
 
-    try {
-        io.run();
-    } catch (const std::exception& e) {
-        log.error(std::string("event loop: ") + e.what());
-        workers.stop();
-        workers.join();
-        if (live) live->stop();
-        return kExitFailure;
+    // Every handler and coroutine is guarded; should an exception still leave
+    // io.run(), it is counted and the loop runs on (asio allows re-entering
+    // run() after a handler threw): answering DUNNO beats a dead socket.
+    for (;;) {
+        const bool done = run_guarded(
+            "event loop", [&] { io.run(); }, server.exceptions_caught(), server.guard_report());
+        if (done || io.stopped()) break;
     }
     server.flush_suppressed(true);
     workers.stop();

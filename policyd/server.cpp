@@ -152,18 +152,26 @@ awaitable<void> Server::decide_offloaded(const PolicyRequest& request, std::stri
     // the parser reuses `request` while the worker may still read it.
     auto copy = std::make_shared<const PolicyRequest>(request);
     pending_decisions_->fetch_add(1, std::memory_order_relaxed);
-    asio::post(workers_, [state, copy, deadline, decider = decider_, service = &service_,
+    // A worker thread's top level: nothing may leave it (that would end the
+    // process). Should the worker fail, the timer runs out and the answer is
+    // the fail-open one.
+    asio::post(workers_, [this, state, copy, deadline, decider = decider_, service = &service_,
                           pending = pending_decisions_, loop = io_.get_executor()] {
-        bool failed = false;
-        Decision d = service->decide_contained(*decider, *copy, deadline, failed);
-        pending->fetch_sub(1, std::memory_order_relaxed);
-        asio::post(loop, [state, d = std::move(d), failed]() mutable {
-            if (failed)
-                state->failed = true;
-            else
-                state->result = std::move(d);
-            state->timer.cancel();
-        });
+        run_guarded(
+            "decision worker",
+            [&] {
+                bool failed = false;
+                Decision d = service->decide_contained(*decider, *copy, deadline, failed);
+                pending->fetch_sub(1, std::memory_order_relaxed);
+                asio::post(loop, [state, d = std::move(d), failed]() mutable {
+                    if (failed)
+                        state->failed = true;
+                    else
+                        state->result = std::move(d);
+                    state->timer.cancel();
+                });
+            },
+            exceptions_caught_, guard_report());
     });
     // Only this thread runs the completion above, and it cannot run before
     // this wait starts, so a cancel is never lost.
@@ -208,7 +216,7 @@ awaitable<void> Server::session(Socket socket) {
             if (server.draining_ && server.conns_.empty()) server.io_.stop();
         }
     } cleanup{*this, *conn};
-    asio::co_spawn(io_, watchdog(conn), asio::detached);
+    asio::co_spawn(io_, watchdog(conn), guarded("connection watchdog"));
 
     PolicyParser parser(options_.limits);
     std::string out;
@@ -302,6 +310,25 @@ awaitable<void> Server::session(Socket socket) {
     }
 }
 
+std::function<void(std::exception_ptr)> Server::guarded(std::string where) {
+    return [this, where = std::move(where)](std::exception_ptr e) {
+        if (e) caught(where, e);
+    };
+}
+
+void Server::caught(std::string_view where, const std::exception_ptr& e) {
+    exceptions_caught_.fetch_add(1, std::memory_order_relaxed);
+    report_exception(where, describe_exception(e));
+}
+
+void Server::report_exception(std::string_view where, std::string_view what) {
+    std::uint64_t suppressed = 0;
+    if (exception_log_.allow(suppressed))
+        log_.error(
+            fmt::format("{}: caught exception: {}; carrying on (fail-open); {} similar lines suppressed",
+                        where, what, suppressed));
+}
+
 namespace {
 
 bool out_of_descriptors(const error_code& ec) {
@@ -372,16 +399,7 @@ awaitable<void> Server::accept_loop(Acceptor& acceptor) {
         }
         if constexpr (std::is_same_v<decltype(socket), asio::ip::tcp::socket>)
             socket.set_option(asio::ip::tcp::no_delay(true), ec);
-        asio::co_spawn(io_, session(std::move(socket)), [this](std::exception_ptr e) {
-            if (!e) return;
-            try {
-                std::rethrow_exception(e);
-            } catch (const std::exception& ex) {
-                log_.error(std::string("connection aborted: ") + ex.what());
-            } catch (...) {
-                log_.error("connection aborted by an unknown exception");
-            }
-        });
+        asio::co_spawn(io_, session(std::move(socket)), guarded("policy connection"));
     }
 }
 
@@ -464,7 +482,7 @@ awaitable<void> Server::metrics_loop() {
             continue;
         }
         ++metrics_open_;  // now, not when the coroutine first runs: the next accept sees it
-        asio::co_spawn(io_, http_session(std::move(socket)), asio::detached);
+        asio::co_spawn(io_, http_session(std::move(socket)), guarded("metrics connection"));
     }
 }
 
@@ -486,6 +504,7 @@ void Server::flush_suppressed(bool at_stop) {
         {"malformed-request", &malformed_log_},
         {"connection-limit", &connection_limit_log_},
         {"metrics-connection-limit", &metrics_limit_log_},
+        {"exception", &exception_log_},
         {"accept-error", &accept_log_},
     };
     for (const auto& [kind, limiter] : limiters) {
@@ -499,7 +518,8 @@ void Server::flush_suppressed(bool at_stop) {
 std::string Server::render_metrics() const {
     const std::uint64_t suppressed = fail_open_log_.suppressed_total() + malformed_log_.suppressed_total() +
                                      connection_limit_log_.suppressed_total() +
-                                     metrics_limit_log_.suppressed_total() + accept_log_.suppressed_total();
+                                     metrics_limit_log_.suppressed_total() +
+                                     exception_log_.suppressed_total() + accept_log_.suppressed_total();
     return fmt::format(
         "# HELP retryguard_policyd_accept_errors_total Failed accept() calls (EMFILE and others), by "
         "listener.\n"
@@ -514,11 +534,15 @@ std::string Server::render_metrics() const {
         "metrics.max_connections.\n"
         "# TYPE retryguard_policyd_metrics_connections_refused_total counter\n"
         "retryguard_policyd_metrics_connections_refused_total {}\n"
+        "# HELP retryguard_policyd_exceptions_caught_total Exceptions caught at the top of a thread, "
+        "handler or coroutine (failed open).\n"
+        "# TYPE retryguard_policyd_exceptions_caught_total counter\n"
+        "retryguard_policyd_exceptions_caught_total {}\n"
         "# HELP retryguard_policyd_log_suppressed_total Warning lines dropped by the rate limits.\n"
         "# TYPE retryguard_policyd_log_suppressed_total counter\n"
         "retryguard_policyd_log_suppressed_total {}\n",
         accept_errors_policy_, accept_errors_metrics_, accept_backoffs_policy_, accept_backoffs_metrics_,
-        metrics_refused_, suppressed);
+        metrics_refused_, exceptions_caught_.load(std::memory_order_relaxed), suppressed);
 }
 
 // ------------------------------------------------------------- listeners
@@ -616,11 +640,35 @@ Result<std::vector<std::string>> Server::bind() {
     return bound;
 }
 
+void Server::restart_later(std::function<void()> start) {
+    auto pause = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
+    pause->async_wait([this, pause, start = std::move(start)](const error_code& ec) {
+        if (!ec && !draining_) start();
+    });
+}
+
+template <typename Acceptor>
+void Server::spawn_accept_loop(Acceptor& acceptor) {
+    asio::co_spawn(io_, accept_loop(acceptor), [this, &acceptor](std::exception_ptr e) {
+        if (!e) return;
+        caught("policy acceptor", e);
+        if (acceptor.is_open()) restart_later([this, &acceptor] { spawn_accept_loop(acceptor); });
+    });
+}
+
+void Server::spawn_metrics_loop() {
+    asio::co_spawn(io_, metrics_loop(), [this](std::exception_ptr e) {
+        if (!e) return;
+        caught("metrics acceptor", e);
+        if (metrics_acceptor_->is_open()) restart_later([this] { spawn_metrics_loop(); });
+    });
+}
+
 void Server::start() {
-    for (auto& acc : tcp_acceptors_) asio::co_spawn(io_, accept_loop(*acc), asio::detached);
-    for (auto& acc : unix_acceptors_) asio::co_spawn(io_, accept_loop(*acc), asio::detached);
-    if (metrics_acceptor_) asio::co_spawn(io_, metrics_loop(), asio::detached);
-    asio::co_spawn(io_, suppressed_tick(), asio::detached);
+    for (auto& acc : tcp_acceptors_) spawn_accept_loop(*acc);
+    for (auto& acc : unix_acceptors_) spawn_accept_loop(*acc);
+    if (metrics_acceptor_) spawn_metrics_loop();
+    asio::co_spawn(io_, suppressed_tick(), guarded("log tick"));
 }
 
 void Server::drain() {

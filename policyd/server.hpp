@@ -69,8 +69,17 @@ class Server {
     // once its limiter has opened again (a one-second tick calls this), and
     // everything still held when `at_stop`.
     void flush_suppressed(bool at_stop);
+    // Logs an exception caught at the top of a thread, handler or coroutine
+    // (rate-limited); the caller fails open. run_guarded(..., exceptions_caught(),
+    // guard_report()) counts and reports; caught() does both for an exception_ptr.
+    void report_exception(std::string_view where, std::string_view what);
+    void caught(std::string_view where, const std::exception_ptr& e);
+    GuardReport guard_report() {
+        return [this](std::string_view where, std::string_view what) { report_exception(where, what); };
+    }
+    std::atomic<std::uint64_t>& exceptions_caught() noexcept { return exceptions_caught_; }
     // Series of the server itself (accept errors, back-offs, metrics
-    // connections, warnings suppressed) for /metrics.
+    // connections, exceptions caught, warnings suppressed) for /metrics.
     std::string render_metrics() const;
 
     struct Conn;
@@ -85,6 +94,15 @@ class Server {
     asio::awaitable<void> metrics_loop();
     asio::awaitable<void> http_session(asio::ip::tcp::socket socket);
     asio::awaitable<void> suppressed_tick();
+    // Starts an accept loop; should it ever end by an exception, that is
+    // counted and logged and the loop starts again 100 ms later: a listener
+    // that stopped accepting would turn every Postfix lookup into a failure.
+    template <typename Acceptor>
+    void spawn_accept_loop(Acceptor& acceptor);
+    void spawn_metrics_loop();
+    void restart_later(std::function<void()> start);
+    // Completion of a co_spawn'ed coroutine: an exception is counted and logged.
+    std::function<void(std::exception_ptr)> guarded(std::string where);
 
     // What one acceptor does on accept errors: a warning when it starts to
     // fail, at most one more per 10 s while it keeps failing, a line when it
@@ -120,8 +138,10 @@ class Server {
     WarningLimiter malformed_log_;
     WarningLimiter connection_limit_log_;
     WarningLimiter metrics_limit_log_;
+    WarningLimiter exception_log_;
     WarningLimiter accept_log_{std::chrono::seconds(10)};
 
+    std::atomic<std::uint64_t> exceptions_caught_{0};
     std::uint64_t accept_errors_policy_ = 0, accept_errors_metrics_ = 0;
     std::uint64_t accept_backoffs_policy_ = 0, accept_backoffs_metrics_ = 0;
     std::uint64_t metrics_refused_ = 0;
