@@ -222,8 +222,18 @@ class Daemon {
   private:
     void start(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
         const std::string log = (dir_ / "log").string();
+        // The shipped rules where the daemon can read them after dropping to
+        // nobody (a reload re-reads them), wherever the build tree is: a clone
+        // in /root is out of nobody's reach.
+        fs::create_directories(dir_ / "share");
+        fs::copy_file(fs::path(RETRYGUARD_SOURCE_DIR) / "conf" / "classifier.yaml", dir_ / "share" / "classifier.yaml",
+                      fs::copy_options::overwrite_existing);
+        ::chmod((dir_ / "share").c_str(), 0755);
+        ::chmod((dir_ / "share" / "classifier.yaml").c_str(), 0644);
+        const std::string datadir = (dir_ / "share").string();
         pid_ = ::fork();
         if (pid_ == 0) {
+            if (!env.count("RETRYGUARD_DATADIR")) ::setenv("RETRYGUARD_DATADIR", datadir.c_str(), 1);
             const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
             ::dup2(fd, 2);
             ::dup2(fd, 1);
