@@ -84,6 +84,11 @@ log "table: $(grep -vc '^#' "$TABLE") destinations in $TABLE"
 # that follows the log; every measurement then starts a fresh daemon on a copy
 # of it (no sources: it answers from the state it loads at start).
 LEDGER_SEED=$WORK/ledger-seed
+# Started as root, retryguard-policyd drops to policy.user: nobody here, who
+# owns the directories the daemon writes (ledger, sockets).
+AS_USER_OPTS=()
+as_daemon_user() { [ "$(id -u)" = 0 ] && chown nobody "$@"; return 0; }
+[ "$(id -u)" = 0 ] && AS_USER_OPTS=(-o policy.user=nobody -o policy.group=nogroup)
 ledger_config() {  # ledger_config DIR SOURCES
   cat <<CONF
 ledger: {backend: sqlite, sqlite: {path: $1/ledger.db}}
@@ -97,14 +102,14 @@ http_get() {  # http_get PORT PATH: the response, or nothing (bash's /dev/tcp: n
   { exec 3<>"/dev/tcp/127.0.0.1/$1" && printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' "$2" >&3 && cat <&3; exec 3<&-; } 2>/dev/null
 }
 build_ledger() {
-  mkdir -p "$LEDGER_SEED"; chmod 0755 "$LEDGER_SEED"
+  mkdir -p "$LEDGER_SEED"; chmod 0755 "$LEDGER_SEED"; as_daemon_user "$LEDGER_SEED"
   awk -v n="$DESTINATIONS" -v now="$(date '+%b %e %H:%M:%S')" 'BEGIN {
     d[0] = 3; d[1] = 7; for (i = 20; i < n + 20; i++) d[i - 18] = i
     for (k = 0; k < n + 2; k++)
       printf "%s sender postfix/smtp[4242]: B%010X: to=<user@rdom%d.test>, relay=mx.rdom%d.test[192.0.2.1]:25, delay=0.15, delays=0.01/0/0.08/0.06, dsn=4.3.5, status=deferred (host mx.rdom%d.test[192.0.2.1] said: 451 4.3.5 System config error (in reply to RCPT TO command))\n", now, k + 1, d[k], d[k], d[k] }' > "$LEDGER_SEED/mail.log"
   ledger_config "$LEDGER_SEED" "[{type: file, path: $LEDGER_SEED/mail.log, start: beginning}]" > "$LEDGER_SEED/seed.yaml"
   local mport i watch=0; mport=$(free_port) || die "no free port"
-  "$POLICYD" --foreground -c "$LEDGER_SEED/seed.yaml" -o "policy.socket=inet:$(( mport + 1 ))@127.0.0.1" \
+  "$POLICYD" --foreground -c "$LEDGER_SEED/seed.yaml" "${AS_USER_OPTS[@]}" -o "policy.socket=inet:$(( mport + 1 ))@127.0.0.1" \
     -o "metrics.listen=127.0.0.1:$mport" -o metrics.enabled=true -o log.target=stderr \
     > "$LEDGER_SEED/seed.log" 2>&1 & SPID=$!
   for i in $(seq 1200); do
@@ -146,12 +151,12 @@ start() {
     nullpolicy)
       $PIN_S "$TOOLS/nullpolicy" -l "$TARGET" -T 1 > "$dir/server.log" 2>&1 & SPID=$! ;;
     policyd|policyd-wide)
-      $PIN_S "$POLICYD" --foreground -c /dev/null -o "policy.socket=$SOCKET" -o metrics.enabled=false \
+      $PIN_S "$POLICYD" --foreground -c /dev/null "${AS_USER_OPTS[@]}" -o "policy.socket=$SOCKET" -o metrics.enabled=false \
         -o log.target=stderr --flagged "$TABLE" > "$dir/server.log" 2>&1 & SPID=$! ;;
     policyd-ledger)
-      cp "$LEDGER_SEED"/ledger.db* "$dir/"
+      cp "$LEDGER_SEED"/ledger.db* "$dir/"; as_daemon_user "$dir"/ledger.db*
       ledger_config "$dir" "[]" > "$dir/policyd.yaml"
-      $PIN_S "$POLICYD" --foreground -c "$dir/policyd.yaml" -o "policy.socket=$SOCKET" -o log.target=stderr \
+      $PIN_S "$POLICYD" --foreground -c "$dir/policyd.yaml" "${AS_USER_OPTS[@]}" -o "policy.socket=$SOCKET" -o log.target=stderr \
         > "$dir/server.log" 2>&1 & SPID=$! ;;
     postgrey)
       mkdir -p "$dir/db" && chown postgrey:postgrey "$dir/db"
@@ -191,7 +196,7 @@ run() {
 # measure_once SERVER TRANSPORT CONC: one fresh server, one measurement.
 measure_once() {
   local s=$1 tr=$2 c=$3 tag="$1-$2-c$3" dir port warm=$WARMUP extra=()
-  dir=$WORK/$tag; mkdir -p "$dir"; chmod 0755 "$dir"
+  dir=$WORK/$tag; mkdir -p "$dir"; chmod 0755 "$dir"; as_daemon_user "$dir"
   port=$(free_port) || die "no free port"
   case $s in postfwd2|postgrey) warm=$PEER_WARMUP ;; esac
   [ "$s" = policyd-wide ] && extra=(--rcpt-domains 200000)

@@ -20,7 +20,9 @@
 #include <fmt/format.h>
 
 #include "live.hpp"
+#include "retryguard/daemon_guard.hpp"
 #include "retryguard/ledger_decider.hpp"
+#include "retryguard/privileges.hpp"
 #include "retryguard/report.hpp"
 #include "retryguard/runtime.hpp"
 #include "server.hpp"
@@ -203,7 +205,12 @@ ServerOptions server_options_from(const config::Config& c) {
     opt.limits.max_attributes = static_cast<std::size_t>(c.policy.max_attributes);
     opt.limits.max_request_bytes = c.policy.max_request_size;
     opt.max_connections = static_cast<std::size_t>(c.policy.max_connections);
-    if (c.metrics.enabled) opt.metrics = c.metrics.listen.text;
+    if (c.metrics.enabled) {
+        opt.metrics = c.metrics.listen.text;
+        // The file's explicit opt-in, which check-config accepts too.
+        opt.metrics_allow_non_loopback = c.metrics.allow_non_loopback;
+    }
+    opt.metrics_max_connections = static_cast<std::size_t>(c.metrics.max_connections);
     return opt;
 }
 
@@ -284,6 +291,23 @@ int main(int argc, char** argv) {
         return kExitUsage;
     }
 
+    // Started as root: everything that needs root is
+    // opened first (configuration, ledger, log sources, sockets, owned by
+    // policy.user:policy.group), then root is given up for good before the
+    // first request. The SIGHUP reload and every file reopened later run as
+    // that user.
+    std::optional<RunAs> run_as;
+    if (::geteuid() == 0) {
+        auto who = lookup_run_as(cfg.policy.user, cfg.policy.group);
+        if (!who) {
+            log.error("policy.user/policy.group: " + who.error().message + "; refusing to run as root");
+            return kExitUsage;
+        }
+        run_as = std::move(*who);
+        opt.unix_uid = static_cast<long>(run_as->uid);
+        opt.unix_gid = static_cast<long>(run_as->gid);
+    }
+
     std::shared_ptr<PolicyDecider> decider;
     std::shared_ptr<LedgerDecider> ledger_decider;
     std::size_t destinations = 0;
@@ -358,6 +382,34 @@ int main(int argc, char** argv) {
         }
     }
 
+    if (run_as) {
+        // Files this process created as root go to the user it runs as: the
+        // SQLite ledger (and its WAL files), a verdict log file.
+        std::vector<std::string> owned;
+        const std::string spec = ledger_options_from(cfg).spec;
+        if (ledger_decider && spec.starts_with("sqlite:")) {
+            const std::string db = spec.substr(7);
+            owned = {db, db + "-wal", db + "-shm", db + "-journal"};
+        }
+        if (verdict_target->kind == VerdictLogTarget::Kind::file) owned.push_back(verdict_target->path);
+        Status st;
+        for (const auto& path : owned)
+            if (st.ok()) st = give_to(path, *run_as);
+        if (st.ok()) st = drop_privileges(*run_as);
+        if (!st) {
+            log.error(st.error().message);
+            if (live) live->stop();
+            daemonize_end(daemon_fd, kExitFailure);
+            return kExitFailure;
+        }
+        log.info(fmt::format("running as {}:{} (uid {}, gid {})", run_as->user, run_as->group, run_as->uid,
+                             run_as->gid));
+    }
+    if (opt.metrics_allow_non_loopback && !opt.metrics.empty())
+        log.warning("metrics.allow_non_loopback: the unauthenticated metrics endpoint " + opt.metrics +
+                    " may be reachable from other hosts");
+
+    // After the drop: the pruner's ledger connection is the unprivileged user's.
     std::unique_ptr<Pruner> pruner;
     if (ledger_decider) {
         pruner = std::make_unique<Pruner>(config_holder, log);
@@ -366,47 +418,64 @@ int main(int argc, char** argv) {
 
     asio::signal_set signals(io, SIGHUP, SIGTERM, SIGINT);
     std::function<void()> wait_signal;
+    std::function<void(int)> on_signal;
     wait_signal = [&] {
         signals.async_wait([&](const error_code& ec, int sig) {
             if (ec) return;
-            if (sig == SIGHUP) {
-                notify_reloading();
-                log.info("SIGHUP: reloading " + decider->describe());
-                // Reading the table may take a while: off the event loop. The
-                // decider swaps its table whole, so requests keep flowing.
-                asio::post(workers, [&] {
-                    Status st = decider->reload();
-                    {
-                        const auto errors = config_holder->reload(config_path);
-                        if (!errors.empty()) {
-                            std::string all;
-                            for (const auto& e : errors) all += (all.empty() ? "" : "\n") + e.to_string();
-                            st = make_error(ErrorKind::config, all);
-                        } else {
-                            apply_error_settings();
-                            if (live) live->request_reload();
-                        }
-                    }
-                    asio::post(io, [&, st = std::move(st)] {
-                        metrics.reload(st.ok());
-                        if (table_decider) metrics.set_destinations(table_decider->size());
-                        if (st.ok())
-                            log.info("reload done: " + decider->describe());
-                        else
-                            log.error(
-                                "reload failed, keeping the previous " +
-                                std::string(table_decider ? "table and configuration: " : "configuration: ") +
-                                st.error().message);
-                        notify("READY=1");
-                    });
-                });
-                wait_signal();
-                return;
-            }
-            log.info(sig == SIGTERM ? "SIGTERM: draining" : "SIGINT: draining");
-            notify("STOPPING=1");
-            server.drain();
+            // An exception here would leave io.run(): count it, keep serving.
+            const bool handled = run_guarded(
+                "signal handler", [&] { on_signal(sig); }, server.exceptions_caught(), server.guard_report());
+            if (!handled || sig == SIGHUP) wait_signal();
         });
+    };
+    on_signal = [&](int sig) {
+        if (sig == SIGHUP) {
+            notify_reloading();
+            log.info("SIGHUP: reloading " + decider->describe());
+            // Reading the table may take a while: off the event loop. The
+            // decider swaps its table whole, so requests keep flowing.
+            asio::post(workers, [&] {
+                // A worker thread's top level: a reload that throws
+                // fails, keeping the running table and configuration.
+                Status st;
+                if (!run_guarded(
+                        "reload",
+                        [&] {
+                            st = decider->reload();
+                            if (config_holder) {
+                                // The classifier rules are compiled before the swap: a
+                                // bad rule fails the whole reload and nothing changes.
+                                const auto errors = config_holder->reload(config_path, runtime_checks);
+                                if (!errors.empty()) {
+                                    std::string all;
+                                    for (const auto& e : errors)
+                                        all += (all.empty() ? "" : "\n") + e.to_string();
+                                    st = make_error(ErrorKind::config, all);
+                                } else {
+                                    apply_error_settings();
+                                    if (live) live->request_reload();
+                                }
+                            }
+                        },
+                        server.exceptions_caught(), server.guard_report()))
+                    st = make_error(ErrorKind::internal, "exception while reloading");
+                asio::post(io, [&, st = std::move(st)] {
+                    metrics.reload(st.ok());
+                    if (table_decider) metrics.set_destinations(table_decider->size());
+                    if (st.ok())
+                        log.info("reload done: " + decider->describe());
+                    else
+                        log.error("reload failed, keeping the previous " +
+                                  std::string(config_holder ? "configuration: " : "table: ") +
+                                  st.error().message);
+                    notify("READY=1");
+                });
+            });
+            return;
+        }
+        log.info(sig == SIGTERM ? "SIGTERM: draining" : "SIGINT: draining");
+        notify("STOPPING=1");
+        server.drain();
     };
     wait_signal();
 
@@ -425,16 +494,15 @@ int main(int argc, char** argv) {
     notify("READY=1");
     daemonize_end(daemon_fd, kExitOk);
 
-    try {
-        io.run();
-    } catch (const std::exception& e) {
-        log.error(std::string("event loop: ") + e.what());
-        workers.stop();
-        workers.join();
-        if (live) live->stop();
-        if (pruner) pruner->stop();
-        return kExitFailure;
+    // Every handler and coroutine is guarded; should an exception still leave
+    // io.run(), it is counted and the loop runs on (asio allows re-entering
+    // run() after a handler threw): answering DUNNO beats a dead socket.
+    for (;;) {
+        const bool done = run_guarded(
+            "event loop", [&] { io.run(); }, server.exceptions_caught(), server.guard_report());
+        if (done || io.stopped()) break;
     }
+    server.flush_suppressed(true);
     workers.stop();
     workers.join();
     if (live) live->stop();

@@ -99,13 +99,17 @@ std::string Resolution::reason() const {
 ConfigHolder::ConfigHolder(std::shared_ptr<const Config> initial, std::vector<std::string> overrides)
     : current_(std::move(initial)), overrides_(std::move(overrides)) {}
 
-std::vector<Diagnostic> ConfigHolder::reload(const std::string& path) {
+std::vector<Diagnostic> ConfigHolder::reload(const std::string& path, const Validator& validate) {
     auto running = current_.load();
     std::string file = path.empty() && running ? running->source : path;
     // Built-in defaults (no file, source "<...>"): only the overrides are read again.
     LoadOutcome out =
         file.empty() || file.front() == '<' ? load_string("", file, overrides_) : load_file(file, overrides_);
     if (!out.ok()) return out.errors;
+    if (validate) {
+        auto problems = validate(*out.config);
+        if (!problems.empty()) return problems;
+    }
     current_.store(std::move(out.config));
     generation_.fetch_add(1);
     return {};

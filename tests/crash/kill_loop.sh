@@ -26,6 +26,18 @@ KILLS=5
 RANDOM=$((${KILL_LOOP_SEED:-4242} + ${#MODE} * 7 + ${#BACKEND}))  # pseudo-random, the same every run
 
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/rg-kill-loop.XXXXXX")
+AS_USER=()
+if [ "$(id -u)" = 0 ]; then
+    chown nobody "$DIR" && chmod 755 "$DIR"
+    AS_USER=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+    # nobody runs a copy with the shipped rules beside it: the build tree may
+    # sit where nobody cannot reach (a clone in /root).
+    mkdir -p "$DIR/prog/bin" "$DIR/prog/share/retryguard"
+    cp "$POLICYD" "$DIR/prog/bin/"
+    cp "$(dirname "$POLICYD")/../share/retryguard/classifier.yaml" "$DIR/prog/share/retryguard/"
+    chmod -R a+rX "$DIR/prog"
+    POLICYD=$DIR/prog/bin/$(basename "$POLICYD")
+fi
 PIDS=()
 cleanup() {
     local p
@@ -82,28 +94,39 @@ ledger_opts() {  # ledger_opts SPEC
 }
 
 # ------------------------------------------------------------------ import
+clean_ms=0
 run_import() {  # run_import SPEC OUT [kill]
     local spec=$1 out=$2 kill=${3:-}
     rules > "$DIR/import.yaml"
     ledger_opts "$spec"
     local args=(import -c "$DIR/import.yaml" "${LEDGER_OPTS[@]}" --utc --batch 50 "$DIR/full.log")
     if [ -z "$kill" ]; then
+        local t0
+        t0=$(date +%s%N)
         "$RG" "${args[@]}" >> "$out" 2>> "$DIR/import.err"
+        clean_ms=$((($(date +%s%N) - t0) / 1000000))
         return
     fi
-    local attempt=0
+    # Kill points are drawn from the clean run's duration, so they land inside
+    # the import on a fast machine and a slow one alike. A resumed import skips
+    # what the ledger has, so it is shorter: when one finishes before its kill,
+    # the next draw is from a shorter span.
+    local attempt=0 span=$(( clean_ms * 8 / 10 ))
+    [ "$span" -ge 4 ] || span=4
     while [ "$kills_done" -lt "$KILLS" ]; do
         attempt=$((attempt + 1))
-        [ "$attempt" -le 50 ] || { echo "could not kill the import $KILLS times"; exit 1; }
+        [ "$attempt" -le 200 ] || { echo "could not kill the import $KILLS times (clean run: ${clean_ms} ms)"; exit 1; }
         "$RG" "${args[@]}" >> "$out" 2>> "$DIR/import.err" &
-        local pid=$! delay_ms=$((20 + RANDOM % 180))
-        sleep "$(printf '0.%03d' "$delay_ms")"
+        local pid=$! delay_ms=$((1 + RANDOM % span))
+        sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
         if kill -9 "$pid" 2> /dev/null; then
             wait "$pid" 2> /dev/null || true
             kills_done=$((kills_done + 1))
             report+="kill $kills_done: after ${delay_ms} ms, $(wc -l < "$out") verdict lines so far"$'\n'
         else
             wait "$pid" 2> /dev/null || true  # finished before the kill: start again, sooner
+            span=$(( span * 2 / 3 ))
+            [ "$span" -ge 2 ] || span=2
         fi
     done
     "$RG" "${args[@]}" >> "$out" 2>> "$DIR/import.err"
@@ -113,8 +136,9 @@ run_import() {  # run_import SPEC OUT [kill]
 start_policyd() {  # start_policyd CONF LOGFILE SPEC
     rm -f "$DIR/ready"
     ledger_opts "$3"
-    "$POLICYD" --foreground -c "$1" "${LEDGER_OPTS[@]}" -o policy.socket=inet:0@127.0.0.1 -o log.target=stderr \
-        --ready-file "$DIR/ready" >> "$2" 2>&1 &
+    # As root the daemon would drop to policy.user: run it as nobody from the start.
+    "${AS_USER[@]}" "$POLICYD" --foreground -c "$1" "${LEDGER_OPTS[@]}" -o policy.socket=inet:0@127.0.0.1 \
+        -o log.target=stderr --ready-file "$DIR/ready" >> "$2" 2>&1 &
     DPID=$!
     PIDS+=("$DPID")
     for _ in $(seq 200); do [ -s "$DIR/ready" ] && return 0; sleep 0.05; done

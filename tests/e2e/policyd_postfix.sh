@@ -24,8 +24,11 @@ getent passwd postfix >/dev/null || skip "no postfix user"
 ROOT=$(mktemp -d /var/tmp/rg-policyd-e2e.XXXXXX)
 chmod 0755 "$ROOT"
 ETC=$ROOT/etc LOG=$ROOT/postfix.log
-mkdir -p "$ETC" "$ROOT/spool" "$ROOT/data"
+mkdir -p "$ETC" "$ROOT/spool" "$ROOT/data" "$ROOT/state"
 chown postfix: "$ROOT/data"
+# Started as root, the daemon drops to policy.user (nobody): its ready file
+# lives in a directory of its own.
+chown nobody "$ROOT/state"
 FAILS=0
 DPID=""
 
@@ -68,15 +71,15 @@ flagged.test  REJECT 5.7.1 destination flagged by retryguard
 warned.test   WARN retryguard: destination flagged
 EOF
 start_policyd() {
-    rm -f "$ROOT/ready"
+    rm -f "$ROOT/state/ready"
     "$POLICYD" --foreground -c /dev/null -o "policy.socket=inet:${POLICY_PORT:-0}@127.0.0.1" \
-        -o metrics.enabled=false -o log.target=stderr --flagged "$ROOT/flagged" \
-        --ready-file "$ROOT/ready" >> "$ROOT/policyd.log" 2>&1 &
+        -o policy.user=nobody -o policy.group=nogroup -o metrics.enabled=false -o log.target=stderr --flagged "$ROOT/flagged" \
+        --ready-file "$ROOT/state/ready" >> "$ROOT/policyd.log" 2>&1 &
     DPID=$!
     local i
-    for i in $(seq 100); do [ -s "$ROOT/ready" ] && break; sleep 0.1; done
-    [ -s "$ROOT/ready" ] || { FAILS=1; echo "policyd did not start"; exit 1; }
-    POLICY_PORT=$(sed -n 's/^policy tcp:127.0.0.1://p' "$ROOT/ready")
+    for i in $(seq 100); do [ -s "$ROOT/state/ready" ] && break; sleep 0.1; done
+    [ -s "$ROOT/state/ready" ] || { FAILS=1; echo "policyd did not start"; exit 1; }
+    POLICY_PORT=$(sed -n 's/^policy tcp:127.0.0.1://p' "$ROOT/state/ready")
 }
 start_policyd
 
