@@ -70,10 +70,10 @@ def main():
     log = os.path.join(OUT, "hostile.sender.log")
     subprocess.run([sys.executable, os.path.join(SRC, "tests/fixtures/hostile/make_hostile_log.py"), log],
                    check=True)
-    ledger = ["--ledger", "sqlite:" + os.path.join(OUT, "ledger.db")]
+    ledger = ["-o", "ledger.sqlite.path=" + os.path.join(OUT, "ledger.db")]
     report = ledger + ["--now", NOW]
 
-    out = run(["import", "--year", "2026", "--utc"] + ledger + [log])
+    out = run(["import"] + ledger + ["--year", "2026", "--utc", log])
     check_terminal("import", out)
     verdict_lines = [l for l in out.split(b"\n") if l]
     if len(verdict_lines) < 10:

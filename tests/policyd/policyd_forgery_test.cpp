@@ -6,8 +6,10 @@
 // project's own log parser: the exact queue id is the key, the recipient is
 // intact, and no forged verdict or field appears.
 #include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -16,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -45,10 +48,21 @@ class Policyd {
         fs::remove_all(dir_);
         fs::create_directories(dir_);
         std::ofstream(dir_ / "flagged") << "flagged.test REJECT 5.7.1 destination flagged by retryguard\n";
+        // Started as root, the daemon drops to policy.user (nobody here), who
+        // writes the ready file after the drop.
+        if (::geteuid() == 0) {
+            const passwd* pw = ::getpwnam("nobody");
+            const group* gr = ::getgrnam("nogroup");
+            if (pw && gr && ::chown(dir_.c_str(), pw->pw_uid, gr->gr_gid) != 0) std::perror("chown");
+        }
         const std::vector<std::string> args = {RETRYGUARD_POLICYD,
                                                "--foreground",
                                                "-c",
                                                "/dev/null",
+                                               "-o",
+                                               "policy.user=nobody",
+                                               "-o",
+                                               "policy.group=nogroup",
                                                "-o",
                                                "policy.socket=inet:0@127.0.0.1",
                                                "-o",
