@@ -759,7 +759,14 @@ TEST(PolicydDaemon, DaemonModeDetachesReloadsAndStops) {
         got = c.answer();
     }
     EXPECT_EQ(got, "action=HOLD\n\n");
-    EXPECT_EQ(metric(http_body(mport, "/metrics"), "retryguard_policy_reloads_total{result=\"ok\"}"), 1);
+    // The new table answers before the reload ends: the configuration is read
+    // again after it, and only then is the reload counted.
+    double reloads = -1;
+    for (int i = 0; i < 250 && reloads != 1; ++i) {
+        reloads = metric(http_body(mport, "/metrics"), "retryguard_policy_reloads_total{result=\"ok\"}");
+        if (reloads != 1) std::this_thread::sleep_for(20ms);
+    }
+    EXPECT_EQ(reloads, 1);
     ::kill(daemon_pid, SIGTERM);
     EXPECT_TRUE(c.closed_within(3000ms));
     // The detached daemon's parent is whatever reaps orphans here; it may leave the exited
