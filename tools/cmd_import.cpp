@@ -191,6 +191,12 @@ int run_import(const ImportOptions& opt) {
     const auto& s = ingestor.stats();
     fmt::print(stderr, "retryguard import: {} lines, {} events, {} new, {} already known, {} verdicts\n",
                s.lines, s.events, s.applied, s.duplicates, s.verdicts);
+    if (s.outbox_pending > 0)
+        fmt::print(
+            stderr,
+            "retryguard import: verdict outbox: {} pending lines, {} already written, {} written again "
+            "unchecked\n",
+            s.outbox_pending, s.outbox_found, s.verdict_lines_replayed);
     return rc;
 }
 
