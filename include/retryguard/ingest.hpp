@@ -30,11 +30,12 @@
 //   so the outbox costs no commit of its own and holds at most the lines of
 //   the last commit. restore() hands the entries still there (lines that may
 //   or may not have reached the sink before a crash) to the outbox sink before
-//   anything else is written: a file sink reads its tail and writes only the
-//   lines it lacks (exact); a sink that cannot be read back (syslog, postlog,
-//   stderr, standard output) writes them again (at least once: a duplicate is
-//   possible, a loss is not) and counts them. Without an outbox sink the lines
-//   are dropped and counted (at most once).
+//   anything else is written, then trims them (one commit per restart, so a
+//   second crash does not hand them over again): a file sink reads its tail
+//   and writes only the lines it lacks (exact); a sink that cannot be read
+//   back (syslog, postlog, stderr, standard output) writes them again (at
+//   least once: a duplicate is possible, a loss is not) and counts them.
+//   Without an outbox sink the lines are dropped and counted (at most once).
 // - Effects the ledger refused stay pending and are offered again before the
 //   next ones; the state is not saved while any are pending (the journal still
 //   covers them).
