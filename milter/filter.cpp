@@ -311,11 +311,12 @@ std::string counters_line() {
     return fmt::format(
         "counters: messages={} accepted={} refused={} held={} discarded={} tagged={} recorded={} "
         "failopen_ledger={} failopen_timeout={} failopen_internal={} failopen_input={} tempfailed={} "
-        "record_errors={} reloads={} reload_errors={} lookups_filtered={} filter_errors={}",
+        "record_errors={} reloads={} reload_errors={} lookups_filtered={} filter_errors={} exceptions={}",
         c.messages.load(), c.accepted.load(), c.refused.load(), c.held.load(), c.discarded.load(),
         c.tagged.load(), c.recorded.load(), c.failopen_ledger.load(), c.failopen_timeout.load(),
         c.failopen_internal.load(), c.failopen_input.load(), c.tempfailed.load(), c.record_errors.load(),
-        c.reloads.load(), c.reload_errors.load(), c.lookups_filtered.load(), c.filter_errors.load());
+        c.reloads.load(), c.reload_errors.load(), c.lookups_filtered.load(), c.filter_errors.load(),
+        c.exceptions.load());
 }
 
 }  // namespace retryguard::milter

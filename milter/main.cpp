@@ -13,14 +13,17 @@
 #include <fmt/format.h>
 #include <systemd/sd-daemon.h>
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "filter.hpp"
 #include "retryguard/config.hpp"
+#include "retryguard/daemon_guard.hpp"
 #include "retryguard/resend_config.hpp"
 #include "retryguard/runtime.hpp"
 
@@ -52,9 +55,29 @@ struct Options {
     std::string config_file;
 };
 
+// The UNIX socket this process created, removed on every way out (die(),
+// std::exit, the end of main) so that no stale socket is left for Postfix to
+// connect to. Only that socket: the same inode, not one a newer instance made.
+struct OwnSocket {
+    std::string path;
+    dev_t dev = 0;
+    ino_t ino = 0;
+} g_socket;
+
+void remove_own_socket() {
+    if (g_socket.path.empty()) return;
+    struct stat st {};
+    if (::lstat(g_socket.path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == g_socket.dev &&
+        st.st_ino == g_socket.ino && ::unlink(g_socket.path.c_str()) != 0)
+        std::fprintf(stderr, "retryguard-milter: cannot remove %s: %s\n", g_socket.path.c_str(),
+                     std::strerror(errno));
+    g_socket.path.clear();
+}
+
 [[noreturn]] void die(int code, const std::string& msg) {
     if (globals().log) globals().log->write(Severity::error, msg);
     std::fprintf(stderr, "retryguard-milter: %s\n", msg.c_str());
+    remove_own_socket();
     std::exit(code);
 }
 
@@ -185,6 +208,16 @@ void reload(const Options& o, const Given& given) {
     sd_notify(0, "READY=1");
 }
 
+// An exception caught at the top of one of the milter's own threads.
+GuardReport milter_report() {
+    return [](std::string_view where, std::string_view what) {
+        if (globals().log)
+            globals().log->write(
+                Severity::error,
+                fmt::format("{}: caught exception: {}; carrying on (fail-open)", where, what));
+    };
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -300,6 +333,13 @@ int main(int argc, char** argv) {
     if (smfi_register(desc) != MI_SUCCESS) die(2, "smfi_register failed");
     if (smfi_opensocket(true) != MI_SUCCESS) die(1, "cannot open the milter socket " + conn);
     if (spec->kind == config::SocketSpec::Kind::unix_path) {
+        struct stat st {};
+        if (::lstat(spec->path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+            g_socket = OwnSocket{spec->path, st.st_dev, st.st_ino};
+            std::atexit(remove_own_socket);
+        }
+    }
+    if (spec->kind == config::SocketSpec::Kind::unix_path) {
         char* end = nullptr;
         long mode = std::strtol(o.socket_mode.c_str(), &end, 8);
         if (!end || *end || mode < 0 || mode > 0777)
@@ -339,7 +379,13 @@ int main(int argc, char** argv) {
         sigaddset(&usr1, SIGUSR1);
         for (;;) {
             int sig = 0;
-            if (sigwait(&usr1, &sig) == 0 && sig == SIGUSR1) reload(o, given);
+            // This thread's top level: a reload that throws is a failed reload.
+            if (sigwait(&usr1, &sig) == 0 && sig == SIGUSR1 &&
+                !run_guarded(
+                    "reload", [&] { reload(o, given); }, globals().counters.exceptions, milter_report())) {
+                ++globals().counters.reload_errors;
+                sd_notify(0, "READY=1");
+            }
         }
     }).detach();
 
@@ -362,7 +408,9 @@ int main(int argc, char** argv) {
         globals().counters.record_errors += globals().store->failed_records();
         globals().counters.lookups_filtered += globals().store->filtered_lookups();
         globals().counters.filter_errors += globals().store->filter_errors();
+        globals().counters.exceptions += globals().store->exceptions_caught();
     }
     globals().log->write(Severity::info, "stopping: " + counters_line());
+    remove_own_socket();
     return rc == MI_SUCCESS ? 0 : 1;
 }

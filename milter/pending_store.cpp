@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "retryguard/daemon_guard.hpp"
 #include "retryguard/identity_filter.hpp"
 #include "retryguard/ledger.hpp"
 
@@ -28,6 +29,15 @@ namespace {
 // deferred (resend.hpp: counts_as_retrying), and the log's deferral line names
 // that recipient; recording them here would cost two more B-tree inserts per
 // message for rows no verdict reads.
+// An exception caught at the top of one of the store's threads, to its log.
+GuardReport store_report(const StoreLog& log) {
+    return [log](std::string_view where, std::string_view what) {
+        if (log)
+            log(Severity::error,
+                fmt::format("{}: caught exception: {}; carrying on (fail-open)", where, what));
+    };
+}
+
 MessageIdentity identity(const MessageFacts& msg, TimePoint when) {
     MessageIdentity id;
     id.queue_id = msg.queue_id;
@@ -106,6 +116,7 @@ class LedgerStore final : public PendingStore {
     }
     std::uint64_t filtered_lookups() const override { return filtered_lookups_; }
     std::uint64_t filter_errors() const override { return filter_errors_; }
+    std::uint64_t exceptions_caught() const override { return exceptions_; }
 
   private:
     void rebuild() {
@@ -132,7 +143,11 @@ class LedgerStore final : public PendingStore {
         std::unique_lock lock(mu_);
         while (!cv_.wait_for(lock, rescan_, [this] { return stop_; })) {
             lock.unlock();
-            rebuild();
+            // This thread's top level: a rebuild that throws counts as a failed
+            // one (every message is looked up) and the next rescan tries again.
+            if (!run_guarded(
+                    "identity filter rebuild", [this] { rebuild(); }, exceptions_, store_report(log_)))
+                ++filter_errors_;
             lock.lock();
         }
     }
@@ -143,7 +158,7 @@ class LedgerStore final : public PendingStore {
     StoreLog log_;
     bool filtered_;
     IdentityFilter filter_;
-    std::atomic<std::uint64_t> filtered_lookups_{0}, filter_errors_{0};
+    std::atomic<std::uint64_t> filtered_lookups_{0}, filter_errors_{0}, exceptions_{0};
     bool failing_ = false, first_ = true;  // rebuild()'s, which runs on one thread at a time
     std::mutex mu_;
     std::condition_variable cv_;
@@ -167,8 +182,8 @@ class LedgerStore final : public PendingStore {
 // by swapping maps, their memory freed after.
 class AsyncRecorder final : public PendingStore {
   public:
-    AsyncRecorder(std::unique_ptr<PendingStore> inner, std::size_t limit)
-        : inner_(std::move(inner)), limit_(limit), worker_([this] { run(); }) {}
+    AsyncRecorder(std::unique_ptr<PendingStore> inner, std::size_t limit, StoreLog log)
+        : inner_(std::move(inner)), limit_(limit), log_(std::move(log)), worker_([this] { run(); }) {}
     ~AsyncRecorder() override { close(); }
     void close() override {
         {
@@ -218,6 +233,7 @@ class AsyncRecorder final : public PendingStore {
     std::uint64_t failed_records() const override { return dropped_ + failed_; }
     std::uint64_t filtered_lookups() const override { return inner_->filtered_lookups(); }
     std::uint64_t filter_errors() const override { return inner_->filter_errors(); }
+    std::uint64_t exceptions_caught() const override { return exceptions_ + inner_->exceptions_caught(); }
 
   private:
     using Item = std::pair<MessageFacts, TimePoint>;
@@ -248,7 +264,15 @@ class AsyncRecorder final : public PendingStore {
         return false;
     }
 
+    // The writer thread's top level: whatever throws is counted and logged and
+    // the loop starts again (the records at hand count as failed); a writer
+    // that died would leave end-of-message waiting on a full queue.
     void run() {
+        while (!run_guarded(
+            "record writer", [this] { write_loop(); }, exceptions_, store_report(log_))) {
+        }
+    }
+    void write_loop() {
         std::unique_lock lock(mu_);
         for (;;) {
             cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
@@ -260,7 +284,12 @@ class AsyncRecorder final : public PendingStore {
             batch.swap(queue_);
             writing_keys_.swap(queued_keys_);
             lock.unlock();
-            if (!inner_->record_many(batch)) failed_ += batch.size();
+            bool ok = false;
+            if (!run_guarded(
+                    "record writer", [&] { ok = inner_->record_many(batch).ok(); }, exceptions_,
+                    store_report(log_)))
+                ok = false;
+            if (!ok) failed_ += batch.size();
             KeyMap written;
             lock.lock();
             written.swap(writing_keys_);  // committed (or counted as failed): the ledger answers for them now
@@ -277,6 +306,7 @@ class AsyncRecorder final : public PendingStore {
     static constexpr std::chrono::milliseconds kFlushWait{1000};
     std::unique_ptr<PendingStore> inner_;
     std::size_t limit_;
+    StoreLog log_;
     std::mutex mu_;
     std::condition_variable cv_;       // to the writer: records waiting, flush, stop
     std::condition_variable written_;  // from the writer: a batch is committed
@@ -285,7 +315,7 @@ class AsyncRecorder final : public PendingStore {
     KeyMap queued_keys_;   // of queue_
     KeyMap writing_keys_;  // of the batch being written
     bool stop_ = false;
-    std::atomic<std::uint64_t> dropped_{0}, failed_{0};
+    std::atomic<std::uint64_t> dropped_{0}, failed_{0}, exceptions_{0};
     std::thread worker_;  // last: starts once everything above exists
 };
 
@@ -297,10 +327,9 @@ Result<std::unique_ptr<PendingStore>> open_pending_store(const std::string& spec
     auto ledger = open_ledger(spec);
     if (!ledger) return std::move(ledger).error();
     if (!log) log = [](Severity, const std::string&) {};
-    std::unique_ptr<PendingStore> store(
-        new LedgerStore(std::move(*ledger), spec, filter_rescan, std::move(log)));
+    std::unique_ptr<PendingStore> store(new LedgerStore(std::move(*ledger), spec, filter_rescan, log));
     if (record_queue == 0) return store;
-    return std::unique_ptr<PendingStore>(new AsyncRecorder(std::move(store), record_queue));
+    return std::unique_ptr<PendingStore>(new AsyncRecorder(std::move(store), record_queue, std::move(log)));
 }
 
 }  // namespace retryguard::milter

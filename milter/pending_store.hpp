@@ -44,6 +44,9 @@ class PendingStore {
     // Lookups the identity filter answered without the ledger, and its failed rebuilds.
     virtual std::uint64_t filtered_lookups() const { return 0; }
     virtual std::uint64_t filter_errors() const { return 0; }
+    // Exceptions caught at the top of the store's own threads (failed open:
+    // the thread carries on, the records or rebuild at hand count as failed).
+    virtual std::uint64_t exceptions_caught() const { return 0; }
 };
 
 // Where a store reports what it does on its own (the filter's rebuilds).

@@ -14,7 +14,13 @@ done
 mkdir -p "$tree"
 # The source as it is in the work tree (uncommitted edits included), without
 # build directories; debian/ and the debhelper build directory are ours.
-rsync -a --delete --exclude=/.git --exclude='/build*' --exclude='/obj-*' --exclude=/debian \
+# Not -a: the copy must not keep the source's modification times. A file edited
+# before the previous package build started but copied after it would carry a
+# time older than the objects built from its old content, and make would link
+# those stale objects (a header's struct layout out of step between two
+# objects). With --checksum and no -t, a changed file gets the time of this
+# copy and an unchanged one is left alone.
+rsync -rlpD --checksum --delete --exclude=/.git --exclude='/build*' --exclude='/obj-*' --exclude=/debian \
   "$src/" "$tree/"
 # A changed rules file means other compiler flags: configure afresh.
 if ! cmp -s "$src/packaging/debian/rules" "$tree/debian/rules" 2>/dev/null; then

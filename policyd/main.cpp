@@ -18,7 +18,9 @@
 #include <fmt/format.h>
 
 #include "live.hpp"
+#include "retryguard/daemon_guard.hpp"
 #include "retryguard/ledger_decider.hpp"
+#include "retryguard/privileges.hpp"
 #include "retryguard/runtime.hpp"
 #include "server.hpp"
 
@@ -145,6 +147,9 @@ int main(int argc, char** argv) {
     app.add_option("--max-request", opt.limits.max_request_bytes, "bytes per request")->capture_default_str();
     app.add_option("--max-connections", opt.max_connections, "open policy connections")
         ->capture_default_str();
+    app.add_option("--metrics-max-connections", opt.metrics_max_connections,
+                   "open metrics/health connections (further ones are closed at once)")
+        ->capture_default_str();
     app.add_option("--worker-threads", worker_threads, "threads for deciders that may block")
         ->capture_default_str();
     app.add_option("--simulate-slow-decider", slow_ms, "testing aid: every decision sleeps this many ms");
@@ -227,7 +232,13 @@ int main(int argc, char** argv) {
             opt.limits.max_request_bytes = cfg.policy.max_request_size;
         if (!app.count("--max-connections") && cfg.policy.max_connections > 0)
             opt.max_connections = static_cast<std::size_t>(cfg.policy.max_connections);
-        if (!app.count("--metrics") && cfg.metrics.enabled) opt.metrics = cfg.metrics.listen.text;
+        if (!app.count("--metrics") && cfg.metrics.enabled) {
+            opt.metrics = cfg.metrics.listen.text;
+            // The file's explicit opt-in, which check-config accepts too.
+            opt.metrics_allow_non_loopback = cfg.metrics.allow_non_loopback;
+        }
+        if (!app.count("--metrics-max-connections") && cfg.metrics.max_connections > 0)
+            opt.metrics_max_connections = static_cast<std::size_t>(cfg.metrics.max_connections);
         if (!app.count("--stages") && !cfg.policy.stages.empty()) {
             std::string names;
             for (auto st : cfg.policy.stages) {
@@ -247,6 +258,27 @@ int main(int argc, char** argv) {
     if (opt.listen.empty()) {
         log.error("nothing to listen on: give --listen or --config with policy.socket");
         return kExitUsage;
+    }
+    if (opt.metrics_max_connections == 0) {
+        log.error("--metrics-max-connections must be positive");
+        return kExitUsage;
+    }
+
+    // Started as root with a configuration: everything that needs root is
+    // opened first (configuration, ledger, log sources, sockets, owned by
+    // policy.user:policy.group), then root is given up for good before the
+    // first request. The SIGHUP reload and every file reopened later run as
+    // that user.
+    std::optional<RunAs> run_as;
+    if (::geteuid() == 0 && runtime) {
+        auto who = lookup_run_as(runtime->config->policy.user, runtime->config->policy.group);
+        if (!who) {
+            log.error("policy.user/policy.group: " + who.error().message + "; refusing to run as root");
+            return kExitUsage;
+        }
+        run_as = std::move(*who);
+        opt.unix_uid = static_cast<long>(run_as->uid);
+        opt.unix_gid = static_cast<long>(run_as->gid);
     }
 
     std::shared_ptr<PolicyDecider> decider;
@@ -331,48 +363,96 @@ int main(int argc, char** argv) {
         }
     }
 
+    if (run_as) {
+        // Files this process created as root go to the user it runs as: the
+        // SQLite ledger (and its WAL files), a verdict log file.
+        std::vector<std::string> owned;
+        const std::string spec =
+            !ledger_spec.empty() ? ledger_spec : ledger_options_from(*runtime->config).spec;
+        if (spec.starts_with("sqlite:")) {
+            const std::string db = spec.substr(7);
+            owned = {db, db + "-wal", db + "-shm", db + "-journal"};
+        }
+        if (verdict_target->kind == VerdictLogTarget::Kind::file) owned.push_back(verdict_target->path);
+        Status st;
+        for (const auto& path : owned)
+            if (st.ok()) st = give_to(path, *run_as);
+        if (st.ok()) st = drop_privileges(*run_as);
+        if (!st) {
+            log.error(st.error().message);
+            if (live) live->stop();
+            daemonize_end(daemon_fd, kExitFailure);
+            return kExitFailure;
+        }
+        log.info(fmt::format("running as {}:{} (uid {}, gid {})", run_as->user, run_as->group, run_as->uid,
+                             run_as->gid));
+    } else if (::geteuid() == 0) {
+        log.warning("running as root: give a configuration (-c) with policy.user to drop privileges");
+    }
+    if (opt.metrics_allow_non_loopback && !opt.metrics.empty())
+        log.warning("metrics.allow_non_loopback: the unauthenticated metrics endpoint " + opt.metrics +
+                    " may be reachable from other hosts");
+
     asio::signal_set signals(io, SIGHUP, SIGTERM, SIGINT);
     std::function<void()> wait_signal;
+    std::function<void(int)> on_signal;
     wait_signal = [&] {
         signals.async_wait([&](const error_code& ec, int sig) {
             if (ec) return;
-            if (sig == SIGHUP) {
-                notify_reloading();
-                log.info("SIGHUP: reloading " + decider->describe());
-                // Reading the table may take a while: off the event loop. The
-                // decider swaps its table whole, so requests keep flowing.
-                asio::post(workers, [&] {
-                    Status st = decider->reload();
-                    if (config_holder) {
-                        const auto errors = config_holder->reload(config_path);
-                        if (!errors.empty()) {
-                            std::string all;
-                            for (const auto& e : errors) all += (all.empty() ? "" : "\n") + e.to_string();
-                            st = make_error(ErrorKind::config, all);
-                        } else {
-                            apply_error_settings();
-                            if (live) live->request_reload();
-                        }
-                    }
-                    asio::post(io, [&, st = std::move(st)] {
-                        metrics.reload(st.ok());
-                        if (table_decider) metrics.set_destinations(table_decider->size());
-                        if (st.ok())
-                            log.info("reload done: " + decider->describe());
-                        else
-                            log.error("reload failed, keeping the previous " +
-                                      std::string(config_holder ? "configuration: " : "table: ") +
-                                      st.error().message);
-                        notify("READY=1");
-                    });
-                });
-                wait_signal();
-                return;
-            }
-            log.info(sig == SIGTERM ? "SIGTERM: draining" : "SIGINT: draining");
-            notify("STOPPING=1");
-            server.drain();
+            // An exception here would leave io.run(): count it, keep serving.
+            const bool handled = run_guarded(
+                "signal handler", [&] { on_signal(sig); }, server.exceptions_caught(), server.guard_report());
+            if (!handled || sig == SIGHUP) wait_signal();
         });
+    };
+    on_signal = [&](int sig) {
+        if (sig == SIGHUP) {
+            notify_reloading();
+            log.info("SIGHUP: reloading " + decider->describe());
+            // Reading the table may take a while: off the event loop. The
+            // decider swaps its table whole, so requests keep flowing.
+            asio::post(workers, [&] {
+                // A worker thread's top level: a reload that throws
+                // fails, keeping the running table and configuration.
+                Status st;
+                if (!run_guarded(
+                        "reload",
+                        [&] {
+                            st = decider->reload();
+                            if (config_holder) {
+                                // The classifier rules are compiled before the swap: a
+                                // bad rule fails the whole reload and nothing changes.
+                                const auto errors = config_holder->reload(config_path, runtime_checks);
+                                if (!errors.empty()) {
+                                    std::string all;
+                                    for (const auto& e : errors)
+                                        all += (all.empty() ? "" : "\n") + e.to_string();
+                                    st = make_error(ErrorKind::config, all);
+                                } else {
+                                    apply_error_settings();
+                                    if (live) live->request_reload();
+                                }
+                            }
+                        },
+                        server.exceptions_caught(), server.guard_report()))
+                    st = make_error(ErrorKind::internal, "exception while reloading");
+                asio::post(io, [&, st = std::move(st)] {
+                    metrics.reload(st.ok());
+                    if (table_decider) metrics.set_destinations(table_decider->size());
+                    if (st.ok())
+                        log.info("reload done: " + decider->describe());
+                    else
+                        log.error("reload failed, keeping the previous " +
+                                  std::string(config_holder ? "configuration: " : "table: ") +
+                                  st.error().message);
+                    notify("READY=1");
+                });
+            });
+            return;
+        }
+        log.info(sig == SIGTERM ? "SIGTERM: draining" : "SIGINT: draining");
+        notify("STOPPING=1");
+        server.drain();
     };
     wait_signal();
 
@@ -391,15 +471,15 @@ int main(int argc, char** argv) {
     notify("READY=1");
     daemonize_end(daemon_fd, kExitOk);
 
-    try {
-        io.run();
-    } catch (const std::exception& e) {
-        log.error(std::string("event loop: ") + e.what());
-        workers.stop();
-        workers.join();
-        if (live) live->stop();
-        return kExitFailure;
+    // Every handler and coroutine is guarded; should an exception still leave
+    // io.run(), it is counted and the loop runs on (asio allows re-entering
+    // run() after a handler threw): answering DUNNO beats a dead socket.
+    for (;;) {
+        const bool done = run_guarded(
+            "event loop", [&] { io.run(); }, server.exceptions_caught(), server.guard_report());
+        if (done || io.stopped()) break;
     }
+    server.flush_suppressed(true);
     workers.stop();
     workers.join();
     if (live) live->stop();

@@ -16,7 +16,9 @@
 
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 
 #include <fmt/format.h>
@@ -92,30 +94,6 @@ std::string peer_of(const asio::local::stream_protocol::socket&) {
     return "local";
 }
 
-// At most one line per second per kind, so a flood of failures cannot flood
-// the log; the suppressed count goes into the next line.
-class LogLimiter {
-  public:
-    bool allow(std::uint64_t& suppressed) {
-        const auto now = PolicyClock::now();
-        if (now - last_ < std::chrono::seconds(1)) {
-            ++suppressed_;
-            return false;
-        }
-        last_ = now;
-        suppressed = suppressed_;
-        suppressed_ = 0;
-        return true;
-    }
-
-  private:
-    PolicyClock::time_point last_{};
-    std::uint64_t suppressed_ = 0;
-};
-
-LogLimiter g_fail_open_log;
-LogLimiter g_malformed_log;
-
 // One line per answer other than DUNNO, in the project's verdict format
 // (docs/verdicts.md), keyed by queue ID like Postfix's own lines; NOQUEUE, as
 // Postfix writes, at the first RCPT before the queue file exists.
@@ -154,7 +132,7 @@ awaitable<void> Server::decide_offloaded(const PolicyRequest& request, std::stri
     if (pending_decisions_->load(std::memory_order_relaxed) >= options_.max_pending_decisions) {
         service_.answer_fail_open(out, FailOpenReason::overload);
         std::uint64_t suppressed = 0;
-        if (g_fail_open_log.allow(suppressed))
+        if (fail_open_log_.allow(suppressed))
             log_.warning(
                 fmt::format("fail-open (overload: {} decisions pending) for recipient=<{}>; "
                             "{} similar lines suppressed",
@@ -174,18 +152,26 @@ awaitable<void> Server::decide_offloaded(const PolicyRequest& request, std::stri
     // the parser reuses `request` while the worker may still read it.
     auto copy = std::make_shared<const PolicyRequest>(request);
     pending_decisions_->fetch_add(1, std::memory_order_relaxed);
-    asio::post(workers_, [state, copy, deadline, decider = decider_, service = &service_,
+    // A worker thread's top level: nothing may leave it (that would end the
+    // process). Should the worker fail, the timer runs out and the answer is
+    // the fail-open one.
+    asio::post(workers_, [this, state, copy, deadline, decider = decider_, service = &service_,
                           pending = pending_decisions_, loop = io_.get_executor()] {
-        bool failed = false;
-        Decision d = service->decide_contained(*decider, *copy, deadline, failed);
-        pending->fetch_sub(1, std::memory_order_relaxed);
-        asio::post(loop, [state, d = std::move(d), failed]() mutable {
-            if (failed)
-                state->failed = true;
-            else
-                state->result = std::move(d);
-            state->timer.cancel();
-        });
+        run_guarded(
+            "decision worker",
+            [&] {
+                bool failed = false;
+                Decision d = service->decide_contained(*decider, *copy, deadline, failed);
+                pending->fetch_sub(1, std::memory_order_relaxed);
+                asio::post(loop, [state, d = std::move(d), failed]() mutable {
+                    if (failed)
+                        state->failed = true;
+                    else
+                        state->result = std::move(d);
+                    state->timer.cancel();
+                });
+            },
+            exceptions_caught_, guard_report());
     });
     // Only this thread runs the completion above, and it cannot run before
     // this wait starts, so a cancel is never lost.
@@ -199,7 +185,7 @@ awaitable<void> Server::decide_offloaded(const PolicyRequest& request, std::stri
     const FailOpenReason why = state->failed ? FailOpenReason::decider_error : FailOpenReason::timeout;
     service_.answer_fail_open(out, why);
     std::uint64_t suppressed = 0;
-    if (g_fail_open_log.allow(suppressed))
+    if (fail_open_log_.allow(suppressed))
         log_.warning(
             fmt::format("fail-open ({}) for recipient=<{}>: answered DUNNO; {} similar lines suppressed",
                         to_string(why), request.get(PolicyAttr::recipient), suppressed));
@@ -230,7 +216,7 @@ awaitable<void> Server::session(Socket socket) {
             if (server.draining_ && server.conns_.empty()) server.io_.stop();
         }
     } cleanup{*this, *conn};
-    asio::co_spawn(io_, watchdog(conn), asio::detached);
+    asio::co_spawn(io_, watchdog(conn), guarded("connection watchdog"));
 
     PolicyParser parser(options_.limits);
     std::string out;
@@ -263,7 +249,7 @@ awaitable<void> Server::session(Socket socket) {
                 malformed = true;
                 service_.metrics().malformed(parser.error());
                 std::uint64_t suppressed = 0;
-                if (g_malformed_log.allow(suppressed))
+                if (malformed_log_.allow(suppressed))
                     log_.warning(
                         fmt::format("malformed policy request from {}: {}; closing the connection; "
                                     "{} similar lines suppressed",
@@ -281,8 +267,12 @@ awaitable<void> Server::session(Socket socket) {
                                                              started + options_.decision_timeout, failed);
                 if (failed) {
                     service_.answer_fail_open(out, FailOpenReason::decider_error);
-                    log_.warning(fmt::format("fail-open (decider_error) for recipient=<{}>: answered DUNNO",
-                                             request.get(PolicyAttr::recipient)));
+                    std::uint64_t suppressed = 0;
+                    if (fail_open_log_.allow(suppressed))
+                        log_.warning(fmt::format(
+                            "fail-open (decider_error) for recipient=<{}>: answered DUNNO; {} similar lines "
+                            "suppressed",
+                            request.get(PolicyAttr::recipient), suppressed));
                 } else {
                     service_.answer(out, d);
                     log_verdict(verdicts_, request, d);
@@ -320,45 +310,107 @@ awaitable<void> Server::session(Socket socket) {
     }
 }
 
+std::function<void(std::exception_ptr)> Server::guarded(std::string where) {
+    return [this, where = std::move(where)](std::exception_ptr e) {
+        if (e) caught(where, e);
+    };
+}
+
+void Server::caught(std::string_view where, const std::exception_ptr& e) {
+    exceptions_caught_.fetch_add(1, std::memory_order_relaxed);
+    report_exception(where, describe_exception(e));
+}
+
+void Server::report_exception(std::string_view where, std::string_view what) {
+    std::uint64_t suppressed = 0;
+    if (exception_log_.allow(suppressed))
+        log_.error(
+            fmt::format("{}: caught exception: {}; carrying on (fail-open); {} similar lines suppressed",
+                        where, what, suppressed));
+}
+
+namespace {
+
+bool out_of_descriptors(const error_code& ec) {
+    return ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system ||
+           ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
+}
+
+}  // namespace
+
+awaitable<void> Server::accept_failed(AcceptState& state, const error_code& ec) {
+    const bool policy = std::string_view(state.listener) == "policy";
+    ++(policy ? accept_errors_policy_ : accept_errors_metrics_);
+    // A connection aborted before accept() is the client's business: retry at once.
+    if (ec == asio::error::connection_aborted) co_return;
+    state.backoff = state.backoff.count() == 0 ? std::chrono::milliseconds(100)
+                                               : std::min(state.backoff * 2, std::chrono::milliseconds(1000));
+    ++(policy ? accept_backoffs_policy_ : accept_backoffs_metrics_);
+    if (++state.failures == 1) {
+        std::uint64_t ignored_count = 0;
+        accept_log_.allow(ignored_count);  // the next line about it comes 10 s later at the earliest
+        log_.warning(
+            fmt::format("{} accept: {}{}; retrying with back-off (100 ms up to 1 s), further errors "
+                        "logged at most every 10 s",
+                        state.listener, ec.message(), out_of_descriptors(ec) ? " (out of descriptors)" : ""));
+    } else {
+        std::uint64_t suppressed = 0;
+        if (accept_log_.allow(suppressed))
+            log_.warning(
+                fmt::format("{} accept still failing: {} ({} failures so far); {} similar lines suppressed",
+                            state.listener, ec.message(), state.failures, suppressed));
+    }
+    error_code ignored;
+    asio::steady_timer pause(io_, state.backoff);
+    co_await pause.async_wait(asio::redirect_error(use_awaitable, ignored));
+}
+
+void Server::accept_succeeded(AcceptState& state) {
+    if (state.failures > 0) {
+        const std::uint64_t held = accept_log_.take_suppressed(PolicyClock::now(), true);
+        log_.info(fmt::format("{} accept recovered after {} failure(s); {} similar lines suppressed",
+                              state.listener, state.failures, held));
+    }
+    state.failures = 0;
+    state.backoff = std::chrono::milliseconds(0);
+}
+
 template <typename Acceptor>
 awaitable<void> Server::accept_loop(Acceptor& acceptor) {
+    AcceptState state{"policy"};
     for (;;) {
         error_code ec;
         auto socket = co_await acceptor.async_accept(asio::redirect_error(use_awaitable, ec));
         if (draining_ || !acceptor.is_open()) co_return;
         if (ec) {
-            // EMFILE and friends: back off instead of spinning.
-            log_.warning(fmt::format("accept: {}", ec.message()));
-            asio::steady_timer pause(io_, std::chrono::milliseconds(100));
-            co_await pause.async_wait(asio::redirect_error(use_awaitable, ec));
+            co_await accept_failed(state, ec);
             continue;
         }
+        accept_succeeded(state);
         if (conns_.size() >= options_.max_connections) {
             service_.metrics().connection_refused();
             std::uint64_t suppressed = 0;
-            if (g_malformed_log.allow(suppressed))
-                log_.warning(fmt::format("connection limit {} reached: refusing a connection",
-                                         options_.max_connections));
+            if (connection_limit_log_.allow(suppressed))
+                log_.warning(
+                    fmt::format("connection limit {} reached: refusing a connection; {} similar lines "
+                                "suppressed",
+                                options_.max_connections, suppressed));
             continue;
         }
         if constexpr (std::is_same_v<decltype(socket), asio::ip::tcp::socket>)
             socket.set_option(asio::ip::tcp::no_delay(true), ec);
-        asio::co_spawn(io_, session(std::move(socket)), [this](std::exception_ptr e) {
-            if (!e) return;
-            try {
-                std::rethrow_exception(e);
-            } catch (const std::exception& ex) {
-                log_.error(std::string("connection aborted: ") + ex.what());
-            } catch (...) {
-                log_.error("connection aborted by an unknown exception");
-            }
-        });
+        asio::co_spawn(io_, session(std::move(socket)), guarded("policy connection"));
     }
 }
 
 // ----------------------------------------------------------------- metrics
 
 awaitable<void> Server::http_session(asio::ip::tcp::socket socket) {
+    // metrics_loop() counted this connection before spawning it.
+    struct Release {
+        std::size_t& open;
+        ~Release() { --open; }
+    } release{metrics_open_};
     asio::steady_timer guard(io_, std::chrono::seconds(5));
     guard.async_wait([&socket](const error_code& ec) {
         if (!ec) {
@@ -389,6 +441,7 @@ awaitable<void> Server::http_session(asio::ip::tcp::socket socket) {
                 "# TYPE retryguard_verdict_log_failures_total counter\n"
                 "retryguard_verdict_log_failures_total {}\n",
                 verdicts_.failures());
+            res.body() += render_metrics();
         } else if (target == "/health") {
             res.result(draining_ ? http::status::service_unavailable : http::status::ok);
             res.set(http::field::content_type, "text/plain");
@@ -405,29 +458,108 @@ awaitable<void> Server::http_session(asio::ip::tcp::socket socket) {
 }
 
 awaitable<void> Server::metrics_loop() {
+    AcceptState state{"metrics"};
     for (;;) {
         error_code ec;
         auto socket = co_await metrics_acceptor_->async_accept(asio::redirect_error(use_awaitable, ec));
-        if (!metrics_acceptor_->is_open()) co_return;
-        if (ec) continue;
-        asio::co_spawn(io_, http_session(std::move(socket)), asio::detached);
+        if (draining_ || !metrics_acceptor_->is_open()) co_return;
+        if (ec) {
+            co_await accept_failed(state, ec);
+            continue;
+        }
+        accept_succeeded(state);
+        // A scraper needs one connection at a time; anything beyond the bound
+        // is closed at once so it cannot hold descriptors the policy side needs.
+        if (metrics_open_ >= options_.metrics_max_connections) {
+            ++metrics_refused_;
+            std::uint64_t suppressed = 0;
+            if (metrics_limit_log_.allow(suppressed))
+                log_.warning(
+                    fmt::format("metrics connection limit {} reached: refusing a connection; {} "
+                                "similar lines suppressed",
+                                options_.metrics_max_connections, suppressed));
+            socket.close(ec);
+            continue;
+        }
+        ++metrics_open_;  // now, not when the coroutine first runs: the next accept sees it
+        asio::co_spawn(io_, http_session(std::move(socket)), guarded("metrics connection"));
     }
+}
+
+awaitable<void> Server::suppressed_tick() {
+    asio::steady_timer tick(io_);
+    while (!draining_) {
+        tick.expires_after(std::chrono::seconds(1));
+        error_code ec;
+        co_await tick.async_wait(asio::redirect_error(use_awaitable, ec));
+        if (draining_) break;
+        flush_suppressed(false);
+    }
+}
+
+void Server::flush_suppressed(bool at_stop) {
+    const auto now = PolicyClock::now();
+    const std::pair<const char*, WarningLimiter*> limiters[] = {
+        {"fail-open", &fail_open_log_},
+        {"malformed-request", &malformed_log_},
+        {"connection-limit", &connection_limit_log_},
+        {"metrics-connection-limit", &metrics_limit_log_},
+        {"exception", &exception_log_},
+        {"accept-error", &accept_log_},
+    };
+    for (const auto& [kind, limiter] : limiters) {
+        const std::uint64_t n = limiter->take_suppressed(now, at_stop);
+        if (n > 0)
+            log_.warning(
+                fmt::format("{} similar {} warning(s) suppressed{}", n, kind, at_stop ? " (at stop)" : ""));
+    }
+}
+
+std::string Server::render_metrics() const {
+    const std::uint64_t suppressed = fail_open_log_.suppressed_total() + malformed_log_.suppressed_total() +
+                                     connection_limit_log_.suppressed_total() +
+                                     metrics_limit_log_.suppressed_total() +
+                                     exception_log_.suppressed_total() + accept_log_.suppressed_total();
+    return fmt::format(
+        "# HELP retryguard_policyd_accept_errors_total Failed accept() calls (EMFILE and others), by "
+        "listener.\n"
+        "# TYPE retryguard_policyd_accept_errors_total counter\n"
+        "retryguard_policyd_accept_errors_total{{listener=\"policy\"}} {}\n"
+        "retryguard_policyd_accept_errors_total{{listener=\"metrics\"}} {}\n"
+        "# HELP retryguard_policyd_accept_backoffs_total Pauses after a failed accept(), by listener.\n"
+        "# TYPE retryguard_policyd_accept_backoffs_total counter\n"
+        "retryguard_policyd_accept_backoffs_total{{listener=\"policy\"}} {}\n"
+        "retryguard_policyd_accept_backoffs_total{{listener=\"metrics\"}} {}\n"
+        "# HELP retryguard_policyd_metrics_connections_refused_total Metrics connections beyond "
+        "metrics.max_connections.\n"
+        "# TYPE retryguard_policyd_metrics_connections_refused_total counter\n"
+        "retryguard_policyd_metrics_connections_refused_total {}\n"
+        "# HELP retryguard_policyd_exceptions_caught_total Exceptions caught at the top of a thread, "
+        "handler or coroutine (failed open).\n"
+        "# TYPE retryguard_policyd_exceptions_caught_total counter\n"
+        "retryguard_policyd_exceptions_caught_total {}\n"
+        "# HELP retryguard_policyd_log_suppressed_total Warning lines dropped by the rate limits.\n"
+        "# TYPE retryguard_policyd_log_suppressed_total counter\n"
+        "retryguard_policyd_log_suppressed_total {}\n",
+        accept_errors_policy_, accept_errors_metrics_, accept_backoffs_policy_, accept_backoffs_metrics_,
+        metrics_refused_, exceptions_caught_.load(std::memory_order_relaxed), suppressed);
 }
 
 // ------------------------------------------------------------- listeners
 
 namespace {
 
-Result<asio::ip::tcp::endpoint> loopback_endpoint(std::string_view spec) {
+Result<asio::ip::tcp::endpoint> loopback_endpoint(std::string_view spec, bool allow_non_loopback = false) {
     const auto colon = spec.rfind(':');
     if (colon == std::string_view::npos) return make_error(ErrorKind::config, "expected HOST:PORT");
     std::string host(spec.substr(0, colon));
     if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    if (host == "localhost") host = "127.0.0.1";  // as the configuration check accepts it
     error_code ec;
     const auto addr = asio::ip::make_address(host, ec);
     if (ec) return make_error(ErrorKind::config, "bad address '" + host + "'");
     // The policy protocol has no authentication: loopback only.
-    if (!addr.is_loopback())
+    if (!addr.is_loopback() && !allow_non_loopback)
         return make_error(ErrorKind::config,
                           "'" + host + "' is not a loopback address (use 127.0.0.1 or ::1)");
     unsigned long port = 0;
@@ -477,6 +609,10 @@ Result<std::vector<std::string>> Server::bind() {
                 unix_paths_.push_back(path);
                 if (::chmod(path.c_str(), options_.unix_mode) != 0)
                     return make_error(ErrorKind::io, spec + ": chmod failed");
+                if ((options_.unix_uid >= 0 || options_.unix_gid >= 0) &&
+                    ::chown(path.c_str(), static_cast<uid_t>(options_.unix_uid),
+                            static_cast<gid_t>(options_.unix_gid)) != 0)
+                    return make_error(ErrorKind::io, spec + ": chown failed: " + std::strerror(errno));
                 acc->listen(asio::socket_base::max_listen_connections);
                 bound.push_back("policy unix:" + path);
                 unix_acceptors_.push_back(std::move(acc));
@@ -485,7 +621,7 @@ Result<std::vector<std::string>> Server::bind() {
             }
         }
         if (!options_.metrics.empty()) {
-            auto ep = loopback_endpoint(options_.metrics);
+            auto ep = loopback_endpoint(options_.metrics, options_.metrics_allow_non_loopback);
             if (!ep)
                 return make_error(ErrorKind::config,
                                   "metrics " + options_.metrics + ": " + ep.error().message);
@@ -504,10 +640,35 @@ Result<std::vector<std::string>> Server::bind() {
     return bound;
 }
 
+void Server::restart_later(std::function<void()> start) {
+    auto pause = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
+    pause->async_wait([this, pause, start = std::move(start)](const error_code& ec) {
+        if (!ec && !draining_) start();
+    });
+}
+
+template <typename Acceptor>
+void Server::spawn_accept_loop(Acceptor& acceptor) {
+    asio::co_spawn(io_, accept_loop(acceptor), [this, &acceptor](std::exception_ptr e) {
+        if (!e) return;
+        caught("policy acceptor", e);
+        if (acceptor.is_open()) restart_later([this, &acceptor] { spawn_accept_loop(acceptor); });
+    });
+}
+
+void Server::spawn_metrics_loop() {
+    asio::co_spawn(io_, metrics_loop(), [this](std::exception_ptr e) {
+        if (!e) return;
+        caught("metrics acceptor", e);
+        if (metrics_acceptor_->is_open()) restart_later([this] { spawn_metrics_loop(); });
+    });
+}
+
 void Server::start() {
-    for (auto& acc : tcp_acceptors_) asio::co_spawn(io_, accept_loop(*acc), asio::detached);
-    for (auto& acc : unix_acceptors_) asio::co_spawn(io_, accept_loop(*acc), asio::detached);
-    if (metrics_acceptor_) asio::co_spawn(io_, metrics_loop(), asio::detached);
+    for (auto& acc : tcp_acceptors_) spawn_accept_loop(*acc);
+    for (auto& acc : unix_acceptors_) spawn_accept_loop(*acc);
+    if (metrics_acceptor_) spawn_metrics_loop();
+    asio::co_spawn(io_, suppressed_tick(), guarded("log tick"));
 }
 
 void Server::drain() {

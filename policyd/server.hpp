@@ -19,6 +19,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "retryguard/daemon_guard.hpp"
 #include "retryguard/policy.hpp"
 #include "retryguard/policy_service.hpp"
 #include "retryguard/verdict_log.hpp"
@@ -31,6 +32,13 @@ struct ServerOptions {
     std::vector<std::string> listen;  // "unix:/path" or "tcp:127.0.0.1:10040" (port 0: any free port)
     unsigned unix_mode = 0660;
     std::string metrics;  // "127.0.0.1:9465", empty for none
+    // metrics.allow_non_loopback: the configuration's explicit opt-in to serve
+    // metrics on another address; the command line (--metrics) stays loopback.
+    bool metrics_allow_non_loopback = false;
+    std::size_t metrics_max_connections = 16;  // further ones are closed at once
+    // Owner and group of the UNIX sockets (policy.user/policy.group when
+    // started as root); -1 keeps the creator's.
+    long unix_uid = -1, unix_gid = -1;
     PolicyLimits limits;
     std::chrono::milliseconds idle_timeout{330'000};    // between requests (Postfix's max_idle is 300 s)
     std::chrono::milliseconds request_timeout{10'000};  // from a request's first byte to its last
@@ -57,6 +65,22 @@ class Server {
     // finish; io.run() returns when the last connection is gone.
     void drain();
     bool draining() const noexcept { return draining_; }
+    // Logs the count of every rate-limited warning dropped since its last line
+    // once its limiter has opened again (a one-second tick calls this), and
+    // everything still held when `at_stop`.
+    void flush_suppressed(bool at_stop);
+    // Logs an exception caught at the top of a thread, handler or coroutine
+    // (rate-limited); the caller fails open. run_guarded(..., exceptions_caught(),
+    // guard_report()) counts and reports; caught() does both for an exception_ptr.
+    void report_exception(std::string_view where, std::string_view what);
+    void caught(std::string_view where, const std::exception_ptr& e);
+    GuardReport guard_report() {
+        return [this](std::string_view where, std::string_view what) { report_exception(where, what); };
+    }
+    std::atomic<std::uint64_t>& exceptions_caught() noexcept { return exceptions_caught_; }
+    // Series of the server itself (accept errors, back-offs, metrics
+    // connections, exceptions caught, warnings suppressed) for /metrics.
+    std::string render_metrics() const;
 
     struct Conn;
 
@@ -69,6 +93,28 @@ class Server {
     asio::awaitable<void> decide_offloaded(const PolicyRequest& request, std::string& out);
     asio::awaitable<void> metrics_loop();
     asio::awaitable<void> http_session(asio::ip::tcp::socket socket);
+    asio::awaitable<void> suppressed_tick();
+    // Starts an accept loop; should it ever end by an exception, that is
+    // counted and logged and the loop starts again 100 ms later: a listener
+    // that stopped accepting would turn every Postfix lookup into a failure.
+    template <typename Acceptor>
+    void spawn_accept_loop(Acceptor& acceptor);
+    void spawn_metrics_loop();
+    void restart_later(std::function<void()> start);
+    // Completion of a co_spawn'ed coroutine: an exception is counted and logged.
+    std::function<void(std::exception_ptr)> guarded(std::string where);
+
+    // What one acceptor does on accept errors: a warning when it starts to
+    // fail, at most one more per 10 s while it keeps failing, a line when it
+    // recovers; waits 100 ms, doubling up to 1 s, between failed accepts (an
+    // EMFILE does not go away by retrying at once).
+    struct AcceptState {
+        const char* listener;        // "policy" or "metrics"
+        std::uint64_t failures = 0;  // since the last success
+        std::chrono::milliseconds backoff{0};
+    };
+    asio::awaitable<void> accept_failed(AcceptState& state, const boost::system::error_code& ec);
+    void accept_succeeded(AcceptState& state);
 
     asio::io_context& io_;
     ServerOptions options_;
@@ -84,6 +130,21 @@ class Server {
     std::unordered_set<Conn*> conns_;
     std::shared_ptr<std::atomic<std::size_t>> pending_decisions_;
     bool draining_ = false;
+    std::size_t metrics_open_ = 0;
+
+    // Rate-limited warnings (one line per second per kind; accept errors one
+    // per 10 s), flushed by suppressed_tick() and at stop.
+    WarningLimiter fail_open_log_;
+    WarningLimiter malformed_log_;
+    WarningLimiter connection_limit_log_;
+    WarningLimiter metrics_limit_log_;
+    WarningLimiter exception_log_;
+    WarningLimiter accept_log_{std::chrono::seconds(10)};
+
+    std::atomic<std::uint64_t> exceptions_caught_{0};
+    std::uint64_t accept_errors_policy_ = 0, accept_errors_metrics_ = 0;
+    std::uint64_t accept_backoffs_policy_ = 0, accept_backoffs_metrics_ = 0;
+    std::uint64_t metrics_refused_ = 0;
 };
 
 // One line per event, to stderr in the foreground and to syslog (facility

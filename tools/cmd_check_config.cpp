@@ -10,6 +10,7 @@
 
 #include "commands.hpp"
 #include "retryguard/config.hpp"
+#include "retryguard/runtime.hpp"
 #include "retryguard/text.hpp"
 
 namespace retryguard::cli {
@@ -72,6 +73,12 @@ int run(const Options& o) {
     }
     const std::string file = o.file.empty() ? default_file() : o.file;
     auto out = cfg::load_file(file);
+    // What the daemons would refuse beyond the file itself (the classifier
+    // rules, compiled as they compile them): a file that passes here starts.
+    if (out.ok()) {
+        out.errors = runtime_checks(*out.config);
+        if (!out.errors.empty()) out.config = nullptr;
+    }
     nlohmann::json j;
     j["file"] = file;
     j["ok"] = out.ok();

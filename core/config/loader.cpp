@@ -667,10 +667,16 @@ void Loader::cross_checks(Config& c) {
     auto mark = [&](const std::string& k) {
         return top_marks_.count(k) ? top_marks_[k] : YAML::Mark::null_mark();
     };
+    // The policy daemon binds exactly what passes here: an IP address (or
+    // localhost), on loopback unless allow_non_loopback is set.
     if (c.metrics.enabled && !c.metrics.allow_non_loopback && !is_loopback(c.metrics.listen.host))
         error(mark("metrics.listen"),
               "metrics.listen '" + c.metrics.listen.text +
                   "' is not loopback; set metrics.allow_non_loopback: true to expose it");
+    else if (c.metrics.enabled && c.metrics.listen.host != "localhost" &&
+             !is_ip_address(c.metrics.listen.host))
+        error(mark("metrics.listen"), "metrics.listen '" + c.metrics.listen.text +
+                                          "': give an IP address (a host name is not resolved)");
     if (c.milter.socket.text == c.policy.socket.text)
         error(mark("policy.socket"),
               "policy.socket and milter.socket are the same socket '" + c.policy.socket.text + "'");

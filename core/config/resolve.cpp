@@ -98,11 +98,15 @@ std::string Resolution::reason() const {
 
 ConfigHolder::ConfigHolder(std::shared_ptr<const Config> initial) : current_(std::move(initial)) {}
 
-std::vector<Diagnostic> ConfigHolder::reload(const std::string& path) {
+std::vector<Diagnostic> ConfigHolder::reload(const std::string& path, const Validator& validate) {
     auto running = current_.load();
     std::string file = path.empty() && running ? running->source : path;
     LoadOutcome out = load_file(file);
     if (!out.ok()) return out.errors;
+    if (validate) {
+        auto problems = validate(*out.config);
+        if (!problems.empty()) return problems;
+    }
     current_.store(std::move(out.config));
     generation_.fetch_add(1);
     return {};

@@ -494,7 +494,12 @@ const std::vector<Entry>& table() {
                   "host:port of the metrics and health endpoint (loopback unless allow_non_loopback).",
                   metrics.listen),
         RG_GLOBAL("metrics.allow_non_loopback", boolean, "false", "", kNone, 0, 0,
-                  "Allow metrics.listen on a non-loopback address.", metrics.allow_non_loopback),
+                  "Serve metrics.listen on a non-loopback address (the endpoint has no authentication; "
+                  "the daemon logs a warning at start).",
+                  metrics.allow_non_loopback),
+        RG_GLOBAL("metrics.max_connections", integer, "16", "connections", kNone, 1, 1000,
+                  "Open metrics/health connections at most; further ones are closed at once and counted.",
+                  metrics.max_connections),
 
         // --- classifier -------------------------------------------------------------
         RG_GLOBAL("classifier.rules", yaml_sequence, "[]", "", kNone, 0, 0,

@@ -230,6 +230,12 @@ std::optional<HostPort> parse_host_port(std::string_view text, std::string* why)
     return hp;
 }
 
+bool is_ip_address(std::string_view host) {
+    std::string s(host);
+    unsigned char buf[16];
+    return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
+}
+
 bool is_loopback(std::string_view host) {
     if (host == "localhost") return true;
     std::string s(host);

@@ -38,6 +38,46 @@ Result<std::shared_ptr<const Classifier>> classifier_from(const config::Config& 
     return std::make_shared<const Classifier>(std::move(built.value()));
 }
 
+namespace {
+
+// "file:line:col: message" (the rule compiler's form) into a diagnostic; any
+// other text stays whole, attributed to the file without a position.
+config::Diagnostic diagnostic_from(const std::string& text, const std::string& file) {
+    config::Diagnostic d{file, 0, 0, text};
+    if (file.empty() || text.rfind(file + ":", 0) != 0) return d;
+    std::size_t pos = file.size() + 1;
+    auto number = [&](int& out) {
+        const std::size_t start = pos;
+        long v = 0;
+        while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9' && pos - start < 9)
+            v = v * 10 + (text[pos++] - '0');
+        out = static_cast<int>(v);
+        return pos > start;
+    };
+    int line = 0, column = 0;
+    if (!number(line) || pos >= text.size() || text[pos] != ':') return d;
+    ++pos;
+    if (!number(column) || text.compare(pos, 2, ": ") != 0) return d;
+    d.line = line;
+    d.column = column;
+    d.message = text.substr(pos + 2);
+    return d;
+}
+
+}  // namespace
+
+std::vector<config::Diagnostic> runtime_checks(const config::Config& c) {
+    std::vector<config::Diagnostic> out;
+    auto classifier = classifier_from(c);
+    if (!classifier) {
+        const std::string file = c.classifier.file.empty() ? c.source : c.classifier.file;
+        config::Diagnostic d = diagnostic_from(classifier.error().message, file);
+        if (d.line == 0) d.message = "classifier: " + d.message;
+        out.push_back(std::move(d));
+    }
+    return out;
+}
+
 Result<Runtime> open_runtime(const RuntimeOptions& options) {
     Runtime rt;
     std::string path = options.config_path;

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -256,6 +257,7 @@ struct Config {
         bool enabled = true;
         HostPort listen;
         bool allow_non_loopback = false;
+        std::int64_t max_connections = 0;
     } metrics;
 
     // User classifier rules: kept as YAML for the classifier module to
@@ -375,9 +377,13 @@ class ConfigHolder {
     explicit ConfigHolder(std::shared_ptr<const Config> initial);
     // The snapshot to use for one unit of work; keep it until the work is done.
     std::shared_ptr<const Config> current() const noexcept { return current_.load(); }
+    // Checks a loaded snapshot beyond the file itself (e.g. compiles the
+    // classifier rules as the daemons do); returns its problems.
+    using Validator = std::function<std::vector<Diagnostic>(const Config&)>;
     // Load `path` (default: the current snapshot's source) and swap it in when
-    // it is valid. On errors the running snapshot stays and the errors return.
-    std::vector<Diagnostic> reload(const std::string& path = {});
+    // it is valid and `validate` (when given) finds nothing. On errors the
+    // running snapshot stays, whole, and the errors return.
+    std::vector<Diagnostic> reload(const std::string& path = {}, const Validator& validate = {});
     std::uint64_t generation() const noexcept { return generation_.load(); }
 
   private:

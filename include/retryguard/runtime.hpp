@@ -43,4 +43,11 @@ LedgerOptions ledger_options_from(const config::Config& config);
 // The classifier: shipped rules plus config->classifier.rules.
 Result<std::shared_ptr<const Classifier>> classifier_from(const config::Config& config);
 
+// What a daemon would refuse in a loaded configuration beyond the file's own
+// checks: the classifier rules compiled exactly as classifier_from() does.
+// Each problem is a diagnostic with file:line:col where the rule compiler
+// gives one. Used by `retryguard check-config` and by reloads, so a file that
+// passes the check is one the daemons start and reload with.
+std::vector<config::Diagnostic> runtime_checks(const config::Config& config);
+
 }  // namespace retryguard

@@ -23,14 +23,23 @@ RG=${3:?}
 POLICYD=${4:?}
 DUMP=${5:?}
 HERE=$(cd "$(dirname "$0")" && pwd)
-# An import of 4,000 lines takes about 0.1 s on an idle machine: the import
-# gets a longer log and shorter kill delays so that five kills land before it
-# completes once (a completed import has nothing left to kill).
-if [ "$MODE" = import ]; then LINES=${KILL_LOOP_LINES:-16000}; else LINES=${KILL_LOOP_LINES:-4000}; fi
+LINES=${KILL_LOOP_LINES:-4000}
 KILLS=5
 RANDOM=$((${KILL_LOOP_SEED:-4242} + ${#MODE} * 7 + ${#BACKEND}))  # pseudo-random, the same every run
 
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/rg-kill-loop.XXXXXX")
+AS_USER=()
+if [ "$(id -u)" = 0 ]; then
+    chown nobody "$DIR" && chmod 755 "$DIR"
+    AS_USER=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+    # nobody runs a copy with the shipped rules beside it: the build tree may
+    # sit where nobody cannot reach (a clone in /root).
+    mkdir -p "$DIR/prog/bin" "$DIR/prog/share/retryguard"
+    cp "$POLICYD" "$DIR/prog/bin/"
+    cp "$(dirname "$POLICYD")/../share/retryguard/classifier.yaml" "$DIR/prog/share/retryguard/"
+    chmod -R a+rX "$DIR/prog"
+    POLICYD=$DIR/prog/bin/$(basename "$POLICYD")
+fi
 PIDS=()
 cleanup() {
     local p
@@ -75,28 +84,39 @@ kills_done=0
 report=""
 
 # ------------------------------------------------------------------ import
+clean_ms=0
 run_import() {  # run_import SPEC OUT [kill]
     local spec=$1 out=$2 kill=${3:-}
     rules > "$DIR/import.yaml"
     local args=(import -c "$DIR/import.yaml" --ledger "$spec" --utc --batch 50 -q --verdicts "file:$out"
         "$DIR/full.log")
     if [ -z "$kill" ]; then
+        local t0
+        t0=$(date +%s%N)
         "$RG" "${args[@]}" 2>> "$DIR/import.err"
+        clean_ms=$((($(date +%s%N) - t0) / 1000000))
         return
     fi
-    local attempt=0
+    # Kill points are drawn from the clean run's duration, so they land inside
+    # the import on a fast machine and a slow one alike. A resumed import skips
+    # what the ledger has, so it is shorter: when one finishes before its kill,
+    # the next draw is from a shorter span.
+    local attempt=0 span=$(( clean_ms * 8 / 10 ))
+    [ "$span" -ge 4 ] || span=4
     while [ "$kills_done" -lt "$KILLS" ]; do
         attempt=$((attempt + 1))
-        [ "$attempt" -le 50 ] || { echo "could not kill the import $KILLS times"; exit 1; }
+        [ "$attempt" -le 200 ] || { echo "could not kill the import $KILLS times (clean run: ${clean_ms} ms)"; exit 1; }
         "$RG" "${args[@]}" 2>> "$DIR/import.err" &
-        local pid=$! delay_ms=$((10 + RANDOM % 100))
-        sleep "$(printf '0.%03d' "$delay_ms")"
+        local pid=$! delay_ms=$((1 + RANDOM % span))
+        sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
         if kill -9 "$pid" 2> /dev/null; then
             wait "$pid" 2> /dev/null || true
             kills_done=$((kills_done + 1))
             report+="kill $kills_done: after ${delay_ms} ms, $(wc -l < "$out" 2>/dev/null || echo 0) verdict lines so far"$'\n'
         else
             wait "$pid" 2> /dev/null || true  # finished before the kill: start again, sooner
+            span=$(( span * 2 / 3 ))
+            [ "$span" -ge 2 ] || span=2
         fi
     done
     "$RG" "${args[@]}" 2>> "$DIR/import.err"
@@ -105,7 +125,8 @@ run_import() {  # run_import SPEC OUT [kill]
 # ----------------------------------------------------------------- policyd
 start_policyd() {  # start_policyd CONF LOGFILE SPEC
     rm -f "$DIR/ready"
-    "$POLICYD" --foreground -c "$1" --ledger "$3" -l "tcp:127.0.0.1:0" --ready-file "$DIR/ready" >> "$2" 2>&1 &
+    # As root the daemon would drop to policy.user: run it as nobody from the start.
+    "${AS_USER[@]}" "$POLICYD" --foreground -c "$1" --ledger "$3" -l "tcp:127.0.0.1:0" --ready-file "$DIR/ready" >> "$2" 2>&1 &
     DPID=$!
     PIDS+=("$DPID")
     for _ in $(seq 200); do [ -s "$DIR/ready" ] && return 0; sleep 0.05; done

@@ -28,6 +28,9 @@ chmod 0755 "$ROOT"
 ETC=$ROOT/etc LOG=$ROOT/postfix.log
 mkdir -p "$ETC" "$ROOT/spool" "$ROOT/data" "$ROOT/state"
 chown postfix: "$ROOT/data"
+# Started as root, the daemon drops to policy.user (nobody; group postdrop for
+# the postlog socket): its ledger and ready file live in a directory of its own.
+chown nobody:postdrop "$ROOT/state"
 FAILS=0
 DPID=""
 
@@ -69,6 +72,7 @@ chmod 0644 "$LOG"
 
 # ------------------------------------------------------------------ daemon
 cat > "$ROOT/retryguard.yaml" <<EOF
+policy: {user: nobody, group: postdrop}
 ledger: {backend: sqlite, sqlite: {path: $ROOT/state/ledger.db}}
 sources:
   - {type: file, path: $LOG, start: beginning}
@@ -80,14 +84,14 @@ metrics: {enabled: false}
 log: {verdicts: "postlog:$ROOT/spool/public/postlog"}
 EOF
 start_policyd() {
-    rm -f "$ROOT/ready"
+    rm -f "$ROOT/state/ready"
     "$POLICYD" --foreground -c "$ROOT/retryguard.yaml" -l "tcp:127.0.0.1:${POLICY_PORT:-0}" \
-        --ready-file "$ROOT/ready" >> "$ROOT/policyd.log" 2>&1 &
+        --ready-file "$ROOT/state/ready" >> "$ROOT/policyd.log" 2>&1 &
     DPID=$!
     local i
-    for i in $(seq 100); do [ -s "$ROOT/ready" ] && break; sleep 0.1; done
-    [ -s "$ROOT/ready" ] || { FAILS=1; echo "policyd did not start"; exit 1; }
-    grep -q "^policy tcp:127.0.0.1:$POLICY_PORT\$" "$ROOT/ready" || { FAILS=1; echo "policyd port?"; exit 1; }
+    for i in $(seq 100); do [ -s "$ROOT/state/ready" ] && break; sleep 0.1; done
+    [ -s "$ROOT/state/ready" ] || { FAILS=1; echo "policyd did not start"; exit 1; }
+    grep -q "^policy tcp:127.0.0.1:$POLICY_PORT\$" "$ROOT/state/ready" || { FAILS=1; echo "policyd port?"; exit 1; }
 }
 # The verdict log is Postfix's postlogd socket: Postfix starts first.
 POLICY_PORT=$(free_port) || skip "no free port"

@@ -88,4 +88,20 @@ printf '%s\n%s\n' "$out" "$log"
 grep -q "failopen: all checks passed" <<<"$out"
 check 'retryguard/milter\[[0-9]+\]: FO0000001: verdict=accept path=smtp failopen=ledger-error detail='
 check 'stopping: counters: messages=3 accepted=3 refused=0 .* failopen_ledger=3 .* lookups_filtered=0 filter_errors=0'
+
+# A start that fails after the socket exists (here the ledger cannot be
+# opened: read-only, or in a directory that does not exist) exits non-zero
+# and leaves no stale socket behind.
+: >"$dir/readonly.db"
+chmod 0444 "$dir/readonly.db"
+for ledger in "sqlite:$dir/readonly.db" "sqlite:$dir/missing/ledger.db"; do
+    rc=0
+    timeout -k 5 30 "$RETRYGUARD_MILTER" -s "unix:$dir/stale.sock" --socket-mode 0600 --user "$user" \
+        --ledger "$ledger" --log stderr 2>"$dir/stale.stderr" || rc=$?
+    cat "$dir/stale.stderr"
+    [ "$rc" != 0 ] || { echo "FAIL: the milter started with ledger $ledger" >&2; exit 1; }
+    grep -q "retryguard/milter.*error" "$dir/stale.stderr" || grep -q "retryguard-milter: " "$dir/stale.stderr" ||
+        { echo "FAIL: no error logged for ledger $ledger" >&2; exit 1; }
+    [ ! -e "$dir/stale.sock" ] || { echo "FAIL: stale socket left after a failed start ($ledger)" >&2; exit 1; }
+done
 echo "miltertest: PASS"

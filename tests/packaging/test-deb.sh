@@ -96,13 +96,18 @@ grep -q 'unix:retryguard/policy.sock' /usr/share/doc/retryguard/main.cf.snippet 
 uid=$(id -u retryguard) || fail "user retryguard missing"
 [ "$uid" -lt 1000 ] || fail "retryguard is not a system user (uid $uid)"
 [ "$(getent passwd retryguard | cut -d: -f7)" != /bin/bash ] || fail "retryguard has a login shell"
+# Postfix's daemons keep only their primary group (set_ugid), so they reach the
+# sockets through the socket directory's group, not through membership.
 if getent passwd postfix >/dev/null; then
-  id -nG postfix | tr ' ' '\n' | grep -qx retryguard || fail "postfix is not in group retryguard"
+  ! id -nG postfix | tr ' ' '\n' | grep -qx retryguard || fail "postfix was put in group retryguard"
+  want_spool="retryguard:postfix 2750"
+else
+  want_spool="retryguard:retryguard 2750"
 fi
-for d in /var/lib/retryguard /var/spool/postfix/retryguard; do
-  [ "$(stat -c '%U:%G %a' "$d")" = "retryguard:retryguard 750" ] ||
-    fail "$d: $(stat -c '%U:%G %a' "$d"), want retryguard:retryguard 750"
-done
+[ "$(stat -c '%U:%G %a' /var/lib/retryguard)" = "retryguard:retryguard 750" ] ||
+  fail "/var/lib/retryguard: $(stat -c '%U:%G %a' /var/lib/retryguard), want retryguard:retryguard 750"
+[ "$(stat -c '%U:%G %a' /var/spool/postfix/retryguard)" = "$want_spool" ] ||
+  fail "/var/spool/postfix/retryguard: $(stat -c '%U:%G %a' /var/spool/postfix/retryguard), want $want_spool"
 
 # The classifier finds its rules in the installed data dir.
 out_cls=$(cd / && /usr/bin/retryguard classify '451 4.3.5 System config error') || fail "retryguard classify failed"
@@ -134,9 +139,9 @@ wait_socket /var/spool/postfix/retryguard/milter.sock 15 || { cat "$work/milter.
 [ "$(stat -c %U /var/spool/postfix/retryguard/policy.sock)" = retryguard ] || fail "policy socket not owned by retryguard"
 
 # A policy request over the socket, as smtpd sends it (as the postfix user
-# when there is one: it reaches the socket through the retryguard group).
+# when there is one, with only its primary group, as Postfix's daemons run).
 asker=(python3)
-getent passwd postfix >/dev/null && asker=(setpriv --reuid postfix --regid postfix --init-groups python3)
+getent passwd postfix >/dev/null && asker=(setpriv --reuid postfix --regid postfix --clear-groups python3)
 answer=$("${asker[@]}" - <<'PY'
 import socket
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -3,11 +3,15 @@
 // it: verdicts, pipelining, malformed/oversized/slow clients, stages,
 // fail-open, SIGHUP reload, SIGTERM drain, metrics and systemd notify.
 #include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,10 +20,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -30,6 +36,16 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// Started as root with a configuration, the daemon drops to policy.user
+// (nobody:nogroup in these tests): the directories it writes to (ready file,
+// sockets, ledger) must be that user's.
+void give_to_nobody(const fs::path& p) {
+    if (::geteuid() != 0) return;
+    const passwd* pw = ::getpwnam("nobody");
+    const group* gr = ::getgrnam("nogroup");
+    if (pw && gr && ::chown(p.c_str(), pw->pw_uid, gr->gr_gid) != 0) std::perror("chown");
+}
 
 std::string read_file(const fs::path& p) {
     std::ifstream in(p);
@@ -145,11 +161,12 @@ double metric(const std::string& text, const std::string& series) {
 class Daemon {
   public:
     explicit Daemon(std::vector<std::string> extra = {}, std::map<std::string, std::string> env = {},
-                    bool with_table = true) {
+                    bool with_table = true, bool metrics_flag = true) {
         dir_ = fs::temp_directory_path() /
                ("rg-policyd-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
         fs::remove_all(dir_);
         fs::create_directories(dir_);
+        give_to_nobody(dir_);
         table_ = dir_ / "flagged";
         write_table(
             "# test table\n"
@@ -161,7 +178,8 @@ class Daemon {
                                          "tcp:127.0.0.1:0",  "-l",           "unix:" + unix_path_,
                                          "--metrics",        "127.0.0.1:0",  "--flagged",
                                          table_.string(),    "--ready-file", (dir_ / "ready").string()};
-        if (!with_table) args.erase(args.begin() + 8, args.begin() + 10);  // "--flagged FILE"
+        if (!with_table) args.erase(args.begin() + 8, args.begin() + 10);   // "--flagged FILE"
+        if (!metrics_flag) args.erase(args.begin() + 6, args.begin() + 8);  // "--metrics 127.0.0.1:0"
         args.insert(args.end(), extra.begin(), extra.end());
         start(args, env);
     }
@@ -204,8 +222,18 @@ class Daemon {
   private:
     void start(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
         const std::string log = (dir_ / "log").string();
+        // The shipped rules where the daemon can read them after dropping to
+        // nobody (a reload re-reads them), wherever the build tree is: a clone
+        // in /root is out of nobody's reach.
+        fs::create_directories(dir_ / "share");
+        fs::copy_file(fs::path(RETRYGUARD_SOURCE_DIR) / "conf" / "classifier.yaml", dir_ / "share" / "classifier.yaml",
+                      fs::copy_options::overwrite_existing);
+        ::chmod((dir_ / "share").c_str(), 0755);
+        ::chmod((dir_ / "share" / "classifier.yaml").c_str(), 0644);
+        const std::string datadir = (dir_ / "share").string();
         pid_ = ::fork();
         if (pid_ == 0) {
+            if (!env.count("RETRYGUARD_DATADIR")) ::setenv("RETRYGUARD_DATADIR", datadir.c_str(), 1);
             const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
             ::dup2(fd, 2);
             ::dup2(fd, 1);
@@ -704,8 +732,13 @@ namespace {
 
 // A daemon started with a configuration: it follows DIR/mail.log, keeps its
 // ledger in DIR, and answers from what it has read.
-std::string live_config(const fs::path& dir, const std::string& extra = {}) {
-    return "ledger: {backend: sqlite, sqlite: {path: " + (dir / "ledger.db").string() +
+std::string live_config(const fs::path& dir, const std::string& extra = {},
+                        const std::string& policy = "user: nobody, group: nogroup") {
+    give_to_nobody(dir);
+    return "policy: {" + policy +
+           "}\n"
+           "ledger: {backend: sqlite, sqlite: {path: " +
+           (dir / "ledger.db").string() +
            "}}\n"
            "sources:\n  - {type: file, path: " +
            (dir / "mail.log").string() +
@@ -839,4 +872,278 @@ TEST(PolicydLive, ErrorsTimeoutTempfailDefersInsteadOfDunnoAndFollowsReload) {
     EXPECT_TRUE(eventually([&] { return d.log().find("reload done") != std::string::npos; })) << d.log();
     EXPECT_EQ(ask_rcpt(d.port(), "user@example.test"), kDunno);
     fs::remove_all(dir);
+}
+
+// A reload whose classifier rule the daemon would refuse fails as a whole: it
+// says so and why, and the rest of the new file (errors.timeout) is not
+// applied either.
+TEST(PolicydLive, ReloadWithBadClassifierRuleFailsAndKeepsTheWholeConfig) {
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-badrule-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "retryguard.yaml") << live_config(dir, "errors: {timeout: tempfail}\n");
+    std::ofstream(dir / "mail.log").flush();
+    Daemon d({"-c", (dir / "retryguard.yaml").string(), "--simulate-slow-decider", "300",
+              "--decision-timeout-ms", "50"},
+             {}, false);
+    ASSERT_TRUE(d.ready()) << d.log();
+    const std::string deferred = ask_rcpt(d.port(), "user@example.test");
+    ASSERT_EQ(deferred.rfind("action=DEFER_IF_PERMIT", 0), 0u) << deferred;
+
+    std::ofstream(dir / "retryguard.yaml", std::ios::trunc)
+        << live_config(dir,
+                       "errors: {timeout: accept}\n"
+                       "classifier:\n"
+                       "  rules:\n"
+                       "    - {name: broken, category: greylisting, text: \"(unclosed\"}\n");
+    ::kill(d.pid(), SIGHUP);
+    EXPECT_TRUE(eventually([&] { return d.log().find("reload failed") != std::string::npos; })) << d.log();
+    EXPECT_NE(d.log().find("bad RE2 pattern in rule `broken`"), std::string::npos) << d.log();
+    EXPECT_EQ(d.log().find("reload done"), std::string::npos) << d.log();
+    EXPECT_EQ(ask_rcpt(d.port(), "user@example.test").rfind("action=DEFER_IF_PERMIT", 0), 0u) << d.log();
+    const std::string m = d.metrics();
+    EXPECT_EQ(metric(m, "retryguard_policy_reloads_total{result=\"failed\"}"), 1) << m;
+    fs::remove_all(dir);
+}
+
+// ------------------------------------------------------------- hardening
+
+namespace {
+
+// "Uid:" / "Gid:" / "Groups:" line of /proc/PID/status, without the label.
+std::string proc_status(pid_t pid, const std::string& field) {
+    std::istringstream in(read_file("/proc/" + std::to_string(pid) + "/status"));
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind(field + ":", 0) == 0) return line.substr(field.size() + 1);
+    return "";
+}
+
+std::vector<long> numbers(const std::string& text) {
+    std::vector<long> out;
+    std::istringstream in(text);
+    for (long v; in >> v;) out.push_back(v);
+    return out;
+}
+
+// Lines of `log` that contain `needle`.
+std::size_t count_lines(const std::string& log, const std::string& needle) {
+    std::size_t n = 0;
+    std::istringstream in(log);
+    for (std::string line; std::getline(in, line);)
+        if (line.find(needle) != std::string::npos) ++n;
+    return n;
+}
+
+}  // namespace
+
+// Started as root with policy.user/policy.group, the daemon opens its socket
+// (owned by them, with policy.socket_mode), its ledger and its log source as
+// root, then runs as that user and group only, for good: SIGHUP reloads as
+// that user.
+TEST(PolicydLive, StartedAsRootRunsAsPolicyUserAndGroupWithItsSocketOwnedByThem) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root (CI runs this test as root)";
+    const passwd* nobody = ::getpwnam("nobody");
+    const group* nogroup = ::getgrnam("nogroup");
+    ASSERT_TRUE(nobody && nogroup);
+    const uid_t uid = nobody->pw_uid;
+    const gid_t gid = nogroup->gr_gid;
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-drop-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "retryguard.yaml")
+        << live_config(dir, {}, "user: nobody, group: nogroup, socket_mode: \"0660\"");
+    std::ofstream(dir / "mail.log").flush();
+    ::chmod((dir / "mail.log").c_str(), 0600);  // root's: opened before the drop
+    Daemon d({"-c", (dir / "retryguard.yaml").string()}, {}, false);
+    ASSERT_TRUE(d.ready()) << d.log();
+
+    const auto uids = numbers(proc_status(d.pid(), "Uid"));  // real, effective, saved, filesystem
+    const auto gids = numbers(proc_status(d.pid(), "Gid"));
+    ASSERT_EQ(uids.size(), 4u) << proc_status(d.pid(), "Uid");
+    ASSERT_EQ(gids.size(), 4u);
+    for (long v : uids) EXPECT_EQ(v, static_cast<long>(uid));
+    for (long v : gids) EXPECT_EQ(v, static_cast<long>(gid));
+    for (long g : numbers(proc_status(d.pid(), "Groups"))) EXPECT_NE(g, 0) << "still in group root";
+
+    struct stat st {};
+    ASSERT_EQ(::stat(d.unix_path().c_str(), &st), 0);
+    EXPECT_TRUE(S_ISSOCK(st.st_mode));
+    EXPECT_EQ(st.st_uid, uid);
+    EXPECT_EQ(st.st_gid, gid);
+    EXPECT_EQ(st.st_mode & 0777, 0660u);
+    ASSERT_EQ(::stat((dir / "ledger.db").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, uid) << "the ledger created as root belongs to policy.user";
+
+    Client c = Client::unix_socket(d.unix_path());
+    ASSERT_TRUE(c.connected());
+    c.send(request("someone@example.test"));
+    EXPECT_EQ(c.answer(), kDunno);
+    EXPECT_NE(d.log().find("running as nobody:nogroup"), std::string::npos) << d.log();
+
+    // The reload reads the configuration as nobody.
+    d.signal(SIGHUP);
+    EXPECT_TRUE(eventually([&] { return d.log().find("reload done") != std::string::npos; })) << d.log();
+    d.signal(SIGTERM);
+    EXPECT_EQ(d.wait_exit(10s), 0) << d.log();
+    fs::remove_all(dir);
+}
+
+// Started as root, an unknown policy.user (or root itself) is refused
+// rather than running on as root.
+TEST(PolicydLive, StartedAsRootRefusesAnUnknownOrRootPolicyUser) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root (CI runs this test as root)";
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-nouser-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "mail.log").flush();
+    for (const char* who : {"user: no-such-user-rg, group: nogroup", "user: root, group: root"}) {
+        std::ofstream(dir / "retryguard.yaml", std::ios::trunc) << live_config(dir, {}, who);
+        Daemon d({"-c", (dir / "retryguard.yaml").string()}, {}, false);
+        EXPECT_FALSE(d.ready()) << d.log();
+        EXPECT_NE(d.log().find("refusing to run as root"), std::string::npos) << d.log();
+    }
+    fs::remove_all(dir);
+}
+
+// metrics.allow_non_loopback: true is an explicit opt-in that check-config
+// accepts; the daemon honours it (with a warning) instead of refusing to start.
+TEST(PolicydLive, MetricsAllowNonLoopbackIsHonouredWithAWarning) {
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-nonloop-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "mail.log").flush();
+    std::ofstream(dir / "retryguard.yaml")
+        << live_config(dir, "metrics: {listen: \"0.0.0.0:0\", allow_non_loopback: true}\n");
+    Daemon d({"-c", (dir / "retryguard.yaml").string()}, {}, false, false);
+    ASSERT_TRUE(d.ready()) << d.log();
+    EXPECT_NE(d.log().find("may be reachable from other hosts"), std::string::npos) << d.log();
+    EXPECT_NE(http_body(d.metrics_port(), "/health").find("ok"), std::string::npos);
+    fs::remove_all(dir);
+}
+
+// Metrics connections are bounded: one beyond metrics.max_connections is
+// closed at once and counted, and the bound frees up as connections end.
+TEST(PolicydDaemon, MetricsConnectionsBeyondTheLimitAreClosedAndCounted) {
+    Daemon d({"--metrics-max-connections", "2"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    std::vector<Client> held;
+    for (int i = 0; i < 2; ++i) {
+        held.push_back(Client::tcp(d.metrics_port()));
+        ASSERT_TRUE(held.back().connected());
+        held.back().send("GET /health HTTP/1.1\r\n");  // an unfinished request keeps it open
+    }
+    // Accepted in order: the two above are open before this one is looked at.
+    EXPECT_TRUE(eventually([&] {
+        Client extra = Client::tcp(d.metrics_port());
+        return extra.closed_within(2000ms) && extra.received().empty();
+    })) << d.log();
+    held.clear();
+    std::string m;
+    EXPECT_TRUE(eventually([&] {
+        m = d.metrics();
+        return metric(m, "retryguard_policyd_metrics_connections_refused_total") >= 1;
+    })) << m
+        << d.log();
+    EXPECT_GE(count_lines(d.log(), "metrics connection limit 2 reached"), 1u) << d.log();
+}
+
+// Out of descriptors (EMFILE): both acceptors back off instead of spinning,
+// count the errors, log the first one and then at most one line per 10 s,
+// and say when accepting works again.
+TEST(PolicydDaemon, OutOfDescriptorsBacksOffLogsOnceAndRecovers) {
+#ifdef __SANITIZE_ADDRESS__
+    // The sanitizer runtime opens descriptors of its own (UBSan's vptr check
+    // probes memory through a pipe): out of descriptors it reports a false
+    // "invalid vptr" and, built with -fno-sanitize-recover, aborts the daemon.
+    GTEST_SKIP() << "descriptor exhaustion is not testable under the sanitizers";
+#endif
+    Daemon d({"--max-connections", "1000"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    // Leave room for exactly two more descriptors: the limit is one above the
+    // second-lowest free descriptor number (inherited descriptors may sit high).
+    std::set<int> used;
+    for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(d.pid()) + "/fd"))
+        used.insert(std::stoi(e.path().filename().string()));
+    std::vector<int> free_fds;
+    for (int fd = 0; free_fds.size() < 2; ++fd)
+        if (!used.count(fd)) free_fds.push_back(fd);
+    rlimit before{};
+    ASSERT_EQ(::prlimit(d.pid(), RLIMIT_NOFILE, nullptr, &before), 0);
+    rlimit tight = before;
+    tight.rlim_cur = static_cast<rlim_t>(free_fds[1] + 1);
+    ASSERT_EQ(::prlimit(d.pid(), RLIMIT_NOFILE, &tight, nullptr), 0);
+
+    std::vector<Client> clients;
+    for (int i = 0; i < 2; ++i) {
+        clients.push_back(Client::tcp(d.port()));
+        clients.back().send(request("a@example.test"));
+        ASSERT_EQ(clients.back().answer(), kDunno) << d.log();
+    }
+    // Queued in the backlog, never accepted while the limit holds.
+    Client waiting = Client::tcp(d.port());
+    Client metrics_waiting = Client::tcp(d.metrics_port());
+    ASSERT_TRUE(waiting.connected() && metrics_waiting.connected());
+    waiting.send(request("b@example.test"));
+    EXPECT_TRUE(eventually([&] { return d.log().find("policy accept: ") != std::string::npos; })) << d.log();
+    EXPECT_TRUE(eventually([&] { return d.log().find("metrics accept: ") != std::string::npos; })) << d.log();
+    std::this_thread::sleep_for(2500ms);  // long enough for many retries
+    EXPECT_EQ(waiting.answer(100ms), "");
+
+    // Give descriptors back: the waiting connection is answered.
+    ASSERT_EQ(::prlimit(d.pid(), RLIMIT_NOFILE, &before, nullptr), 0);
+    clients.clear();
+    EXPECT_EQ(waiting.answer(5000ms), kDunno) << d.log();
+    EXPECT_TRUE(eventually([&] {
+        return d.log().find("policy accept recovered after ") != std::string::npos;
+    })) << d.log();
+    const std::string log = d.log();
+    // One line when it started; no line per retry (the retries happen every
+    // 100 ms to 1 s, the repeat lines at most every 10 s).
+    EXPECT_EQ(count_lines(log, "policy accept: "), 1u) << log;
+    EXPECT_LE(count_lines(log, "policy accept still failing"), 1u) << log;
+    const std::string m = d.metrics();
+    const double policy_errors = metric(m, "retryguard_policyd_accept_errors_total{listener=\"policy\"}");
+    const double metrics_errors = metric(m, "retryguard_policyd_accept_errors_total{listener=\"metrics\"}");
+    EXPECT_GE(policy_errors, 2) << m;
+    EXPECT_GE(metrics_errors, 2) << m;
+    // Each failed accept waited before the next one (a spinning acceptor makes
+    // hundreds of thousands of attempts in 2.5 s).
+    EXPECT_EQ(metric(m, "retryguard_policyd_accept_backoffs_total{listener=\"policy\"}"), policy_errors) << m;
+    EXPECT_EQ(metric(m, "retryguard_policyd_accept_backoffs_total{listener=\"metrics\"}"), metrics_errors)
+        << m;
+    EXPECT_LT(policy_errors + metrics_errors, 200) << m;
+}
+
+// Rate-limited warnings are not lost: the count of those suppressed is logged
+// once the limiter opens again, with no new warning needed, and every
+// malformed request is accounted for in the log (logged or counted).
+TEST(PolicydDaemon, SuppressedWarningCountIsLoggedWhenTheLimiterOpens) {
+    Daemon d;
+    ASSERT_TRUE(d.ready()) << d.log();
+    constexpr int kBad = 6;
+    for (int i = 0; i < kBad; ++i) {
+        Client c = Client::tcp(d.port());
+        c.send("no equals sign\n\n");
+        EXPECT_TRUE(c.closed_within(5000ms));
+    }
+    auto accounted = [&] {
+        const std::string log = d.log();
+        std::size_t total = 0;
+        std::istringstream in(log);
+        for (std::string line; std::getline(in, line);) {
+            if (line.find("malformed policy request from") != std::string::npos) {
+                ++total;
+                const auto semi = line.rfind("; ");
+                total += std::stoul(line.substr(semi + 2));  // "N similar lines suppressed"
+            }
+            const auto pos = line.find(" similar malformed-request warning(s) suppressed");
+            if (pos != std::string::npos) {
+                const auto start = line.rfind(' ', pos - 1) + 1;
+                total += std::stoul(line.substr(start, pos - start));
+            }
+        }
+        return total;
+    };
+    EXPECT_TRUE(eventually([&] { return accounted() == kBad; }, 10s)) << accounted() << "\n" << d.log();
+    EXPECT_GE(count_lines(d.log(), "similar malformed-request warning(s) suppressed"), 1u) << d.log();
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "retryguard/config.hpp"
+#include "retryguard/runtime.hpp"
 
 namespace cfg = retryguard::config;
 
@@ -33,4 +34,32 @@ TEST(ConfigClassifierRules, DefaultIsEmptyListAndWrongTypeIsAnError) {
     ASSERT_EQ(bad.errors.size(), 1u);
     EXPECT_EQ(bad.errors[0].to_string(),
               "e.yaml:2:10: error: 'classifier.rules' must be a list, got a mapping");
+}
+
+// runtime_checks() compiles the user rules as the daemons do (classifier_from)
+// and reports a refused rule at its position in the configuration file.
+TEST(ConfigClassifierRules, RuntimeChecksReportRefusedRuleWithPosition) {
+    auto good = cfg::load_string(
+        "classifier:\n"
+        "  rules:\n"
+        "    - {name: grey, category: greylisting, text: \"greylisted\"}\n",
+        "site.yaml");
+    ASSERT_TRUE(good.ok());
+    EXPECT_TRUE(retryguard::runtime_checks(*good.config).empty());
+    EXPECT_TRUE(retryguard::classifier_from(*good.config).ok());
+
+    auto bad = cfg::load_string(
+        "classifier:\n"
+        "  rules:\n"
+        "    - {name: grey, category: greylisting, text: \"greylisted\"}\n"
+        "    - {name: grey2, category: no_such_category, text: \"x\"}\n",
+        "site.yaml");
+    ASSERT_TRUE(bad.ok());  // the file itself is well formed
+    EXPECT_FALSE(retryguard::classifier_from(*bad.config).ok());
+    const auto problems = retryguard::runtime_checks(*bad.config);
+    ASSERT_EQ(problems.size(), 1u);
+    EXPECT_EQ(problems[0].file, "site.yaml");
+    EXPECT_EQ(problems[0].line, 4);
+    EXPECT_EQ(problems[0].column, 31);
+    EXPECT_EQ(problems[0].message.rfind("unknown category `no_such_category`", 0), 0u) << problems[0].message;
 }

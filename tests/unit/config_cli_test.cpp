@@ -132,3 +132,49 @@ TEST(ConfigCli, DumpDocsMatchesCommittedFile) {
     std::string committed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     EXPECT_TRUE(r.out == committed) << "docs/configuration.md differs from --dump-docs";
 }
+
+// A classifier rule the daemons would refuse fails the check, at its position,
+// and the same file without it passes: check-config and the daemons agree.
+TEST(ConfigCli, BadClassifierRuleFailsWithPosition) {
+    auto f = temp_config(
+        "classifier:\n"
+        "  rules:\n"
+        "    - {name: greylist, category: greylisting, text: \"greylisted\"}\n"
+        "    - {name: broken, category: greylisting, text: \"(unclosed\"}\n");
+    auto r = run("check-config " + f);
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_EQ(r.out.rfind(f + ":4:51: error: bad RE2 pattern in rule `broken`: ", 0), 0u) << r.out;
+    EXPECT_NE(r.out.find(f + ": 1 error\n"), std::string::npos) << r.out;
+    auto j = nlohmann::json::parse(run("check-config --json " + f).out);
+    EXPECT_EQ(j["ok"], false);
+    ASSERT_EQ(j["errors"].size(), 1u);
+    EXPECT_EQ(j["errors"][0]["line"], 4);
+    EXPECT_EQ(j["errors"][0]["column"], 51);
+    std::filesystem::remove(f);
+
+    auto good = temp_config(
+        "classifier:\n"
+        "  rules:\n"
+        "    - {name: greylist, category: greylisting, text: \"greylisted\"}\n");
+    auto ok = run("check-config " + good);
+    EXPECT_EQ(ok.status, 0) << ok.out;
+    std::filesystem::remove(good);
+}
+
+// metrics.allow_non_loopback is an explicit opt-in the daemon honours: the
+// check accepts it, refuses a non-loopback address without it, and refuses a
+// host name the daemon would not resolve.
+TEST(ConfigCli, MetricsNonLoopbackNeedsTheOptInAndAnAddress) {
+    auto allowed = temp_config("metrics: {listen: \"0.0.0.0:9487\", allow_non_loopback: true}\n");
+    EXPECT_EQ(run("check-config " + allowed).status, 0);
+    auto refused = temp_config("metrics: {listen: \"0.0.0.0:9487\"}\n");
+    auto r = run("check-config " + refused);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_NE(r.out.find("is not loopback; set metrics.allow_non_loopback: true"), std::string::npos)
+        << r.out;
+    auto named = temp_config("metrics: {listen: \"metrics.example:9487\", allow_non_loopback: true}\n");
+    auto n = run("check-config " + named);
+    EXPECT_EQ(n.status, 2);
+    EXPECT_NE(n.out.find("give an IP address"), std::string::npos) << n.out;
+    for (const auto& f : {allowed, refused, named}) std::filesystem::remove(f);
+}

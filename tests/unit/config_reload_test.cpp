@@ -97,3 +97,26 @@ TEST(ConfigReload, ReadersSeeWholeSnapshotsDuringSwaps) {
     EXPECT_GE(reads.load(), 3);
     EXPECT_EQ(holder.generation(), 41u);
 }
+
+// A validator that finds a problem fails the reload as a whole: the running
+// snapshot stays, even for the keys the new file changed correctly.
+TEST(ConfigReload, ValidatorProblemKeepsWholeRunningConfig) {
+    TempFile f;
+    f.write("retry:\n  min_interval: 40m\n");
+    cfg::ConfigHolder holder(cfg::load_file(f.path).config);
+    auto before = holder.current();
+    f.write("retry:\n  min_interval: 50m\n");
+    int calls = 0;
+    auto errors = holder.reload({}, [&](const cfg::Config& c) {
+        ++calls;
+        EXPECT_EQ(c.global.retry.min_interval, 50min);  // sees the new file
+        return std::vector<cfg::Diagnostic>{{f.path, 2, 3, "refused"}};
+    });
+    EXPECT_EQ(calls, 1);
+    ASSERT_EQ(errors.size(), 1u);
+    EXPECT_EQ(errors[0].to_string(), f.path + ":2:3: error: refused");
+    EXPECT_EQ(holder.current().get(), before.get());
+    EXPECT_EQ(holder.generation(), 1u);
+    EXPECT_TRUE(holder.reload({}, [](const cfg::Config&) { return std::vector<cfg::Diagnostic>{}; }).empty());
+    EXPECT_EQ(holder.current()->global.retry.min_interval, 50min);
+}
