@@ -68,6 +68,18 @@ LiveIngest::LiveIngest(std::unique_ptr<Ledger> ledger, std::shared_ptr<config::C
     ingest_->set_poison_sink([this](std::string_view what, std::uint64_t where, std::string_view why) {
         log_.error(fmt::format("ingest: skipped {} {}{}: {}", what, where, poison_context_, why));
     });
+    // Verdict lines a crash left in the outbox: the verdict log writes those it
+    // lacks (a file target is read back; other targets write them again).
+    ingest_->set_outbox_sink([this](std::span<const OutboxEntry> entries) {
+        std::vector<std::string> lines;
+        lines.reserve(entries.size());
+        for (const auto& e : entries) lines.push_back(e.line);
+        const VerdictLog::Replay r = verdicts_.replay(lines);
+        log_.info(
+            fmt::format("verdict outbox: {} pending lines, {} already written, {} written again unchecked{}",
+                        lines.size(), r.found, r.unchecked, r.torn ? ", a cut last line ended" : ""));
+        return Ingestor::OutboxReplay{r.found, r.unchecked};
+    });
 }
 
 LiveIngest::~LiveIngest() {
@@ -210,9 +222,13 @@ void LiveIngest::publish() {
         "# TYPE retryguard_ingest_reloads_total counter\nretryguard_ingest_reloads_total {}\n"
         "# TYPE retryguard_ingest_poison_lines_total counter\nretryguard_ingest_poison_lines_total {}\n"
         "# TYPE retryguard_ingest_engine_errors_total counter\nretryguard_ingest_engine_errors_total {}\n"
-        "# TYPE retryguard_ingest_loop_errors_total counter\nretryguard_ingest_loop_errors_total {}\n",
+        "# TYPE retryguard_ingest_loop_errors_total counter\nretryguard_ingest_loop_errors_total {}\n"
+        "# TYPE retryguard_verdict_outbox_pending_total counter\nretryguard_verdict_outbox_pending_total {}\n"
+        "# TYPE retryguard_verdict_lines_found_total counter\nretryguard_verdict_lines_found_total {}\n"
+        "# TYPE retryguard_verdict_lines_replayed_total counter\nretryguard_verdict_lines_replayed_total "
+        "{}\n",
         st.batches, st.lines, st.events, ledger_refusals_, save_errors_, reloads_, st.poison_lines,
-        st.engine_errors, loop_errors_);
+        st.engine_errors, loop_errors_, st.outbox_pending, st.outbox_found, st.verdict_lines_replayed);
     fmt::format_to(out, "# TYPE retryguard_verdicts_total counter\n");
     for (const auto& [name, n] : verdict_counts_)
         fmt::format_to(out, "retryguard_verdicts_total{{verdict=\"{}\"}} {}\n", escape_label(name), n);

@@ -3,6 +3,7 @@
 // printing the verdicts the history produces. Glue only.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -26,6 +27,7 @@ struct ImportOptions {
     bool utc = false;
     bool quiet = false;
     bool to_log = false;
+    std::string verdicts;  // a verdict log target the lines also go to
     std::size_t batch = 2000;
 };
 
@@ -47,6 +49,20 @@ int run_import(const ImportOptions& opt) {
         if (auto st = log.open(t); !st)
             fmt::print(stderr, "retryguard import: verdict log: {}\n", st.error().message);
     }
+    // --verdicts: one more target (a file is read back after a crash, see below).
+    VerdictLog target;
+    if (!opt.verdicts.empty()) {
+        auto t = parse_verdict_log_target(opt.verdicts);
+        if (!t) {
+            fmt::print(stderr, "retryguard import: --verdicts: {}\n", t.error().message);
+            return kExitUsage;
+        }
+        t->ident = rt->config->log.ident + "/import";
+        if (auto st = target.open(*t); !st) {
+            fmt::print(stderr, "retryguard import: --verdicts: {}\n", st.error().message);
+            return kExitUsage;
+        }
+    }
     // Verdict lines are collected while the Ingestor applies a batch's effects
     // and written in one go right after each call returns: the lines of
     // effects that committed reach standard output at once, not when a stdio
@@ -63,8 +79,29 @@ int run_import(const ImportOptions& opt) {
             if (!opt.quiet)
                 fmt::format_to(std::back_inserter(out), "{} {}\n", format_rfc3339(v.time), format_verdict(v));
             if (opt.to_log) log.write(v);
+            if (!opt.verdicts.empty()) target.write(v);
         });
     ingestor.set_lines_done(emit);
+    // Lines of the last effects commit before a crash (the verdict outbox): the
+    // --verdicts target writes those it lacks; standard output and syslog
+    // cannot be read back and print them again (at least once).
+    ingestor.set_outbox_sink([&](std::span<const OutboxEntry> entries) {
+        std::vector<std::string> lines;
+        lines.reserve(entries.size());
+        for (const auto& e : entries) {
+            lines.push_back(e.line);
+            if (!opt.quiet) fmt::format_to(std::back_inserter(out), "{} {}\n", format_rfc3339(e.at), e.line);
+            if (opt.to_log) log.write_line(e.line);
+        }
+        Ingestor::OutboxReplay r;
+        if (!opt.verdicts.empty()) {
+            const VerdictLog::Replay t = target.replay(lines);
+            r.found = t.found;
+            r.unchecked = t.unchecked;
+        }
+        if (!opt.quiet || opt.to_log) r.unchecked = std::max(r.unchecked, lines.size() - r.found);
+        return r;
+    });
     std::string current_path;
     std::uint64_t batch_first_line = 0;  // line number (1-based) of the batch's first line
     ingestor.set_poison_sink([&](std::string_view what, std::uint64_t where, std::string_view why) {
@@ -154,6 +191,12 @@ int run_import(const ImportOptions& opt) {
     const auto& s = ingestor.stats();
     fmt::print(stderr, "retryguard import: {} lines, {} events, {} new, {} already known, {} verdicts\n",
                s.lines, s.events, s.applied, s.duplicates, s.verdicts);
+    if (s.outbox_pending > 0)
+        fmt::print(
+            stderr,
+            "retryguard import: verdict outbox: {} pending lines, {} already written, {} written again "
+            "unchecked\n",
+            s.outbox_pending, s.outbox_found, s.verdict_lines_replayed);
     return rc;
 }
 
@@ -171,6 +214,9 @@ void add_import_command(CLI::App& app) {
     cmd->add_flag("--utc", opt->utc, "Time stamps without a zone are UTC (default: local time)");
     cmd->add_flag("-q,--quiet", opt->quiet, "Do not print the verdicts");
     cmd->add_flag("--log", opt->to_log, "Also write the verdicts to the mail log (syslog)");
+    cmd->add_option("--verdicts", opt->verdicts,
+                    "Also write the verdict lines to this target (file:/path, syslog[:facility], "
+                    "postlog:/path, stderr); a file is read back after a crash so each line is written once");
     cmd->add_option("--batch", opt->batch, "Lines per ledger transaction")->check(CLI::Range(1, 1000000));
     cmd->callback([opt] { exit_code() = run_import(*opt); });
 }

@@ -3,6 +3,8 @@
 // meet; see ingest.hpp for the exactly-once argument.
 #include "retryguard/ingest.hpp"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 namespace retryguard {
@@ -82,6 +84,27 @@ Status Ingestor::restore() {
     }
     journal_seq_ = journal_seq;
     verdict_seq_ = verdict_seq;
+    // Lines of the last effects commit that may not have reached the sink, before
+    // any line of the journal replay.
+    auto outbox = ledger_.read_outbox();
+    if (!outbox) {
+        restore_failed_ = true;
+        return make_error(outbox.error().kind, "reading the verdict outbox: " + outbox.error().message);
+    }
+    if (!outbox->empty()) {
+        stats_.outbox_pending += outbox->size();
+        if (outbox_sink_) {
+            const OutboxReplay r = outbox_sink_(*outbox);
+            stats_.outbox_found += r.found;
+            stats_.verdict_lines_replayed += r.unchecked;
+        } else {
+            stats_.outbox_dropped += outbox->size();
+        }
+        outbox_written_ = std::max(outbox_written_, outbox->back().seq);
+        // Trimmed at once (one commit per restart), so that a second crash
+        // before the next effects commit does not hand the lines over again.
+        if (auto st = ledger_.apply_verdict_effects({}, outbox_written_); !st) ++stats_.effect_errors;
+    }
     if (auto st = catch_up(); !st) {
         restore_failed_ = true;
         return make_error(st.error().kind, "replaying the engine journal: " + st.error().message);
@@ -148,6 +171,8 @@ void Ingestor::queue(std::vector<Verdict>& verdicts) {
             e.action = VerdictEffect::Action::clear_flags;
             e.name = v.key;
         }
+        // Kept in the outbox with the effects when a sink writes it.
+        if (sink_) e.line = format_verdict(v);
         p.verdict = std::move(v);
         ++stats_.verdicts;
         pending_.push_back(std::move(p));
@@ -276,19 +301,25 @@ Status Ingestor::flush_effects() {
     std::vector<VerdictEffect> effects;
     effects.reserve(pending_.size());
     for (const auto& p : pending_) effects.push_back(p.effect);
-    auto before = ledger_.apply_verdict_effects(effects);
+    auto before = ledger_.apply_verdict_effects(effects, outbox_written_);
     if (!before) {
         ++stats_.effect_errors;
         return before.error();
     }
     // Written after the effects commit; those at or below the mark were
-    // written before a crash and are not written again.
+    // written before a crash (or handed to the outbox sink by restore()) and
+    // are not written again.
     bool wrote = false;
-    for (const auto& p : pending_)
+    std::uint64_t last = *before;
+    for (const auto& p : pending_) {
+        last = std::max(last, p.effect.seq);
         if (p.effect.seq > *before && sink_) {
             sink_(p.verdict);
             wrote = true;
         }
+    }
+    // The next effects transaction or state save trims the outbox up to here.
+    outbox_written_ = std::max(outbox_written_, last);
     pending_.clear();
     if (wrote && lines_done_) lines_done_();
     return {};
@@ -307,7 +338,8 @@ Status Ingestor::save() {
            {"engine", json::binary(std::vector<std::uint8_t>(engine_bytes.begin(), engine_bytes.end()))}};
     const std::vector<std::uint8_t> bytes = json::to_cbor(j);
     return ledger_.save_engine_state(
-        kStateKey, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), journal_seq_);
+        kStateKey, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), journal_seq_,
+        outbox_written_);
 }
 
 Status Ingestor::sync_flags(TimePoint now) {

@@ -590,19 +590,22 @@ class RedisLedger final : public Ledger {
         });
     }
 
-    Status save_engine_state(std::string_view key, std::string_view value,
-                             std::uint64_t journal_seq) override {
+    Status save_engine_state(std::string_view key, std::string_view value, std::uint64_t journal_seq,
+                             std::uint64_t outbox_written) override {
         return status(run<int>([&] {
-            eval("engine_save", {P_ + "state", P_ + "journal"},
-                 {ttl(options_.key_ttl), std::string(key), std::string(value), std::to_string(journal_seq)});
+            eval("engine_save", {P_ + "state", P_ + "journal", P_ + "outbox"},
+                 {ttl(options_.key_ttl), std::string(key), std::string(value), std::to_string(journal_seq),
+                  std::to_string(outbox_written)});
             return 0;
         }));
     }
 
-    Result<std::uint64_t> apply_verdict_effects(std::span<const VerdictEffect> effects) override {
+    Result<std::uint64_t> apply_verdict_effects(std::span<const VerdictEffect> effects,
+                                                std::uint64_t outbox_written) override {
         return run<std::uint64_t>([&] {
-            std::vector<std::string> args = {P_, ttl(options_.key_ttl), std::to_string(effects.size())};
-            args.reserve(args.size() + effects.size() * 9);
+            std::vector<std::string> args = {P_, ttl(options_.key_ttl), std::to_string(outbox_written),
+                                             std::to_string(effects.size())};
+            args.reserve(args.size() + effects.size() * 10);
             for (const auto& e : effects) {
                 args.push_back(std::to_string(e.seq));
                 args.push_back(e.verdict);
@@ -613,9 +616,31 @@ class RedisLedger final : public Ledger {
                 args.push_back(std::to_string(to_micros(e.at)));
                 args.push_back(e.reason);
                 args.push_back(time_str(e.expires_at));
+                args.push_back(e.line);
             }
-            auto r = eval("verdict_effects", {P_ + "verdictmark"}, args);
+            auto r = eval("verdict_effects", {P_ + "verdictmark", P_ + "outbox"}, args);
             return static_cast<std::uint64_t>(r->integer);
+        });
+    }
+
+    Result<std::vector<OutboxEntry>> read_outbox() override {
+        return run<std::vector<OutboxEntry>>([&] {
+            std::vector<OutboxEntry> out;
+            auto r = call({"ZRANGE", P_ + "outbox", "0", "-1"});
+            if (r->type != REDIS_REPLY_ARRAY) return out;
+            for (std::size_t i = 0; i < r->elements; ++i) {
+                std::string m = str(r->element[i]);
+                auto t1 = m.find('\t');
+                auto t2 = t1 == std::string::npos ? t1 : m.find('\t', t1 + 1);
+                if (t2 == std::string::npos)
+                    throw Failure{make_error(ErrorKind::io, "ledger (redis): malformed outbox entry")};
+                OutboxEntry e;
+                e.seq = std::stoull(m.substr(0, t1));
+                e.at = from_micros(std::stoll(m.substr(t1 + 1, t2 - t1 - 1)));
+                e.line = m.substr(t2 + 1);
+                out.push_back(std::move(e));
+            }
+            return out;
         });
     }
 

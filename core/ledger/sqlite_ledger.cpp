@@ -118,6 +118,11 @@ CREATE TABLE seen_events(key INTEGER PRIMARY KEY, time INTEGER NOT NULL);
 CREATE TABLE engine_journal(seq INTEGER PRIMARY KEY AUTOINCREMENT, entry BLOB NOT NULL);
 CREATE TABLE engine_marks(name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 )sql",
+    // version 3: the verdict outbox (lines of committed verdict effects until
+    // the sink has them; written in the effects transaction, trimmed in the next).
+    R"sql(
+CREATE TABLE verdict_outbox(seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, line TEXT NOT NULL);
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -726,24 +731,31 @@ class SqliteLedger final : public Ledger {
         });
     }
 
-    Status save_engine_state(std::string_view key, std::string_view value,
-                             std::uint64_t journal_seq) override {
+    Status save_engine_state(std::string_view key, std::string_view value, std::uint64_t journal_seq,
+                             std::uint64_t outbox_written) override {
         return counters_.count(write([&] {
             store_state(key, value);
             exec_bound("DELETE FROM engine_journal WHERE seq <= ?", {static_cast<std::int64_t>(journal_seq)});
+            trim_outbox(outbox_written);
         }));
     }
 
-    Result<std::uint64_t> apply_verdict_effects(std::span<const VerdictEffect> effects) override {
+    Result<std::uint64_t> apply_verdict_effects(std::span<const VerdictEffect> effects,
+                                                std::uint64_t outbox_written) override {
         std::uint64_t before = 0;
         auto st = write([&] {
             before = load_mark();
+            trim_outbox(outbox_written);
             std::uint64_t mark = before;
             std::map<std::string, std::int64_t> counts;
             for (const auto& e : effects) {
                 if (e.seq <= before) continue;  // applied before a crash: a replay
                 mark = std::max(mark, e.seq);
                 ++counts[e.verdict];
+                if (!e.line.empty()) {
+                    Query q = stmt("INSERT OR REPLACE INTO verdict_outbox(seq, at, line) VALUES(?, ?, ?)");
+                    q.i64(static_cast<std::int64_t>(e.seq)).i64(to_micros(e.at)).text(e.line).run();
+                }
                 switch (e.action) {
                     case VerdictEffect::Action::none: break;
                     case VerdictEffect::Action::destination_state: {
@@ -781,6 +793,17 @@ class SqliteLedger final : public Ledger {
 
     Result<std::uint64_t> verdict_mark() override {
         return read<std::uint64_t>([&] { return load_mark(); });
+    }
+
+    Result<std::vector<OutboxEntry>> read_outbox() override {
+        return read<std::vector<OutboxEntry>>([&] {
+            std::vector<OutboxEntry> out;
+            Query q = stmt("SELECT seq, at, line FROM verdict_outbox ORDER BY seq");
+            while (q.row())
+                out.push_back(
+                    OutboxEntry{static_cast<std::uint64_t>(q.col(0)), from_micros(q.col(1)), q.bytes(2)});
+            return out;
+        });
     }
 
     Result<PruneResult> prune(const RetentionPolicy& policy, TimePoint now) override {
@@ -880,6 +903,13 @@ class SqliteLedger final : public Ledger {
     }
 
     std::string journal_;  // the batch's engine journal entry, built during ingest
+
+    // Usually a no-op probe of an empty or one-commit table (the primary key).
+    void trim_outbox(std::uint64_t written) {
+        if (written == 0) return;
+        Query q = stmt("DELETE FROM verdict_outbox WHERE seq <= ?");
+        q.i64(static_cast<std::int64_t>(written)).run();
+    }
 
     std::uint64_t load_mark() {
         Query q = stmt("SELECT value FROM engine_marks WHERE name = 'verdicts'");

@@ -6,15 +6,18 @@
 
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <syslog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <utility>
+#include <vector>
 
 namespace retryguard {
 namespace {
@@ -126,6 +129,78 @@ Status VerdictLog::open(const VerdictLogTarget& target) {
         case VerdictLogTarget::Kind::none: return {};
     }
     return {};
+}
+
+FileTailMatch match_file_tail(std::string_view tail, std::span<const std::string> pending) {
+    FileTailMatch m;
+    m.torn = !tail.empty() && tail.back() != '\n';
+    // Complete lines only, newest first; a cut last line is not one of them.
+    std::vector<std::string_view> lines;
+    if (const auto last_nl = tail.rfind('\n'); last_nl != std::string_view::npos) {
+        std::string_view complete = tail.substr(0, last_nl);
+        while (lines.size() < pending.size()) {
+            const auto nl = complete.rfind('\n');
+            if (nl == std::string_view::npos) {
+                lines.push_back(complete);
+                break;
+            }
+            lines.push_back(complete.substr(nl + 1));
+            complete = complete.substr(0, nl);
+        }
+    }
+    auto is = [](std::string_view line, const std::string& text) {
+        const std::string want = printable(text);
+        return line.size() >= want.size() + 2 && line.ends_with(want) &&
+               line.substr(line.size() - want.size() - 2, 2) == ": ";
+    };
+    for (std::size_t k = std::min(lines.size(), pending.size()); k > 0; --k) {
+        // lines[k-1] .. lines[0] (oldest to newest) against pending[0 .. k).
+        bool all = true;
+        for (std::size_t i = 0; i < k && all; ++i) all = is(lines[k - 1 - i], pending[i]);
+        if (all) {
+            m.present = k;
+            break;
+        }
+    }
+    return m;
+}
+
+VerdictLog::Replay VerdictLog::replay(std::span<const std::string> lines) {
+    Replay r;
+    if (lines.empty()) return r;
+    switch (target_.kind) {
+        case VerdictLogTarget::Kind::none: return r;
+        case VerdictLogTarget::Kind::file: break;
+        default:
+            for (const auto& l : lines) write_line(l);
+            r.unchecked = lines.size();
+            return r;
+    }
+    {
+        std::lock_guard lock(mu_);
+        // Enough of the end of the file for every pending line with its prefix.
+        std::size_t window = 4096;
+        for (const auto& l : lines) window += std::min(l.size(), kMaxRecord) + 256;
+        std::string tail;
+        const int fd = ::open(target_.path.c_str(), O_RDONLY | O_CLOEXEC);
+        struct stat st {};
+        if (fd >= 0 && ::fstat(fd, &st) == 0 && st.st_size > 0) {
+            const auto size = static_cast<std::size_t>(st.st_size);
+            const std::size_t from = size > window ? size - window : 0;
+            tail.resize(size - from);
+            const ssize_t got = ::pread(fd, tail.data(), tail.size(), static_cast<off_t>(from));
+            tail.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
+        }
+        if (fd >= 0) ::close(fd);
+        const FileTailMatch m = match_file_tail(tail, lines);
+        r.found = m.present;
+        r.torn = m.torn;
+        // The next line must start on a line of its own; a reader sees the cut
+        // line, then the whole line written again below.
+        if (m.torn && fd_ >= 0 && ::write(fd_, "\n", 1) != 1) failures_.fetch_add(1);
+    }
+    for (std::size_t i = r.found; i < lines.size(); ++i) write_line(lines[i]);
+    return r;
 }
 
 void VerdictLog::write(const Verdict& v) {

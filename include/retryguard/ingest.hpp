@@ -23,8 +23,19 @@
 //   (ladder state, flags, verdict counts) are applied with a high-water mark in
 //   one transaction: effects at or below the mark are skipped, and the verdict
 //   line is written (sink) only for verdicts applied by that call, right after
-//   it commits. The remaining window: a crash between that commit and the
-//   sink's write loses those verdict lines (never duplicates them).
+//   it commits.
+// - Verdict outbox: the same transaction stores each applied verdict's line
+//   (format_verdict) with its number. The next effects transaction (or the
+//   state save) deletes the entries up to the last number handed to the sink,
+//   so the outbox costs no commit of its own and holds at most the lines of
+//   the last commit. restore() hands the entries still there (lines that may
+//   or may not have reached the sink before a crash) to the outbox sink before
+//   anything else is written, then trims them (one commit per restart, so a
+//   second crash does not hand them over again): a file sink reads its tail
+//   and writes only the lines it lacks (exact); a sink that cannot be read
+//   back (syslog, postlog, stderr, standard output) writes them again (at
+//   least once: a duplicate is possible, a loss is not) and counts them.
+//   Without an outbox sink the lines are dropped and counted (at most once).
 // - Effects the ledger refused stay pending and are offered again before the
 //   next ones; the state is not saved while any are pending (the journal still
 //   covers them).
@@ -66,12 +77,27 @@ struct IngestStats {
     std::uint64_t engine_errors = 0;  // journal entries the engine threw on, or could not decode: skipped
     std::uint64_t effect_errors = 0;  // verdict effects the ledger refused (kept pending, retried)
     std::uint64_t replayed = 0;       // journal entries fed by restore() or a catch-up
+    // Verdict outbox at restore(): entries found, lines the sink already had,
+    // lines it wrote again without being able to check (may duplicate), lines
+    // dropped (no outbox sink).
+    std::uint64_t outbox_pending = 0;
+    std::uint64_t outbox_found = 0;
+    std::uint64_t verdict_lines_replayed = 0;
+    std::uint64_t outbox_dropped = 0;
     std::map<std::string, std::uint64_t, std::less<>> by_category;  // deferrals by category
 };
 
 class Ingestor {
   public:
     using VerdictSink = std::function<void(const Verdict&)>;
+    // What an outbox sink did with the pending lines it was handed: how many
+    // it found already written (not written again) and how many it wrote again
+    // without being able to check; the rest it found missing and wrote.
+    struct OutboxReplay {
+        std::size_t found = 0;
+        std::size_t unchecked = 0;
+    };
+    using OutboxSink = std::function<OutboxReplay(std::span<const OutboxEntry>)>;
     // A line (index in its batch) or journal entry (seq) that was skipped, and why.
     using PoisonSink = std::function<void(std::string_view what, std::uint64_t where, std::string_view why)>;
 
@@ -106,6 +132,8 @@ class Ingestor {
     Status sync_flags(TimePoint now);
 
     void set_poison_sink(PoisonSink sink) { poison_ = std::move(sink); }
+    // Receives the verdict outbox at restore() (see above); set it before.
+    void set_outbox_sink(OutboxSink sink) { outbox_sink_ = std::move(sink); }
     // Called right after the verdict lines of one effects commit went to the
     // sink: a sink that buffers writes them out here (a crash after the commit
     // must find as few of its lines unwritten as possible).
@@ -144,11 +172,13 @@ class Ingestor {
     Engine engine_;
     VerdictSink sink_;
     PoisonSink poison_;
+    OutboxSink outbox_sink_;
     std::function<void()> lines_done_;
     IngestStats stats_;
-    std::vector<IngestItem> items_;  // reused between batches
-    std::uint64_t journal_seq_ = 0;  // last journal entry the engine consumed
-    std::uint64_t verdict_seq_ = 0;  // last verdict number given
+    std::vector<IngestItem> items_;     // reused between batches
+    std::uint64_t journal_seq_ = 0;     // last journal entry the engine consumed
+    std::uint64_t verdict_seq_ = 0;     // last verdict number given
+    std::uint64_t outbox_written_ = 0;  // outbox entries up to here reached the sink: trim them
     std::vector<PendingVerdict> pending_;
     bool restore_failed_ = false;
     bool need_catch_up_ = false;  // a ledger call failed: the journal may hold entries not fed

@@ -140,6 +140,17 @@ struct VerdictEffect {
     TimePoint at{};
     std::string reason;                   // set_flag
     std::optional<TimePoint> expires_at;  // set_flag
+    // The rendered verdict line, kept in the outbox with the effects ("": the
+    // caller writes no line for it, nothing is kept).
+    std::string line;
+};
+
+// A verdict line whose effects committed and that the sink may or may not
+// have received (docs/ledger.md "Verdict outbox"): seq and time of its verdict.
+struct OutboxEntry {
+    std::uint64_t seq = 0;
+    TimePoint at{};
+    std::string line;
 };
 
 struct MessageInfo {
@@ -372,16 +383,23 @@ class Ledger {
     virtual Result<std::uint64_t> append_journal(std::span<const std::string> entries) = 0;
     // Entries with seq > after, oldest first, at most `limit`.
     virtual Result<std::vector<EngineJournalEntry>> read_journal(std::uint64_t after, std::size_t limit) = 0;
-    // One transaction: state `key` := value, and journal entries with seq <=
-    // journal_seq deleted (the state covers them).
-    virtual Status save_engine_state(std::string_view key, std::string_view value,
-                                     std::uint64_t journal_seq) = 0;
+    // One transaction: state `key` := value, journal entries with seq <=
+    // journal_seq deleted (the state covers them) and outbox entries with seq
+    // <= outbox_written deleted (their lines reached the sink).
+    virtual Status save_engine_state(std::string_view key, std::string_view value, std::uint64_t journal_seq,
+                                     std::uint64_t outbox_written) = 0;
     // One transaction: the effects of verdicts above the stored high-water mark
-    // (destination state, flags, verdict counts) are applied and the mark is
-    // raised to the highest seq; effects at or below it are skipped (a replay).
+    // (destination state, flags, verdict counts) are applied, their non-empty
+    // lines are added to the outbox, and the mark is raised to the highest
+    // seq; effects at or below it are skipped (a replay). Outbox entries with
+    // seq <= outbox_written (lines the caller has written) are deleted in the
+    // same transaction, so the outbox costs no commit of its own.
     // Returns the mark as it was before, so the caller writes only the verdict
     // lines of effects that were applied now.
-    virtual Result<std::uint64_t> apply_verdict_effects(std::span<const VerdictEffect> effects) = 0;
+    virtual Result<std::uint64_t> apply_verdict_effects(std::span<const VerdictEffect> effects,
+                                                        std::uint64_t outbox_written) = 0;
+    // The outbox, oldest first: lines committed and not yet trimmed.
+    virtual Result<std::vector<OutboxEntry>> read_outbox() = 0;
     // The stored high-water mark (0: none yet).
     virtual Result<std::uint64_t> verdict_mark() = 0;
 

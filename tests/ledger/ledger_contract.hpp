@@ -675,7 +675,7 @@ TEST_P(LedgerContract, EngineJournalHoldsFreshEventsInOrderUntilAStateCoversThem
 
     // Saving a state trims what it covers, and the state is stored byte-exact.
     const std::string state("\x00\xff\xc3\x28 state", 10);
-    ASSERT_TRUE(l->save_engine_state("engine", state, s0 + 1).ok());
+    ASSERT_TRUE(l->save_engine_state("engine", state, s0 + 1, 0).ok());
     auto rest = l->read_journal(0, 100);
     ASSERT_TRUE(rest.ok());
     ASSERT_EQ(rest->size(), 2u);
@@ -687,7 +687,7 @@ TEST_P(LedgerContract, EngineJournalHoldsFreshEventsInOrderUntilAStateCoversThem
     ASSERT_TRUE(saved.ok() && saved->has_value());
     EXPECT_EQ(**saved, state);
     // Numbers never go back, even once the journal was trimmed empty.
-    ASSERT_TRUE(again->save_engine_state("engine", state, s0 + 10).ok());
+    ASSERT_TRUE(again->save_engine_state("engine", state, s0 + 10, 0).ok());
     auto empty = again->read_journal(0, 100);
     ASSERT_TRUE(empty.ok());
     EXPECT_TRUE(empty->empty());
@@ -726,14 +726,14 @@ TEST_P(LedgerContract, VerdictEffectsApplyOnceAboveTheHighWaterMark) {
     effects[3].name = "mx.hw.test";
     effects[3].state = "watch";
     effects[3].at = at(103);
-    auto before = l->apply_verdict_effects(std::span<const VerdictEffect>(effects.data(), 2));
+    auto before = l->apply_verdict_effects(std::span<const VerdictEffect>(effects.data(), 2), 0);
     ASSERT_TRUE(before.ok()) << before.error().message;
     EXPECT_EQ(*before, 0u);
     // A replay offers 1..4 again: only 3 and 4 are new.
-    before = l->apply_verdict_effects(effects);
+    before = l->apply_verdict_effects(effects, 0);
     ASSERT_TRUE(before.ok());
     EXPECT_EQ(*before, 2u);
-    before = l->apply_verdict_effects(effects);
+    before = l->apply_verdict_effects(effects, 0);
     ASSERT_TRUE(before.ok());
     EXPECT_EQ(*before, 4u);
     mark = l->verdict_mark();
@@ -765,14 +765,76 @@ TEST_P(LedgerContract, VerdictEffectsApplyOnceAboveTheHighWaterMark) {
     clear[0].action = VerdictEffect::Action::clear_flags;
     clear[0].name = "hw.test";
     clear[0].at = at(300);
-    ASSERT_TRUE(l->apply_verdict_effects(clear).ok());
-    ASSERT_TRUE(l->apply_verdict_effects(clear).ok());
+    ASSERT_TRUE(l->apply_verdict_effects(clear, 0).ok());
+    ASSERT_TRUE(l->apply_verdict_effects(clear, 0).ok());
     flags = l->list_flags(std::nullopt, at(400), false);
     ASSERT_TRUE(flags.ok());
     EXPECT_TRUE(flags->empty());
     counts = l->verdict_counts();
     ASSERT_TRUE(counts.ok());
     EXPECT_EQ(counts->at("flag_expired"), 1);
+}
+
+TEST_P(LedgerContract, VerdictOutboxKeepsLinesOfAppliedEffectsUntilWritten) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    auto empty = l->read_outbox();
+    ASSERT_TRUE(empty.ok()) << empty.error().message;
+    EXPECT_TRUE(empty->empty());
+    auto effect = [](std::uint64_t seq, std::string line) {
+        VerdictEffect e;
+        e.seq = seq;
+        e.verdict = "too_soon";
+        e.at = at(static_cast<std::int64_t>(1000 + seq));
+        e.line = std::move(line);
+        return e;
+    };
+    // Lines with tabs, quotes and bytes that are not UTF-8 come back byte-exact.
+    const std::string odd = "k\t\"x\": verdict=too_soon note=\xc3\x28";
+    std::vector<VerdictEffect> first{effect(1, "a.test: verdict=too_soon"), effect(2, odd), effect(3, "")};
+    auto before = l->apply_verdict_effects(first, 0);
+    ASSERT_TRUE(before.ok()) << before.error().message;
+    EXPECT_EQ(*before, 0u);
+    auto box = l->read_outbox();
+    ASSERT_TRUE(box.ok());
+    ASSERT_EQ(box->size(), 2u) << "an effect without a line keeps nothing";
+    EXPECT_EQ((*box)[0].seq, 1u);
+    EXPECT_EQ((*box)[0].at, at(1001));
+    EXPECT_EQ((*box)[0].line, "a.test: verdict=too_soon");
+    EXPECT_EQ((*box)[1].seq, 2u);
+    EXPECT_EQ((*box)[1].line, odd);
+
+    // A replay (at or below the mark) adds nothing; the next commit trims what
+    // the caller wrote (up to 2) and keeps its own lines.
+    std::vector<VerdictEffect> second{effect(2, "replayed: verdict=too_soon"),
+                                      effect(4, "d.test: verdict=too_soon"),
+                                      effect(5, "e.test: verdict=too_soon")};
+    before = l->apply_verdict_effects(second, 2);
+    ASSERT_TRUE(before.ok());
+    EXPECT_EQ(*before, 3u);
+    box = l->read_outbox();
+    ASSERT_TRUE(box.ok());
+    ASSERT_EQ(box->size(), 2u);
+    EXPECT_EQ((*box)[0].seq, 4u);
+    EXPECT_EQ((*box)[1].seq, 5u);
+    EXPECT_EQ((*box)[1].line, "e.test: verdict=too_soon");
+
+    // Trimming part of it, then the rest with a state save; it survives a reopen in between.
+    ASSERT_TRUE(l->apply_verdict_effects(std::vector<VerdictEffect>{}, 4).ok());
+    l.reset();
+    auto again = open();
+    ASSERT_TRUE(again);
+    box = again->read_outbox();
+    ASSERT_TRUE(box.ok());
+    ASSERT_EQ(box->size(), 1u);
+    EXPECT_EQ((*box)[0].seq, 5u);
+    ASSERT_TRUE(again->save_engine_state("engine", "s", 0, 5).ok());
+    box = again->read_outbox();
+    ASSERT_TRUE(box.ok());
+    EXPECT_TRUE(box->empty());
+    auto mark = again->verdict_mark();
+    ASSERT_TRUE(mark.ok());
+    EXPECT_EQ(*mark, 5u);
 }
 
 TEST_P(LedgerContract, PruneRemovesFinishedMessagesAndOldHistoryOnly) {

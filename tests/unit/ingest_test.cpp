@@ -209,6 +209,64 @@ TEST(Ingest, CrashBetweenLedgerAndEngineSaveLosesNothing) {
     EXPECT_EQ(*counts, *ref_counts);
 }
 
+TEST(Ingest, VerdictLinesOfACommitTheSinkNeverGotComeBackFromTheOutbox) {
+    auto lines = read_lines("full-run.sender.log");
+    ASSERT_GT(lines.size(), 400u);
+    IngestRun reference;
+    {
+        LogParser parser(fixture_year());
+        ASSERT_TRUE(reference.ingestor->ingest_lines(parser, lines, std::nullopt).ok());
+    }
+    IngestRun crashed;
+    LogParser parser(fixture_year());
+    for (std::size_t from = 0; from < 400; from += 50)
+        ASSERT_TRUE(
+            crashed.ingestor
+                ->ingest_lines(parser, std::span<const std::string>(lines.data() + from, 50), std::nullopt)
+                .ok());
+    // The outbox holds the last effects commit's lines; a crash right after
+    // that commit means the sink never got them.
+    auto box = crashed.tl.ledger->read_outbox();
+    ASSERT_TRUE(box.ok());
+    ASSERT_FALSE(box->empty());
+    ASSERT_GE(crashed.verdicts.size(), box->size());
+    for (auto it = box->rbegin(); it != box->rend(); ++it) {
+        EXPECT_EQ(crashed.verdicts.back(), it->line);
+        crashed.verdicts.pop_back();
+    }
+
+    std::vector<std::string> after;
+    Ingestor resumed(*crashed.tl.ledger, classifier(), EngineSettings{},
+                     [&](const Verdict& v) { after.push_back(format_verdict(v)); });
+    resumed.set_outbox_sink([&](std::span<const OutboxEntry> entries) {
+        for (const auto& e : entries) after.push_back(e.line);
+        return Ingestor::OutboxReplay{0, entries.size()};
+    });
+    ASSERT_TRUE(resumed.restore().ok());
+    EXPECT_EQ(resumed.stats().outbox_pending, box->size());
+    EXPECT_EQ(resumed.stats().verdict_lines_replayed, box->size());
+    auto trimmed = crashed.tl.ledger->read_outbox();
+    ASSERT_TRUE(trimmed.ok());
+    EXPECT_TRUE(trimmed->empty()) << "handed over once: a second crash does not repeat them";
+    ASSERT_TRUE(resumed
+                    .ingest_lines(parser,
+                                  std::span<const std::string>(lines.data() + 400, lines.size() - 400),
+                                  std::nullopt)
+                    .ok());
+    std::vector<std::string> all(crashed.verdicts.begin(), crashed.verdicts.end());
+    all.insert(all.end(), after.begin(), after.end());
+    EXPECT_EQ(all, reference.verdicts) << "every verdict line written exactly once";
+
+    // A clean save leaves an empty outbox: the next start hands nothing over.
+    ASSERT_TRUE(resumed.save().ok());
+    auto box_after = crashed.tl.ledger->read_outbox();
+    ASSERT_TRUE(box_after.ok());
+    EXPECT_TRUE(box_after->empty());
+    Ingestor next(*crashed.tl.ledger, classifier(), EngineSettings{}, [](const Verdict&) {});
+    ASSERT_TRUE(next.restore().ok());
+    EXPECT_EQ(next.stats().outbox_pending, 0u);
+}
+
 TEST(Ingest, InvalidUtf8ReplySavesAndRestoresByteExact) {
     IngestRun run;
     LogParser parser(fixture_year());
