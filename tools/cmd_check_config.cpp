@@ -10,6 +10,7 @@
 
 #include "commands.hpp"
 #include "retryguard/config.hpp"
+#include "retryguard/postfix_wiring.hpp"
 #include "retryguard/runtime.hpp"
 #include "retryguard/text.hpp"
 
@@ -26,6 +27,8 @@ struct Options {
     bool json = false;
     bool dump_docs = false;
     bool dump_default = false;
+    std::string postfix = "auto";  // auto | yes | no: also check the Postfix side
+    std::string postfix_config;    // postconf -c DIR
 };
 
 std::string default_file() {
@@ -99,12 +102,37 @@ int run(const Options& o) {
     }
     const auto& c = *out.config;
     if (o.explain.empty()) {
-        if (o.json)
+        // The Postfix side: on an installed host (the default file) or when asked.
+        const bool installed = file == kDefaultConfigPath && std::filesystem::exists("/usr/sbin/postconf");
+        std::vector<WiringFinding> findings;
+        if (o.postfix == "yes" || (o.postfix == "auto" && installed)) {
+            auto pc = run_postconf(o.postfix_config);
+            if (pc) {
+                findings = check_postfix_wiring(*pc, c);
+            } else {
+                findings.push_back({WiringFinding::Level::error, pc.error().message,
+                                    "install and configure Postfix, or pass --postfix no"});
+            }
+            for (auto& f : check_sources_readable(c, c.policy.user)) findings.push_back(std::move(f));
+        }
+        int errors = 0;
+        j["postfix"] = nlohmann::json::array();
+        for (const auto& f : findings) {
+            errors += f.level == WiringFinding::Level::error;
+            j["postfix"].push_back({{"level", to_string(f.level)}, {"what", f.what}, {"fix", f.fix}});
+        }
+        if (errors) j["ok"] = false;
+        if (o.json) {
             std::cout << text::json_dump(j) << "\n";
-        else
+        } else {
             std::cout << file << ": OK (" << c.sources.size() << " log source(s), " << c.destinations.size()
                       << " destination rule(s))\n";
-        return kExitOk;
+            for (const auto& f : findings) {
+                std::cout << "postfix: " << to_string(f.level) << ": " << text::terminal(f.what) << "\n";
+                if (!f.fix.empty()) std::cout << "    fix: " << text::terminal(f.fix) << "\n";
+            }
+        }
+        return errors ? kExitAttention : kExitOk;
     }
     auto res = c.resolve(o.explain, o.mx);
     auto diffs = differences(c, *res.settings);
@@ -176,6 +204,13 @@ void add_check_config_command(CLI::App& app) {
                   "Print the configuration reference (docs/configuration.md)");
     cmd->add_flag("--dump-default", opts->dump_default,
                   "Print the documented default file (conf/retryguard.yaml)");
+    cmd->add_option("--postfix", opts->postfix,
+                    "Also check that Postfix uses retryguard (postconf -nx) and that the policy daemon's "
+                    "user can read its log sources: auto (when checking the installed file), yes, no")
+        ->check(CLI::IsMember({"auto", "yes", "no"}))
+        ->capture_default_str();
+    cmd->add_option("--postfix-config", opts->postfix_config,
+                    "Postfix configuration directory (postconf -c)");
     cmd->callback([opts] { exit_code() = run(*opts); });
 }
 
