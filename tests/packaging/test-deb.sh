@@ -116,8 +116,13 @@ log "classify: $(grep category <<<"$out_cls")"
 
 # ExecStart of a unit, continuation lines joined, as systemd would run it:
 # as User/Group of the unit with its supplementary groups, cwd /.
+# (A sed range would run past a one-line ExecStart: its end is only looked for
+# from the next line on.)
 exec_start() {
-  sed -n '/^ExecStart=/,/[^\\]$/p' "$1" | sed 's/^ExecStart=//; s/\\$//' | tr '\n' ' '
+  awk 'index($0, "ExecStart=") == 1 {
+      v = substr($0, 11)
+      while (v ~ /\\$/) { sub(/\\$/, "", v); if ((getline line) <= 0) break; v = v " " line }
+      print v; exit }' "$1"
 }
 run_unit() {  # UNIT LOGFILE
   local cmd; cmd=$(exec_start "/lib/systemd/system/$1.service")
