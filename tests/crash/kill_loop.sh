@@ -33,12 +33,12 @@ if [ "$(id -u)" = 0 ]; then
     chown nobody "$DIR" && chmod 755 "$DIR"
     AS_USER=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
     # nobody runs a copy with the shipped rules beside it: the build tree may
-    # sit where nobody cannot reach (a clone in /root).
-    mkdir -p "$DIR/prog/bin" "$DIR/prog/share/retryguard"
-    cp "$POLICYD" "$DIR/prog/bin/"
-    cp "$(dirname "$POLICYD")/../share/retryguard/classifier.yaml" "$DIR/prog/share/retryguard/"
-    chmod -R a+rX "$DIR/prog"
-    POLICYD=$DIR/prog/bin/$(basename "$POLICYD")
+    # sit where nobody cannot reach (a clone in /root). The e2e harness stages it.
+    # shellcheck source=../e2e/lib.sh
+    . "$HERE/../e2e/lib.sh"
+    E2E_DIR=$DIR RETRYGUARD_POLICYD=$POLICYD
+    e2e_stage_programs
+    POLICYD=$RETRYGUARD_POLICYD
 fi
 PIDS=()
 cleanup() {
