@@ -41,6 +41,18 @@ namespace {
 // Started as root, the daemon drops to policy.user (nobody:nogroup in these
 // tests): the directories it writes to (ready file, sockets, ledger) must be
 // that user's.
+// The shipped rules where the daemon can read them after dropping to nobody
+// (a reload re-reads them), wherever the build tree is: a clone in /root is
+// out of nobody's reach. Returns the directory for RETRYGUARD_DATADIR.
+std::string stage_datadir(const fs::path& dir) {
+    fs::create_directories(dir / "share");
+    fs::copy_file(fs::path(RETRYGUARD_SOURCE_DIR) / "conf" / "classifier.yaml", dir / "share" / "classifier.yaml",
+                  fs::copy_options::overwrite_existing);
+    ::chmod((dir / "share").c_str(), 0755);
+    ::chmod((dir / "share" / "classifier.yaml").c_str(), 0644);
+    return (dir / "share").string();
+}
+
 void give_to_nobody(const fs::path& p) {
     if (::geteuid() != 0) return;
     const passwd* pw = ::getpwnam("nobody");
@@ -272,15 +284,7 @@ class Daemon {
   private:
     void start(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
         const std::string log = (dir_ / "log").string();
-        // The shipped rules where the daemon can read them after dropping to
-        // nobody (a reload re-reads them), wherever the build tree is: a clone
-        // in /root is out of nobody's reach.
-        fs::create_directories(dir_ / "share");
-        fs::copy_file(fs::path(RETRYGUARD_SOURCE_DIR) / "conf" / "classifier.yaml",
-                      dir_ / "share" / "classifier.yaml", fs::copy_options::overwrite_existing);
-        ::chmod((dir_ / "share").c_str(), 0755);
-        ::chmod((dir_ / "share" / "classifier.yaml").c_str(), 0644);
-        const std::string datadir = (dir_ / "share").string();
+        const std::string datadir = stage_datadir(dir_);
         pid_ = ::fork();
         if (pid_ == 0) {
             if (!env.count("RETRYGUARD_DATADIR")) ::setenv("RETRYGUARD_DATADIR", datadir.c_str(), 1);
@@ -722,10 +726,12 @@ TEST(PolicydDaemon, DaemonModeDetachesReloadsAndStops) {
     fs::create_directories(dir);
     give_to_nobody(dir);  // the ready file is written after the drop
     std::ofstream(dir / "flagged") << "a.test REJECT 5.7.1 no\n";
+    const std::string datadir = stage_datadir(dir);
     // Relative paths: the daemon runs in "/" and must still find its table on SIGHUP.
     const pid_t starter = ::fork();
     if (starter == 0) {
         if (::chdir(dir.c_str()) != 0) ::_exit(126);
+        ::setenv("RETRYGUARD_DATADIR", datadir.c_str(), 1);
         ::execl(RETRYGUARD_POLICYD, RETRYGUARD_POLICYD, "-c", "/dev/null", "-o",
                 "policy.socket=inet:0@127.0.0.1", "-o", "metrics.listen=127.0.0.1:0", "-o",
                 "policy.user=nobody", "-o", "policy.group=nogroup", "--flagged", "flagged", "--ready-file",
