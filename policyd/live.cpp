@@ -137,6 +137,7 @@ Status LiveIngest::start() {
     started_ = true;
     if (auto st = open_sources(); !st) return st;
     refresh_flags(wall_now());
+    check_sources();
     publish();
     thread_ = std::thread([this] { run(); });
     return {};
@@ -179,6 +180,29 @@ void LiveIngest::refresh_flags(TimePoint now) {
     }
     flags_ = std::move(*flags);
     if (auto st = ingest_->sync_flags(now); !st) log_.warning("sync flags: " + st.error().message);
+}
+
+// A source that cannot be read (the service user lacks the group, a journal
+// without access) is logged once per change, shown by /health and counted;
+// true when something changed.
+bool LiveIngest::check_sources() {
+    bool changed = false;
+    std::string problems;
+    for (auto& s : sources_) {
+        const FollowerStatus fst = s.line_source->status();
+        if (fst.unreadable != s.unreadable) {
+            if (!fst.unreadable.empty())
+                log_.error(
+                    fmt::format("follower {}: {}; nothing from it reaches the ledger", s.id, fst.unreadable));
+            else
+                log_.info(fmt::format("follower {}: readable again", s.id));
+            s.unreadable = fst.unreadable;
+            changed = true;
+        }
+        if (!s.unreadable.empty()) problems += fmt::format("follower {}: {}\n", s.id, s.unreadable);
+    }
+    if (changed) metrics_.set_problems(std::make_shared<const std::string>(std::move(problems)));
+    return changed;
 }
 
 void LiveIngest::publish() {
@@ -239,15 +263,20 @@ void LiveIngest::publish() {
         decider_.fail_open(), decider_.dry_run_answers());
     fmt::format_to(out,
                    "# TYPE retryguard_follower_position gauge\n# TYPE retryguard_follower_lag_bytes gauge\n"
-                   "# TYPE retryguard_follower_lines_total counter\n");
+                   "# TYPE retryguard_follower_lines_total counter\n"
+                   "# TYPE retryguard_follower_unreadable gauge\n"
+                   "# TYPE retryguard_follower_open_errors_total counter\n");
     for (auto& s : sources_) {
         const FollowerStatus fst = s.line_source->status();
         const std::string label = escape_label(s.id);
         fmt::format_to(out,
                        "retryguard_follower_position{{source=\"{}\"}} {}\n"
                        "retryguard_follower_lag_bytes{{source=\"{}\"}} {}\n"
-                       "retryguard_follower_lines_total{{source=\"{}\"}} {}\n",
-                       label, fst.offset, label, fst.lag_bytes, label, s.lines);
+                       "retryguard_follower_lines_total{{source=\"{}\"}} {}\n"
+                       "retryguard_follower_unreadable{{source=\"{}\"}} {}\n"
+                       "retryguard_follower_open_errors_total{{source=\"{}\"}} {}\n",
+                       label, fst.offset, label, fst.lag_bytes, label, s.lines, label,
+                       fst.unreadable.empty() ? 0 : 1, label, fst.open_errors);
     }
     metrics_.set_extra(std::make_shared<const std::string>(std::move(o)));
 }
@@ -343,6 +372,7 @@ void LiveIngest::run() {
                 last_flags = now;
                 got_lines = true;
             }
+            if (check_sources()) got_lines = true;
             if (got_lines) publish();
             if (dirty && now - last_save >= options_.save_every) {
                 if (auto st = ingest_->save(); !st) {

@@ -56,11 +56,13 @@ class LiveIngest {
         std::unique_ptr<LogParser> parser;
         std::uint64_t lines = 0;
         std::uint64_t batches = 0;
+        std::string unreadable;  // the follower's last "cannot read" reason, "" when it reads
     };
     void run();
     void apply_reload();
     void refresh_flags(TimePoint now);
     void publish();
+    bool check_sources();
     Status open_sources();
 
     std::unique_ptr<Ledger> ledger_;

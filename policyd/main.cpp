@@ -367,21 +367,6 @@ int main(int argc, char** argv) {
     }
     ::signal(SIGPIPE, SIG_IGN);
 
-    // The log followers run on their own thread, started after the listeners
-    // (and after the fork: threads do not survive it) and stopped after the
-    // drain; they share nothing with the policy path but published snapshots.
-    std::unique_ptr<LiveIngest> live;
-    if (ledger_decider) {
-        live = std::make_unique<LiveIngest>(std::move(runtime->ledger), config_holder, runtime->classifier,
-                                            *ledger_decider, verdicts, metrics, log);
-        if (auto st = live->start(); !st) {
-            log.error("ingest: " + st.error().message);
-            const int rc = st.error().kind == ErrorKind::config ? kExitUsage : kExitFailure;
-            daemonize_end(daemon_fd, rc);
-            return rc;
-        }
-    }
-
     if (run_as) {
         // Files this process created as root go to the user it runs as: the
         // SQLite ledger (and its WAL files), a verdict log file.
@@ -398,7 +383,6 @@ int main(int argc, char** argv) {
         if (st.ok()) st = drop_privileges(*run_as);
         if (!st) {
             log.error(st.error().message);
-            if (live) live->stop();
             daemonize_end(daemon_fd, kExitFailure);
             return kExitFailure;
         }
@@ -408,6 +392,23 @@ int main(int argc, char** argv) {
     if (opt.metrics_allow_non_loopback && !opt.metrics.empty())
         log.warning("metrics.allow_non_loopback: the unauthenticated metrics endpoint " + opt.metrics +
                     " may be reachable from other hosts");
+
+    // The log followers run on their own thread, started after the listeners
+    // (and after the fork: threads do not survive it) and stopped after the
+    // drain; they share nothing with the policy path but published snapshots.
+    // They open their sources after the drop: a log the service user may not
+    // read is refused now, as under the unit, not first after a rotation.
+    std::unique_ptr<LiveIngest> live;
+    if (ledger_decider) {
+        live = std::make_unique<LiveIngest>(std::move(runtime->ledger), config_holder, runtime->classifier,
+                                            *ledger_decider, verdicts, metrics, log);
+        if (auto st = live->start(); !st) {
+            log.error("ingest: " + st.error().message);
+            const int rc = st.error().kind == ErrorKind::config ? kExitUsage : kExitFailure;
+            daemonize_end(daemon_fd, rc);
+            return rc;
+        }
+    }
 
     // After the drop: the pruner's ledger connection is the unprivileged user's.
     std::unique_ptr<Pruner> pruner;

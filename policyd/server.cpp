@@ -444,9 +444,11 @@ awaitable<void> Server::http_session(asio::ip::tcp::socket socket) {
                 verdicts_.failures());
             res.body() += render_metrics();
         } else if (target == "/health") {
-            res.result(draining_ ? http::status::service_unavailable : http::status::ok);
+            const auto problems = service_.metrics().problems();
+            const bool sick = problems && !problems->empty();
+            res.result(draining_ || sick ? http::status::service_unavailable : http::status::ok);
             res.set(http::field::content_type, "text/plain");
-            res.body() = draining_ ? "draining\n" : "ok\n";
+            res.body() = draining_ ? "draining\n" : sick ? "unhealthy\n" + *problems : "ok\n";
         } else {
             res.result(http::status::not_found);
             res.body() = "try /metrics or /health\n";

@@ -114,6 +114,7 @@ int run(const Options& o) {
                                     "install and configure Postfix, or pass --postfix no"});
             }
             for (auto& f : check_sources_readable(c, c.policy.user)) findings.push_back(std::move(f));
+            for (auto& f : check_sockets_reachable(c)) findings.push_back(std::move(f));
         }
         int errors = 0;
         j["postfix"] = nlohmann::json::array();

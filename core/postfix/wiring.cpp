@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -212,59 +213,110 @@ std::vector<WiringFinding> check_postfix_wiring(std::string_view postconf_n, con
     return out;
 }
 
-std::vector<WiringFinding> check_sources_readable(const config::Config& config, const std::string& user,
-                                                  bool unit_groups) {
+WiringFinding check_source_readable(const config::SourceConfig& s, const std::string& user,
+                                    bool unit_groups) {
     using L = WiringFinding::Level;
-    std::vector<WiringFinding> out;
+    struct stat st {};
+    if (::stat(s.path.c_str(), &st) != 0)
+        return {L::warning, "log source " + s.path + " does not exist (yet)",
+                "check sources[].path; the policy daemon waits for it and says so in status"};
     const passwd* pw = ::getpwnam(user.c_str());
+    if (!pw)
+        return {L::warning, "user " + user + " (policy.user) does not exist: cannot check " + s.path,
+                "install the package, or set policy.user"};
     std::set<gid_t> gids;
-    uid_t uid = static_cast<uid_t>(-1);
-    if (pw) {
-        uid = pw->pw_uid;
-        int n = 64;
-        std::vector<gid_t> list(static_cast<std::size_t>(n));
-        if (::getgrouplist(user.c_str(), pw->pw_gid, list.data(), &n) < 0) {
-            list.resize(static_cast<std::size_t>(n));
-            ::getgrouplist(user.c_str(), pw->pw_gid, list.data(), &n);
-        }
-        list.resize(static_cast<std::size_t>(std::max(n, 0)));
-        gids.insert(list.begin(), list.end());
+    const uid_t uid = pw->pw_uid;
+    int n = 64;
+    std::vector<gid_t> list(static_cast<std::size_t>(n));
+    if (::getgrouplist(user.c_str(), pw->pw_gid, list.data(), &n) < 0) {
+        list.resize(static_cast<std::size_t>(n));
+        ::getgrouplist(user.c_str(), pw->pw_gid, list.data(), &n);
     }
+    list.resize(static_cast<std::size_t>(std::max(n, 0)));
+    gids.insert(list.begin(), list.end());
     if (unit_groups)
         for (const char* g : {"adm", "systemd-journal"})
             if (const group* gr = ::getgrnam(g)) gids.insert(gr->gr_gid);
-    for (const auto& s : config.sources) {
-        if (s.type != config::SourceType::file) continue;
-        struct stat st {};
-        if (::stat(s.path.c_str(), &st) != 0) {
-            out.push_back({L::warning, "log source " + s.path + " does not exist (yet)",
-                           "check sources[].path; the policy daemon waits for it and says so in status"});
-            continue;
-        }
-        if (!pw) {
-            out.push_back({L::warning,
-                           "user " + user + " (policy.user) does not exist: cannot check " + s.path,
-                           "install the package, or set policy.user"});
-            continue;
-        }
-        const bool readable = uid == 0 || (st.st_uid == uid && (st.st_mode & S_IRUSR)) ||
-                              (gids.count(st.st_gid) && (st.st_mode & S_IRGRP)) || (st.st_mode & S_IROTH);
-        const group* gr = ::getgrgid(st.st_gid);
-        const std::string grname = gr ? gr->gr_name : std::to_string(st.st_gid);
+    const bool readable = uid == 0 || (st.st_uid == uid && (st.st_mode & S_IRUSR)) ||
+                          (gids.count(st.st_gid) && (st.st_mode & S_IRGRP)) || (st.st_mode & S_IROTH);
+    const group* gr = ::getgrgid(st.st_gid);
+    const std::string grname = gr ? gr->gr_name : std::to_string(st.st_gid);
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    if (readable)
+        return {L::ok,
+                "log source " + s.path + " (group " + grname + ", mode " + mode + ") is readable by " + user +
+                    (unit_groups ? " under its unit" : ""),
+                ""};
+    return {
+        L::error,
+        "log source " + s.path + " (group " + grname + ", mode " + mode + ") cannot be read by " + user +
+            ": nothing feeds the ledger",
+        "give the policy daemon's unit SupplementaryGroups=" + grname + " or choose a source it can read"};
+}
+
+std::vector<WiringFinding> check_sources_readable(const config::Config& config, const std::string& user,
+                                                  bool unit_groups) {
+    std::vector<WiringFinding> out;
+    for (const auto& s : config.sources)
+        if (s.type == config::SourceType::file) out.push_back(check_source_readable(s, user, unit_groups));
+    return out;
+}
+
+std::vector<WiringFinding> check_sockets_reachable(const config::Config& config,
+                                                   const std::string& postfix_user) {
+    using L = WiringFinding::Level;
+    std::vector<WiringFinding> out;
+    const passwd* pw = ::getpwnam(postfix_user.c_str());
+    if (!pw) return out;  // no Postfix here: the wiring check already says so
+    const uid_t uid = pw->pw_uid;
+    const gid_t gid = pw->pw_gid;
+    auto may = [&](const struct stat& st, mode_t u, mode_t g, mode_t o) {
+        return uid == 0 || (st.st_uid == uid   ? (st.st_mode & u) != 0
+                            : st.st_gid == gid ? (st.st_mode & g) != 0
+                                               : (st.st_mode & o) != 0);
+    };
+    auto describe = [](const struct stat& st) {
+        const passwd* o = ::getpwuid(st.st_uid);
+        const group* g = ::getgrgid(st.st_gid);
         char mode[8];
         std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-        if (readable) {
-            out.push_back({L::ok,
-                           "log source " + s.path + " (group " + grname + ", mode " + mode +
-                               ") is readable by " + user + (unit_groups ? " under its unit" : ""),
-                           ""});
-        } else {
-            out.push_back({L::error,
-                           "log source " + s.path + " (group " + grname + ", mode " + mode +
-                               ") cannot be read by " + user + ": nothing feeds the ledger",
-                           "give the policy daemon's unit SupplementaryGroups=" + grname +
-                               " or choose a source it can read"});
+        return std::string(o ? o->pw_name : std::to_string(st.st_uid)) + ":" +
+               (g ? g->gr_name : std::to_string(st.st_gid)) + " " + mode;
+    };
+    const std::pair<const char*, const config::SocketSpec*> sockets[] = {
+        {"retryguard-milter", &config.milter.socket}, {"retryguard-policyd", &config.policy.socket}};
+    for (const auto& [daemon, spec] : sockets) {
+        if (spec->kind != config::SocketSpec::Kind::unix_path) continue;
+        const std::string dir = std::filesystem::path(spec->path).parent_path().string();
+        struct stat ds {};
+        if (::stat(dir.c_str(), &ds) != 0) {
+            out.push_back({L::error, "socket directory " + dir + " does not exist",
+                           "reinstall the package or run: systemd-tmpfiles --create retryguard.conf"});
+            continue;
         }
+        if (!may(ds, S_IXUSR, S_IXGRP, S_IXOTH)) {
+            out.push_back({L::error,
+                           "socket directory " + dir + " (" + describe(ds) + ") cannot be entered by " +
+                               postfix_user + ": Postfix cannot reach " + daemon + " and skips it",
+                           "systemd-tmpfiles --create retryguard.conf (makes it group " + postfix_user +
+                               ", set-group-ID), then restart " + daemon});
+            continue;
+        }
+        struct stat ss {};
+        if (::stat(spec->path.c_str(), &ss) != 0) {
+            out.push_back({L::warning, spec->path + " does not exist: is " + daemon + " running?",
+                           "systemctl start " + std::string(daemon)});
+            continue;
+        }
+        if (!may(ss, S_IWUSR, S_IWGRP, S_IWOTH)) {
+            out.push_back({L::error,
+                           spec->path + " (" + describe(ss) + ") cannot be opened by " + postfix_user +
+                               ": Postfix cannot reach " + daemon + " and skips it",
+                           "systemd-tmpfiles --create retryguard.conf, then restart " + std::string(daemon)});
+            continue;
+        }
+        out.push_back({L::ok, spec->path + " (" + describe(ss) + ") can be reached by " + postfix_user, ""});
     }
     return out;
 }

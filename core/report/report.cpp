@@ -13,6 +13,7 @@
 #include <set>
 
 #include "retryguard/ingest.hpp"
+#include "retryguard/postfix_wiring.hpp"
 #include "retryguard/reply.hpp"
 #include "retryguard/text.hpp"
 
@@ -357,6 +358,14 @@ Result<json> status(Ledger& ledger, const StatusInputs& in, TimePoint now) {
                                          {"lines", 0},
                                          {"cursor", ""},
                                          {"configured", true}};
+            // A file the policy daemon's user cannot read feeds nothing: say so
+            // here, not only as "never read".
+            json problem = nullptr;
+            if (s.type == config::SourceType::file) {
+                const WiringFinding f = check_source_readable(s, in.config->policy.user);
+                if (f.level == WiringFinding::Level::error) problem = f.what + "; " + f.fix;
+            }
+            followers[s.name]["problem"] = problem;
         }
     json incident = nullptr;
     json engine_now = nullptr;
@@ -485,13 +494,19 @@ std::string render_status(const json& raw, const RenderOptions& ro) {
         out += "  (none)\n";
     } else {
         Table t({"SOURCE", "OFFSET", "LINES", "CONFIGURED"});
-        for (const auto& f : fl)
+        std::string problems;
+        for (const auto& f : fl) {
             t.add({f.at("source").get<std::string>(),
                    f.at("offset").is_null() ? std::string("never read")
                                             : std::to_string(f["offset"].get<std::uint64_t>()),
                    std::to_string(f.at("lines").get<std::uint64_t>()),
                    f.at("configured").get<bool>() ? "yes" : "no"});
+            if (f.contains("problem") && f["problem"].is_string())
+                problems += "  ! " + f.at("source").get<std::string>() + ": " +
+                            f["problem"].get<std::string>() + "\n";
+        }
         out += t.render();
+        out += problems;
     }
 
     heading("Destinations by state");

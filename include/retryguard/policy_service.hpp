@@ -84,6 +84,10 @@ class PolicyMetrics {
     // Lines the ingest thread renders (follower, ledger, engine state) and
     // publishes whole; appended to the exposition as they are.
     void set_extra(std::shared_ptr<const std::string> text) noexcept { extra_.store(std::move(text)); }
+    // What keeps the daemon from doing its job (e.g. a log source it cannot
+    // read), one line each; /health answers 503 with them. Null or "" = none.
+    void set_problems(std::shared_ptr<const std::string> text) noexcept { problems_.store(std::move(text)); }
+    std::shared_ptr<const std::string> problems() const noexcept { return problems_.load(); }
 
     std::uint64_t requests(PolicyStage s) const noexcept { return get(requests_[idx(s)]); }
     std::uint64_t actions(ActionKind k) const noexcept { return get(actions_[idx(k)]); }
@@ -120,6 +124,7 @@ class PolicyMetrics {
     Counter destinations_{0};
     std::atomic<std::int64_t> open_connections_{0};
     std::atomic<std::shared_ptr<const std::string>> extra_;
+    std::atomic<std::shared_ptr<const std::string>> problems_;
 };
 
 // The per-request steps that do not depend on how the decider is run.

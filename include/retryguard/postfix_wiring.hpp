@@ -35,6 +35,15 @@ std::vector<WiringFinding> check_postfix_wiring(std::string_view postconf_n, con
 // systemd-journal) when `unit_groups` is true.
 std::vector<WiringFinding> check_sources_readable(const config::Config& config, const std::string& user,
                                                   bool unit_groups = true);
+// The same check for one file source (`retryguard status` shows it per follower).
+WiringFinding check_source_readable(const config::SourceConfig& source, const std::string& user,
+                                    bool unit_groups = true);
+
+// Whether Postfix's daemons (user `postfix_user`, its primary group only:
+// Postfix's set_ugid() drops supplementary groups) can enter the directory of
+// each UNIX socket of the milter and the policy service and connect to it.
+std::vector<WiringFinding> check_sockets_reachable(const config::Config& config,
+                                                   const std::string& postfix_user = "postfix");
 
 // Runs `postconf -nx` (with -c DIR when `config_dir` is not empty).
 Result<std::string> run_postconf(const std::string& config_dir = {});

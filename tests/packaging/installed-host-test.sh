@@ -68,6 +68,7 @@ cleanup() {
     umount -R "${mounted[m]}" 2>/dev/null || umount -lR "${mounted[m]}" 2>/dev/null || true
   done
   if [ "$rc" != 0 ]; then
+    ls -la "$tree/var/spool/postfix/retryguard" >&2 2>/dev/null || true
     for f in "$work"/*.out "$tree/var/log/mail.log"; do
       [ -f "$f" ] || continue
       echo "---- $f (last 60 lines)" >&2
@@ -223,6 +224,15 @@ start_unit() {  # UNIT: its ExecStart as systemd would run it
   for g in $(unit_key "$unit" SupplementaryGroups); do
     groups+=",$(in_tree "getent group $g" | cut -d: -f3)"
   done
+  # ExecStartPre= first, as systemd runs it: "+" with full privileges, "-" failure ignored.
+  local pre flags
+  pre=$(unit_key "$unit" ExecStartPre)
+  if [ -n "$pre" ]; then
+    flags=${pre%%/*} pre=/${pre#*/}
+    [[ $flags == *+* ]] || fail "$unit: ExecStartPre without + is not emulated here: $flags$pre"
+    log "$unit: ExecStartPre (as root): $pre"
+    in_tree "$pre" >>"$work/$unit.out" 2>&1 || [[ $flags == *-* ]] || fail "$unit: ExecStartPre failed"
+  fi
   log "starting $unit as $user:$group (groups $groups, umask ${umask:-0022}): $cmd"
   chroot "$tree" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin /bin/bash -c \
     "umask ${umask:-0022}; cd /; exec setpriv --reuid $user --regid $group --groups $groups --no-new-privs $cmd" \

@@ -46,8 +46,8 @@ namespace {
 // out of nobody's reach. Returns the directory for RETRYGUARD_DATADIR.
 std::string stage_datadir(const fs::path& dir) {
     fs::create_directories(dir / "share");
-    fs::copy_file(fs::path(RETRYGUARD_SOURCE_DIR) / "conf" / "classifier.yaml", dir / "share" / "classifier.yaml",
-                  fs::copy_options::overwrite_existing);
+    fs::copy_file(fs::path(RETRYGUARD_SOURCE_DIR) / "conf" / "classifier.yaml",
+                  dir / "share" / "classifier.yaml", fs::copy_options::overwrite_existing);
     ::chmod((dir / "share").c_str(), 0755);
     ::chmod((dir / "share" / "classifier.yaml").c_str(), 0644);
     return (dir / "share").string();
@@ -1145,6 +1145,44 @@ TEST(PolicydLive, MetricsAllowNonLoopbackIsHonouredWithAWarning) {
     ASSERT_TRUE(d.ready()) << d.log();
     EXPECT_NE(d.log().find("may be reachable from other hosts"), std::string::npos) << d.log();
     EXPECT_NE(http_body(d.metrics_port(), "/health").find("ok"), std::string::npos);
+    fs::remove_all(dir);
+}
+
+// A log the daemon's user may not read is not "not there yet": it is logged
+// once, counted, and /health says so until the file becomes readable.
+TEST(PolicydLive, UnreadableSourceIsLoggedCountedAndUnhealthyUntilReadable) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root: the daemon must drop to nobody to be refused the file";
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-unreadable-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "retryguard.yaml") << live_config(dir);
+    std::ofstream(dir / "mail.log") << fixture_lines().front() << "\n";
+    ASSERT_EQ(::chown((dir / "mail.log").c_str(), 0, 0), 0);
+    ASSERT_EQ(::chmod((dir / "mail.log").c_str(), 0600), 0);
+    Daemon d({"-c", (dir / "retryguard.yaml").string()}, {}, false);
+    ASSERT_TRUE(d.ready()) << d.log();
+    const std::string series =
+        "retryguard_follower_unreadable{source=\"file:" + (dir / "mail.log").string() + "\"}";
+    EXPECT_TRUE(eventually([&] { return metric(d.metrics(), series) == 1; })) << d.metrics();
+    std::string health;
+    EXPECT_TRUE(eventually([&] {
+        health = http_body(d.metrics_port(), "/health");
+        return health.find(" 503 ") != std::string::npos;
+    })) << health;
+    EXPECT_NE(health.find("Permission denied for user nobody"), std::string::npos) << health;
+    EXPECT_NE(d.log().find("cannot read: Permission denied"), std::string::npos) << d.log();
+    ::chmod((dir / "mail.log").c_str(), 0644);
+    EXPECT_TRUE(eventually([&] { return metric(d.metrics(), series) == 0; })) << d.metrics();
+    EXPECT_TRUE(eventually(
+        [&] { return http_body(d.metrics_port(), "/health").find(" 200 ") != std::string::npos; }));
+    EXPECT_NE(d.log().find("readable again"), std::string::npos) << d.log();
+    // once, not once per retry
+    const std::string log = d.log();
+    std::size_t n = 0;
+    for (auto p = log.find("cannot read: Permission denied"); p != std::string::npos;
+         p = log.find("cannot read: Permission denied", p + 1))
+        ++n;
+    EXPECT_EQ(n, 1u) << log;
     fs::remove_all(dir);
 }
 

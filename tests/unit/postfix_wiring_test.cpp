@@ -2,9 +2,12 @@
 // out. The texts are what Debian 12's postconf prints for the admin steps of
 // docs/packaging.md and for the usual ways of getting them wrong.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -111,6 +114,45 @@ TEST(PostfixWiring, UnreadableLogSourceIsAnError) {
     f = check_sources_readable(*loaded.config, "nobody", false);
     ASSERT_EQ(f.size(), 1u);
     EXPECT_EQ(f[0].level, L::ok) << all(f);
+    std::filesystem::remove_all(dir);
+}
+
+// Postfix's daemons run as postfix with that one group: a socket directory or
+// socket that only other groups may use keeps Postfix out (it then skips the
+// milter and the policy service, fail-open, and nothing is refused).
+TEST(PostfixWiring, SocketsPostfixCannotReachAreErrors) {
+    auto dir = std::filesystem::temp_directory_path() / ("rg-wiring-sock-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const auto sock = dir / "milter.sock";
+    auto loaded = config::load_string("milter: {socket: \"unix:" + sock.string() +
+                                      "\"}\npolicy: {socket: \"inet:10045@127.0.0.1\"}\n");
+    ASSERT_TRUE(loaded.ok()) << (loaded.errors.empty() ? "" : loaded.errors[0].message);
+    // "nobody" plays Postfix's user: neither owner nor group of what this test makes.
+    ::chmod(dir.c_str(), 0750);
+    auto f = check_sockets_reachable(*loaded.config, "nobody");
+    ASSERT_EQ(f.size(), 1u) << all(f);
+    EXPECT_EQ(f[0].level, L::error) << all(f);
+    EXPECT_NE(f[0].what.find("cannot be entered by nobody"), std::string::npos) << all(f);
+    ::chmod(dir.c_str(), 0751);
+    f = check_sockets_reachable(*loaded.config, "nobody");
+    ASSERT_EQ(f.size(), 1u) << all(f);
+    EXPECT_EQ(f[0].level, L::warning) << all(f);  // not there: the daemon is not running
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock.c_str());
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+    ::chmod(sock.c_str(), 0660);
+    f = check_sockets_reachable(*loaded.config, "nobody");
+    ASSERT_EQ(f.size(), 1u) << all(f);
+    EXPECT_EQ(f[0].level, L::error) << all(f);
+    EXPECT_NE(f[0].what.find("cannot be opened by nobody"), std::string::npos) << all(f);
+    ::chmod(sock.c_str(), 0666);
+    f = check_sockets_reachable(*loaded.config, "nobody");
+    ASSERT_EQ(f.size(), 1u) << all(f);
+    EXPECT_EQ(f[0].level, L::ok) << all(f);
+    ::close(fd);
     std::filesystem::remove_all(dir);
 }
 
