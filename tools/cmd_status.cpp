@@ -27,6 +27,8 @@ void add_status_command(CLI::App& app) {
             fmt::print("{}", report::render_status(*doc, render_options(*c, *now)));
         bool attention = doc->at("destinations_by_state").value("escalate", 0) > 0 ||
                          doc->at("engine").at("local_incident_open").get<bool>();
+        for (const auto& f : doc->at("followers"))
+            if (f.contains("problem") && f["problem"].is_string()) attention = true;
         exit_code() = attention ? kExitAttention : kExitOk;
     });
 }

@@ -95,6 +95,29 @@ TEST_F(ReportCli, StatusJsonDescribesLedgerEngineAndFlags) {
     EXPECT_EQ(j.at("config").at("file"), kConfig);
 }
 
+// A log source the policy daemon's user may not read feeds nothing: status
+// says so for that follower (not just "never read") and asks for attention.
+TEST_F(ReportCli, StatusSaysWhenTheDaemonsUserCannotReadASource) {
+    const fs::path log = dir_ / "secret-mail.log";
+    std::ofstream(log) << "x\n";
+    fs::permissions(log, fs::perms::owner_read | fs::perms::owner_write);
+    const fs::path cfg = dir_ / "unreadable.yaml";
+    std::ofstream(cfg) << "sources: [{type: file, path: " << log.string() << "}]\npolicy: {user: nobody}\n";
+    ASSERT_EQ(run_raw("status --json -c '" + cfg.string() + "' -o " + ledger() + " --now " + kNow), 1)
+        << err_;
+    const auto doc = json_out();
+    bool found = false;
+    for (const auto& f : doc.at("followers"))
+        if (f.at("problem").is_string()) {
+            found = true;
+            EXPECT_NE(f["problem"].get<std::string>().find("cannot be read by nobody"), std::string::npos)
+                << f;
+        }
+    EXPECT_TRUE(found) << doc.at("followers");
+    ASSERT_EQ(run_raw("status -c '" + cfg.string() + "' -o " + ledger() + " --now " + kNow), 1) << err_;
+    EXPECT_NE(out_.find("! file:" + log.string() + ": log source"), std::string::npos) << out_;
+}
+
 TEST_F(ReportCli, StatusGolden) {
     ASSERT_EQ(run("status"), 1) << err_;
     golden("status.txt");
