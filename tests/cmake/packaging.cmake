@@ -10,3 +10,15 @@ endif()
 add_test(NAME packaging.deb COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/packaging/test-deb.sh)
 set_tests_properties(packaging.deb PROPERTIES LABELS "slow;packaging" TIMEOUT 1800 SKIP_RETURN_CODE 77
                      RUN_SERIAL TRUE)
+
+# The installed package on a real Postfix host: a fresh Debian 12 tree
+# (debootstrap), Postfix, rsyslog and the .deb installed from nothing, the
+# documented admin steps, the daemons started as their units start them, then
+# resends over SMTP and sendmail refused, verdicts in /var/log/mail.log, a
+# restart that loses nothing, the journal as the source, and purge. Not inside
+# a tree made by the debootstrap test (it would nest trees).
+if(NOT EXISTS /etc/retryguard-debootstrap-tree)
+  add_test(NAME packaging.installed_host COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/packaging/installed-host-test.sh)
+  set_tests_properties(packaging.installed_host PROPERTIES LABELS "slow;packaging" TIMEOUT 2400
+                       SKIP_RETURN_CODE 77 RUN_SERIAL TRUE DEPENDS packaging.deb)
+endif()

@@ -69,6 +69,10 @@ cleanup() {
   done
   if [ "$rc" != 0 ]; then
     ls -la "$tree/var/spool/postfix/retryguard" >&2 2>/dev/null || true
+    if [ "${system_log:-file}" = journal ]; then
+      echo "---- journal (last 60 lines)" >&2
+      chroot "$tree" journalctl -q --no-pager -o short-iso 2>&1 | tail -n 60 >&2 || true
+    fi
     for f in "$work"/*.out "$tree/var/log/mail.log"; do
       [ -f "$f" ] || continue
       echo "---- $f (last 60 lines)" >&2
@@ -184,6 +188,11 @@ in_tree "printf '%s\n' 'postfix postfix/main_mailer_type select Internet Site' \
   tail -40 "$work/apt.log" >&2; fail "installing the package failed"; }
 log "installed: $(in_tree "dpkg-query -W -f='\${Package} \${Version}\n' retryguard postfix rsyslog" | tr '\n' ' ')"
 
+log "systemd-analyze verify the installed units"
+in_tree "systemd-analyze verify --man=no /lib/systemd/system/retryguard-milter.service \
+           /lib/systemd/system/retryguard-policyd.service" >"$work/verify.log" 2>&1 || {
+  cat "$work/verify.log" >&2; fail "systemd-analyze verify found problems in the units"; }
+
 # ---------------------------------------------------------------- admin steps
 # Exactly the commands of docs/packaging.md, "Wiring the system Postfix".
 admin_steps=$(sed -n '/^<!-- admin-steps:begin -->$/,/^<!-- admin-steps:end -->$/p' "$src/docs/packaging.md" |
@@ -251,13 +260,21 @@ wait_socket() {  # PATH-IN-TREE SECONDS UNIT
   fail "$3: no socket $1"
 }
 mail_log=$tree/var/log/mail.log
+system_log=file  # where the round reads the system's log: file (mail.log) or journal
+log_text() {
+  if [ "$system_log" = journal ]; then
+    in_tree "journalctl -q --no-pager -o short-iso" 2>/dev/null || true
+  else
+    cat "$mail_log" 2>/dev/null || true
+  fi
+}
 wait_log() {  # ERE SECONDS
-  for _ in $(seq $(($2 * 10))); do grep -qE "$1" "$mail_log" 2>/dev/null && return 0; sleep 0.1; done
-  fail "no /$1/ in /var/log/mail.log within $2 s"
+  for _ in $(seq $(($2 * 10))); do log_text | grep -qE "$1" && return 0; sleep 0.1; done
+  fail "no /$1/ in the system log ($system_log) within $2 s"
 }
 qid_of() {  # MESSAGE-ID: the queue id cleanup logged for it
   wait_log "postfix/cleanup\[[0-9]+\]: [0-9A-F]+: message-id=<$1>" 30
-  grep -E "postfix/cleanup\[[0-9]+\]: [0-9A-F]+: message-id=<$1>" "$mail_log" | head -1 |
+  log_text | grep -E "postfix/cleanup\[[0-9]+\]: [0-9A-F]+: message-id=<$1>" | head -1 |
     sed -E 's/.*cleanup\[[0-9]+\]: ([0-9A-F]+): .*/\1/'
 }
 
@@ -275,21 +292,22 @@ in_tree "retryguard check-config" >"$work/check-config.txt" 2>&1 || {
   cat "$work/check-config.txt" >&2; fail "check-config reports a problem on a wired host"; }
 sed 's/^/  | /' "$work/check-config.txt" >&2
 
-round() {  # NAME: one send/defer/resend round; the log source is what the config says
-  local name=$1 m1="smtp-$1-$$@mx.sender.test" m2="cmd-$1-$$@mx.sender.test" q1 q2 out
-  log "[$name] a message over SMTP and one with sendmail to bob@defer.test"
-  in_tree "python3 /opt/test/submit.py $m1 bob@defer.test 'report $name'" >/dev/null || fail "[$name] first SMTP send refused"
-  in_tree "printf 'From: root@mx.sender.test\nTo: carol@defer.test\nSubject: cron $name\nMessage-ID: <$m2>\n\nnightly\n' |
-           sendmail -f root@mx.sender.test carol@defer.test" || fail "[$name] sendmail failed"
+round() {  # NAME: one send/defer/resend round to NAME.defer.test; the log source is what the config says
+  local name=$1 dom=$1.defer.test m1="smtp-$1-$$@mx.sender.test" m2="cmd-$1-$$@mx.sender.test" q1 q2 out
+  local dre=${dom//./\\.}
+  log "[$name] a message over SMTP and one with sendmail to $dom"
+  in_tree "python3 /opt/test/submit.py $m1 bob@$dom 'report $name'" >/dev/null || fail "[$name] first SMTP send refused"
+  in_tree "printf 'From: root@mx.sender.test\nTo: carol@$dom\nSubject: cron $name\nMessage-ID: <$m2>\n\nnightly\n' |
+           sendmail -f root@mx.sender.test carol@$dom" || fail "[$name] sendmail failed"
   q1=$(qid_of "$m1") q2=$(qid_of "$m2")
-  wait_log "$q1: to=<bob@defer.test>,.* status=deferred .*451 4\.3\.5 System config error" 60
-  wait_log "$q2: to=<carol@defer.test>,.* status=deferred" 60
+  wait_log "$q1: to=<bob@$dre>,.* status=deferred .*451 4\.3\.5 System config error" 60
+  wait_log "$q2: to=<carol@$dre>,.* status=deferred" 60
   # the policy daemon follows the log (batch delay 200 ms) into the ledger
-  wait_log "retryguard/policyd\[[0-9]+\]: defer\.test: verdict=noted" 20
+  wait_log "retryguard/policyd\[[0-9]+\]: $dre: verdict=noted" 20
   sleep 1
 
   log "[$name] resend over SMTP: refused by the milter"
-  if out=$(in_tree "python3 /opt/test/submit.py $m1 bob@defer.test 'report $name'"); then
+  if out=$(in_tree "python3 /opt/test/submit.py $m1 bob@$dom 'report $name'"); then
     fail "[$name] the SMTP resend was accepted: $out"
   fi
   grep -qE '^refused 55[0-9] ' <<<"$out" || fail "[$name] the SMTP resend was not refused with 5xx: $out"
@@ -297,14 +315,14 @@ round() {  # NAME: one send/defer/resend round; the log source is what the confi
   wait_log "retryguard/milter\[[0-9]+\]: [0-9A-F]+: verdict=reject path=smtp original=$q1 " 20
 
   log "[$name] resend with sendmail: bounced to the submitter with the explanation"
-  in_tree "printf 'From: root@mx.sender.test\nTo: carol@defer.test\nSubject: cron $name\nMessage-ID: <$m2>\n\nnightly\n' |
-           sendmail -f root@mx.sender.test carol@defer.test" || fail "[$name] sendmail resend failed to submit"
+  in_tree "printf 'From: root@mx.sender.test\nTo: carol@$dom\nSubject: cron $name\nMessage-ID: <$m2>\n\nnightly\n' |
+           sendmail -f root@mx.sender.test carol@$dom" || fail "[$name] sendmail resend failed to submit"
   wait_log "retryguard/milter\[[0-9]+\]: [0-9A-F]+: verdict=reject path=sendmail original=$q2 " 30
   wait_log "status=sent \(delivered to mailbox\)" 30
 
   log "[$name] retryguard destinations and explain show it"
   out=$(in_tree "retryguard destinations --no-color")
-  grep -qE '^domain +defer\.test +(noted|watch) +receiver-config' <<<"$out" || fail "[$name] destinations: $out"
+  grep -qE "^domain +$dre +(noted|watch) +receiver-config" <<<"$out" || fail "[$name] destinations: $out"
   out=$(in_tree "retryguard explain --no-color $q1")
   grep -q "resend refused" <<<"$out" || fail "[$name] explain $q1 shows no refused resend: $out"
   grep -q "451 4.3.5 System config error" <<<"$out" || fail "[$name] explain $q1 lacks the reply: $out"
@@ -315,29 +333,42 @@ grep -q "already queued" "$tree/var/mail/root" 2>/dev/null || fail "no bounce wi
 
 log "a restart of the policy daemon loses nothing"
 stop_unit retryguard-policyd
-before=$(in_tree "retryguard destinations --json" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(x.get("attempts",0) for x in d["destinations"] if x["destination"]=="defer.test"))')
-in_tree "python3 /opt/test/submit.py while-down-$$@mx.sender.test dave@defer.test 'while down'" >/dev/null
-wait_log "to=<dave@defer.test>,.* status=deferred" 60
+before=$(in_tree "retryguard destinations --json" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(x.get("attempts",0) for x in d["destinations"] if x["destination"]=="file.defer.test"))')
+in_tree "python3 /opt/test/submit.py while-down-$$@mx.sender.test dave@file.defer.test 'while down'" >/dev/null
+wait_log "to=<dave@file\.defer\.test>,.* status=deferred" 60
 start_unit retryguard-policyd
 wait_socket /var/spool/postfix/retryguard/policy.sock 20 retryguard-policyd
 for _ in $(seq 100); do
-  after=$(in_tree "retryguard destinations --json" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(x.get("attempts",0) for x in d["destinations"] if x["destination"]=="defer.test"))')
+  after=$(in_tree "retryguard destinations --json" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(x.get("attempts",0) for x in d["destinations"] if x["destination"]=="file.defer.test"))')
   [ "$after" -gt "$before" ] && break
   sleep 0.1
 done
 [ "$after" -gt "$before" ] || fail "the deferral logged while the policy daemon was down never reached the ledger ($before -> $after)"
-log "  attempts for defer.test: $before before, $after after the restart"
+log "  attempts for file.defer.test: $before before, $after after the restart"
 
 log "second round: the journal as the log source"
+# As on a systemd host: journald owns /dev/log and keeps the lines; the
+# policy daemon reads them from the journal (group systemd-journal).
 stop_unit retryguard-policyd
 in_tree "sed -i 's/^  - type: file\$/  - type: journald/' /etc/retryguard/retryguard.yaml && retryguard check-config >/dev/null" ||
   fail "switching the source to the journal"
+kill -TERM "$(cat "$tree/run/rsyslogd.pid")" 2>/dev/null || true
+mkdir -p "$tree/var/log/journal" "$tree/run/systemd/journal"
+in_tree "chgrp systemd-journal /var/log/journal && chmod 2755 /var/log/journal"
 in_tree "/lib/systemd/systemd-journald" >"$work/journald.log" 2>&1 &
-for _ in $(seq 50); do [ -S "$tree/run/systemd/journal/socket" ] && break; sleep 0.1; done
-[ -S "$tree/run/systemd/journal/socket" ] || { cat "$work/journald.log" >&2; fail "systemd-journald did not start in the tree"; }
-# rsyslog keeps writing mail.log from /dev/log; journald gets the same lines through its syslog socket
+for _ in $(seq 50); do [ -S "$tree/run/systemd/journal/dev-log" ] && break; sleep 0.1; done
+[ -S "$tree/run/systemd/journal/dev-log" ] || { cat "$work/journald.log" >&2; fail "systemd-journald did not start in the tree"; }
+rm -f "$tree/dev/log"
+ln -s /run/systemd/journal/dev-log "$tree/dev/log"
+system_log=journal
 in_tree "logger -p mail.info -t postfix/test 'journal probe'"
+wait_log "postfix/test.*journal probe" 10
+# Postfix's daemons reopen /dev/log per process; restart so none keeps rsyslog's old socket.
+in_tree "/etc/init.d/postfix restart" >>"$work/postfix-start.log" 2>&1 || fail "postfix did not restart"
+stop_unit retryguard-milter
+start_unit retryguard-milter
 start_unit retryguard-policyd
+wait_socket /var/spool/postfix/retryguard/milter.sock 20 retryguard-milter
 wait_socket /var/spool/postfix/retryguard/policy.sock 20 retryguard-policyd
 round journal
 
