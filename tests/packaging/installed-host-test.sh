@@ -333,13 +333,13 @@ grep -q "already queued" "$tree/var/mail/root" 2>/dev/null || fail "no bounce wi
 
 log "a restart of the policy daemon loses nothing"
 stop_unit retryguard-policyd
-before=$(in_tree "retryguard destinations --json" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(x.get("attempts",0) for x in d["destinations"] if x["destination"]=="file.defer.test"))')
+before=$(in_tree "retryguard destinations --json" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(x.get("attempts",0) for x in d["destinations"] if x.get("kind")=="domain" and x.get("name")=="file.defer.test"))')
 in_tree "python3 /opt/test/submit.py while-down-$$@mx.sender.test dave@file.defer.test 'while down'" >/dev/null
 wait_log "to=<dave@file\.defer\.test>,.* status=deferred" 60
 start_unit retryguard-policyd
 wait_socket /var/spool/postfix/retryguard/policy.sock 20 retryguard-policyd
 for _ in $(seq 100); do
-  after=$(in_tree "retryguard destinations --json" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(x.get("attempts",0) for x in d["destinations"] if x["destination"]=="file.defer.test"))')
+  after=$(in_tree "retryguard destinations --json" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(x.get("attempts",0) for x in d["destinations"] if x.get("kind")=="domain" and x.get("name")=="file.defer.test"))')
   [ "$after" -gt "$before" ] && break
   sleep 0.1
 done
