@@ -331,6 +331,18 @@ round() {  # NAME: one send/defer/resend round to NAME.defer.test; the log sourc
 round file
 grep -q "already queued" "$tree/var/mail/root" 2>/dev/null || fail "no bounce with the explanation in /var/mail/root"
 
+log "a member of group retryguard reads the same ledger as root"
+in_tree "useradd -m -G retryguard postmaster-ops" || fail "useradd"
+root_view=$(in_tree "retryguard destinations --json" | python3 -c 'import json,sys; print(sorted((x["kind"], x["name"], x["attempts"]) for x in json.load(sys.stdin)["destinations"]))')
+ops_view=$(in_tree "setpriv --reuid postmaster-ops --regid postmaster-ops --init-groups retryguard destinations --json" |
+           python3 -c 'import json,sys; print(sorted((x["kind"], x["name"], x["attempts"]) for x in json.load(sys.stdin)["destinations"]))') ||
+  fail "retryguard destinations as a member of group retryguard failed"
+[ "$root_view" = "$ops_view" ] || fail "root and a group member see different ledgers: $root_view / $ops_view"
+grep -q "file.defer.test" <<<"$ops_view" || fail "the group member's view lacks file.defer.test: $ops_view"
+out=$(in_tree "setpriv --reuid nobody --regid nogroup --clear-groups retryguard destinations 2>&1") &&
+  fail "a user outside group retryguard read the ledger: $out"
+log "  same view as root; outside the group: $(head -1 <<<"$out")"
+
 log "a restart of the policy daemon loses nothing"
 stop_unit retryguard-policyd
 before=$(in_tree "retryguard destinations --json" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(x.get("attempts",0) for x in d["destinations"] if x.get("kind")=="domain" and x.get("name")=="file.defer.test"))')
@@ -350,8 +362,13 @@ log "second round: the journal as the log source"
 # As on a systemd host: journald owns /dev/log and keeps the lines; the
 # policy daemon reads them from the journal (group systemd-journal).
 stop_unit retryguard-policyd
-in_tree "sed -i 's/^  - type: file\$/  - type: journald/' /etc/retryguard/retryguard.yaml && retryguard check-config >/dev/null" ||
-  fail "switching the source to the journal"
+# docs/packaging.md: "with sources: [{type: journald}], the journal" -- the
+# shipped file's sources block (its file entry and comments) replaced by that.
+in_tree "awk '/^sources:/ { print \"sources: [{type: journald}]\"; skip = 1; next }
+              skip && /^[^ #]/ { skip = 0 }
+              !skip' /etc/retryguard/retryguard.yaml >/tmp/rg.yaml &&
+         cat /tmp/rg.yaml >/etc/retryguard/retryguard.yaml && retryguard check-config" >"$work/journal-config.txt" 2>&1 || {
+  cat "$work/journal-config.txt" >&2; fail "switching the source to the journal"; }
 kill -TERM "$(cat "$tree/run/rsyslogd.pid")" 2>/dev/null || true
 mkdir -p "$tree/var/log/journal" "$tree/run/systemd/journal"
 in_tree "chgrp systemd-journal /var/log/journal && chmod 2755 /var/log/journal"
