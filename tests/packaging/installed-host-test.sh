@@ -371,10 +371,12 @@ in_tree "awk '/^sources:/ { print \"sources: [{type: journald}]\"; skip = 1; nex
   cat "$work/journal-config.txt" >&2; fail "switching the source to the journal"; }
 kill -TERM "$(cat "$tree/run/rsyslogd.pid")" 2>/dev/null || true
 mkdir -p "$tree/var/log/journal" "$tree/run/systemd/journal"
-in_tree "chgrp systemd-journal /var/log/journal && chmod 2755 /var/log/journal"
-in_tree "/lib/systemd/systemd-journald" >"$work/journald.log" 2>&1 &
+# journald names its files after the machine id, which a chroot-made tree lacks
+in_tree "systemd-machine-id-setup && chgrp systemd-journal /var/log/journal && chmod 2755 /var/log/journal" \
+  >"$work/journald.out" 2>&1 || fail "preparing the journal"
+in_tree "/lib/systemd/systemd-journald" >>"$work/journald.out" 2>&1 &
 for _ in $(seq 50); do [ -S "$tree/run/systemd/journal/dev-log" ] && break; sleep 0.1; done
-[ -S "$tree/run/systemd/journal/dev-log" ] || { cat "$work/journald.log" >&2; fail "systemd-journald did not start in the tree"; }
+[ -S "$tree/run/systemd/journal/dev-log" ] || { cat "$work/journald.out" >&2; fail "systemd-journald did not start in the tree"; }
 rm -f "$tree/dev/log"
 ln -s /run/systemd/journal/dev-log "$tree/dev/log"
 system_log=journal
