@@ -3,13 +3,17 @@
 //
 // Owns: the wire syntax (RFC 5321 reply lines, RFC 3463 codes) and the fixed
 // phrases Postfix 3.x writes (smtp_proto.c, smtp_connect.c, smtp_trouble.c,
-// dns_lookup.c, qmgr). Never decides what a reply means (that is the
-// classifier's job), never throws, never reads past kMaxReplyLength.
+// dns_lookup.c, qmgr), plus the wrappers other MTAs put around a reply (DSN
+// Diagnostic-Code, Exim, Exchange, qmail-remote, Sendmail) and their own
+// failure texts when no server replied. Never decides what a reply means
+// (that is the classifier's job), never throws, never reads past
+// kMaxReplyLength.
 #include "retryguard/reply.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <string>
 
 namespace retryguard {
@@ -263,6 +267,172 @@ SmtpStage stage_from_while(std::string_view rest) noexcept {
     return stage_from_command(what);
 }
 
+// ---------------------------------------------------------------- other MTAs
+// Bounces and logs of other MTAs wrap the remote reply in their own phrases;
+// these find it so the code and the enhanced code are read, never guessed.
+
+// "smtp; 550 5.1.1 ..." / "X-Notes; User ..." / "#5.0.0 smtp;550 ...": drops
+// a leading diagnostic type (RFC 3464 section 2.3.6) and Exchange's status.
+std::string_view strip_diagnostic_type(std::string_view s) noexcept {
+    s = trim(s);
+    if (!s.empty() && s[0] == '#') {  // Exchange 2003: "#5.0.0 smtp;550 ..."
+        std::size_t n = enhanced_code_length(s.substr(1));
+        if (n) s = trim(s.substr(1 + n));
+    }
+    std::size_t i = 0;
+    while (i < s.size() && i < 32 &&
+           ((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || is_digit(s[i]) || s[i] == '-'))
+        ++i;
+    if (i > 0 && i < s.size() && s[i] == ';' && !is_digit(s[0])) return trim(s.substr(i + 1));
+    return s;
+}
+
+// Where the wrapped reply starts, and what the wrapper says about it.
+struct Unwrapped {
+    std::string_view inner;
+    SmtpStage stage = SmtpStage::none;
+    std::string_view host, addr;
+};
+
+std::optional<Unwrapped> unwrap_foreign(std::string_view s) {
+    Unwrapped u;
+    // RFC 3464 DSN field: "Diagnostic-Code: smtp; 550 5.1.1 ..." (also behind
+    // "Remote-MTA: dns; mx.example.net" on the same line).
+    if (std::size_t p = find_ci(s, "Diagnostic-Code:"); p != std::string_view::npos) {
+        u.inner = strip_diagnostic_type(s.substr(p + 16));
+        return u;
+    }
+    // Exim (transports/smtp.c): "SMTP error from remote mail server after RCPT
+    // TO:<a>: host H [A]: 550 ..." ("remote mailer" in older releases).
+    if (std::size_t p = find_ci(s, "SMTP error from remote mail"); p != std::string_view::npos) {
+        std::string_view rest = s.substr(p);
+        std::size_t after = find_ci(rest, " after ");
+        if (after == std::string_view::npos) return std::nullopt;
+        rest = rest.substr(after + 7);
+        std::size_t colon = rest.find(": ");
+        if (colon == std::string_view::npos) return std::nullopt;
+        u.stage = stage_from_command(rest.substr(0, colon));
+        rest = trim(rest.substr(colon + 2));
+        if (starts_with_ci(rest, "host ")) {
+            std::size_t end = rest.find("]: ");
+            if (end != std::string_view::npos) {
+                std::string_view hp = rest.substr(5, end - 5);
+                std::size_t open = hp.find(" [");
+                if (open != std::string_view::npos) {
+                    u.host = hp.substr(0, open);
+                    u.addr = hp.substr(open + 2);
+                }
+                rest = trim(rest.substr(end + 3));
+            }
+        }
+        u.inner = rest;
+        return u;
+    }
+    // Exchange: "Remote Server returned '550 5.1.1 ...'" and
+    // "#550 5.1.1 RESOLVER.ADR.RecipNotFound; not found ##".
+    if (std::size_t p = find_ci(s, "Remote Server returned '"); p != std::string_view::npos) {
+        std::string_view rest = s.substr(p + 24);
+        std::size_t close = rest.rfind('\'');
+        if (close != std::string_view::npos) rest = rest.substr(0, close);
+        rest = trim(rest);
+        if (rest.size() > 2 && rest.front() == '<' && rest.back() == '>')
+            rest = trim(rest.substr(1, rest.size() - 2));
+        u.inner = strip_diagnostic_type(rest);
+        return u;
+    }
+    if (s.size() > 4 && s[0] == '#' && basic_code(s.substr(1)) != 0) {
+        std::string_view rest = s.substr(1);
+        if (rest.size() >= 2 && rest.substr(rest.size() - 2) == "##") rest.remove_suffix(2);
+        u.inner = trim(rest);
+        return u;
+    }
+    // qmail-remote: "A does not like recipient. Remote host said: 550 ...
+    // Giving up on A." (and "Connected to A but sender was rejected.", ...).
+    if (std::size_t p = find_ci(s, "Remote host said: "); p != std::string_view::npos) {
+        std::string_view before = s.substr(0, p);
+        if (find_ci(before, "does not like recipient") != std::string_view::npos)
+            u.stage = SmtpStage::rcpt_to;
+        else if (find_ci(before, "sender was rejected") != std::string_view::npos)
+            u.stage = SmtpStage::mail_from;
+        else if (find_ci(before, "my name was rejected") != std::string_view::npos)
+            u.stage = SmtpStage::helo;
+        else if (find_ci(before, "greeting failed") != std::string_view::npos)
+            u.stage = SmtpStage::connect;
+        else if (find_ci(before, "failed on DATA") != std::string_view::npos)
+            u.stage = SmtpStage::data;
+        else if (find_ci(before, "after I sent the message") != std::string_view::npos)
+            u.stage = SmtpStage::end_of_data;
+        std::string_view rest = s.substr(p + 18);
+        if (std::size_t g = find_ci(rest, " Giving up on "); g != std::string_view::npos)
+            rest = rest.substr(0, g);
+        u.inner = trim(rest);
+        return u;
+    }
+    // Sendmail transcript: "... while talking to H.: >>> RCPT To:<a> <<< 550 ...".
+    if (std::size_t p = s.rfind("<<< "); p != std::string_view::npos && basic_code(s.substr(p + 4)) != 0) {
+        std::size_t cmd = s.rfind(">>> ", p);
+        if (cmd != std::string_view::npos) u.stage = stage_from_command(s.substr(cmd + 4, p - cmd - 4));
+        u.inner = trim(s.substr(p + 4));
+        return u;
+    }
+    // Sendmail: "<a>... Deferred: Connection refused by H." / "Deferred: 451 ...".
+    if (std::size_t p = find_ci(s, "Deferred: "); p != std::string_view::npos) {
+        u.inner = trim(s.substr(p + 10));
+        return u;
+    }
+    // Sendmail: "<a>... User unknown" (the address, then the reason).
+    if (!s.empty() && s[0] == '<') {
+        std::size_t p = s.find(">... ");
+        if (p != std::string_view::npos && p < 320) {
+            u.inner = trim(s.substr(p + 5));
+            return u;
+        }
+    }
+    return std::nullopt;
+}
+
+// The sending MTA's own failure when no server replied, in the words of
+// qmail-remote, Sendmail, Exim, Haraka and OpenSMTPD (Postfix's own texts
+// are recognised where they are parsed). Phrases, not single words: "not
+// found" alone would also match "User not found".
+LocalFailure foreign_failure(std::string_view s) noexcept {
+    struct Phrase {
+        std::string_view text;
+        LocalFailure kind;
+    };
+    static constexpr Phrase kPhrases[] = {
+        {"couldn't find any host", LocalFailure::host_not_found},            // qmail-remote (#5.1.2 / #4.1.2)
+        {"couldn't find a mail exchanger", LocalFailure::no_mx_or_address},  // netqmail null MX
+        {"Host unknown (Name server", LocalFailure::host_not_found},         // sendmail
+        {"host name lookup failure", LocalFailure::host_not_found},          // sendmail
+        {"Name server timeout", LocalFailure::host_not_found},               // sendmail
+        {"host address lookups failed", LocalFailure::host_not_found},       // exim
+        {"MX records point to non-existent hosts", LocalFailure::host_not_found},  // exim
+        {"indicated no SMTP service", LocalFailure::no_mx_or_address},             // exim, null MX
+        {"TLS session", LocalFailure::tls_failure},                                // exim
+        {"did not offer TLS", LocalFailure::tls_failure},
+        {"certificate verify failed", LocalFailure::tls_failure},
+        {"wasn't able to establish an SMTP connection", LocalFailure::connection_refused},  // qmail-remote
+        {"but connection died", LocalFailure::lost_connection},                             // qmail-remote
+        {"Remote host closed connection", LocalFailure::lost_connection},                   // exim
+        {"SMTP timeout after", LocalFailure::conversation_timeout},                         // exim
+        {"socket timeout", LocalFailure::conversation_timeout},                             // haraka
+        {"Timeout while waiting for a reply", LocalFailure::conversation_timeout},          // courier
+        {"ECONNREFUSED", LocalFailure::connection_refused},  // haraka (node errno)
+        {"ETIMEDOUT", LocalFailure::connection_timed_out},
+        {"EHOSTUNREACH", LocalFailure::network_unreachable},
+        {"Connection refused", LocalFailure::connection_refused},
+        {"Connection timed out", LocalFailure::connection_timed_out},
+        {"Operation timed out", LocalFailure::connection_timed_out},
+        {"Network is unreachable", LocalFailure::network_unreachable},
+        {"No route to host", LocalFailure::network_unreachable},
+        {"Connection reset", LocalFailure::lost_connection},
+    };
+    for (const auto& p : kPhrases)
+        if (find_ci(s, p.text) != std::string_view::npos) return p.kind;
+    return LocalFailure::other;
+}
+
 Reply parse_reason_impl(std::string_view s, int depth) {
     Reply r;
     s = trim(s);
@@ -271,6 +441,19 @@ Reply parse_reason_impl(std::string_view s, int depth) {
     static constexpr std::string_view kSuspended = "delivery temporarily suspended: ";
     if (depth < 2 && starts_with_ci(s, kSuspended))
         return parse_reason_impl(s.substr(kSuspended.size()), depth + 1);
+
+    // Another MTA's wrapper around the reply (DSN, Exim, Exchange, qmail, Sendmail).
+    if (depth < 3 && !starts_with_ci(s, "host ") && basic_code(s) == 0) {
+        if (auto u = unwrap_foreign(s); u && !u->inner.empty()) {
+            Reply inner = parse_reason_impl(u->inner, depth + 1);
+            if (inner.stage == SmtpStage::none) inner.stage = u->stage;
+            if (inner.remote_host.empty() && !u->host.empty()) {
+                inner.remote_host = std::string(u->host);
+                inner.remote_addr = std::string(u->addr);
+            }
+            return inner;
+        }
+    }
 
     // "host H[A] said: REPLY (in reply to X command)" and
     // "host H[A] refused to talk to me: REPLY" (greeting).
@@ -412,7 +595,9 @@ Reply parse_reason_impl(std::string_view s, int depth) {
         return r;
     }
 
-    r.local = LocalFailure::other;
+    // Another MTA's own failure text, and qmail's "... (#5.1.1)" code suffix.
+    r.local = foreign_failure(s);
+    if (!r.enhanced) r.enhanced = embedded_enhanced(s);
     return r;
 }
 

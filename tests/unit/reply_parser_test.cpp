@@ -294,5 +294,100 @@ TEST(ReplyPostfix, EveryFixtureReasonParses) {
     EXPECT_GT(seen, 200u);
 }
 
+// ------------------------------------------------------------ other MTAs
+
+TEST(ReplyForeign, WrappersGiveUpTheRemoteReply) {
+    struct Case {
+        const char* reason;
+        int code;
+        const char* enhanced;
+        SmtpStage stage;
+        const char* host;
+        const char* text_has;
+    } cases[] = {
+        {"Diagnostic-Code: smtp; 550 5.1.1 <u@example.net>... User unknown", 550, "5.1.1", SmtpStage::none,
+         "", "User unknown"},
+        {"Remote-MTA: dns; mx.example.net Diagnostic-Code: SMTP; 452 4.2.2 Over quota", 452, "4.2.2",
+         SmtpStage::none, "", "Over quota"},
+        {"SMTP error from remote mail server after RCPT TO:<u@example.net>: host mx.example.net "
+         "[192.0.2.25]: 451 4.3.5 Server configuration problem",
+         451, "4.3.5", SmtpStage::rcpt_to, "mx.example.net", "Server configuration problem"},
+        {"H=mx.example.net [192.0.2.25]: SMTP error from remote mailer after end of data: 552 5.3.4 Too big",
+         552, "5.3.4", SmtpStage::end_of_data, "", "Too big"},
+        {"SMTP error from remote mail server after MAIL FROM:<s@example.org> SIZE=2048: host h [192.0.2.1]: "
+         "550 5.7.1 Client host rejected",
+         550, "5.7.1", SmtpStage::mail_from, "h", "Client host rejected"},
+        {"Remote Server returned '550 5.1.1 RESOLVER.ADR.RecipNotFound; not found'", 550, "5.1.1",
+         SmtpStage::none, "", "RecipNotFound"},
+        {"Remote Server returned '< #5.0.0 smtp;550 5.1.1 User unknown>'", 550, "5.1.1", SmtpStage::none, "",
+         "User unknown"},
+        {"#550 4.4.7 QUEUE.Expired; message expired ##", 550, "4.4.7", SmtpStage::none, "", "QUEUE.Expired"},
+        {"192.0.2.25 does not like recipient. Remote host said: 550 5.1.1 <u@example.net>... User unknown "
+         "Giving up on 192.0.2.25.",
+         550, "5.1.1", SmtpStage::rcpt_to, "", "User unknown"},
+        {"Connected to 192.0.2.25 but sender was rejected. Remote host said: 451 4.3.5 System config error",
+         451, "4.3.5", SmtpStage::mail_from, "", "System config error"},
+        {"... while talking to mx.example.net.: >>> DATA <<< 552 5.2.2 <u@example.net>... Mailbox full", 552,
+         "5.2.2", SmtpStage::data, "", "Mailbox full"},
+        {"<u@example.net>... Deferred: 451 4.3.0 Temporary system failure", 451, "4.3.0", SmtpStage::none, "",
+         "Temporary system failure"},
+    };
+    for (const auto& c : cases) {
+        Reply r = parse_postfix_reason(c.reason);
+        EXPECT_EQ(r.code, c.code) << c.reason;
+        ASSERT_TRUE(r.enhanced.has_value()) << c.reason;
+        EXPECT_EQ(r.enhanced->str(), c.enhanced) << c.reason;
+        EXPECT_EQ(r.stage, c.stage) << c.reason << " -> " << to_string(r.stage);
+        EXPECT_EQ(r.remote_host, c.host) << c.reason;
+        EXPECT_NE(r.text.find(c.text_has), std::string::npos) << c.reason << " -> " << r.text;
+        EXPECT_EQ(r.local, LocalFailure::none) << c.reason;
+    }
+}
+
+TEST(ReplyForeign, OtherMtasOwnFailures) {
+    struct Case {
+        const char* reason;
+        LocalFailure local;
+        const char* enhanced;  // "" when none
+    } cases[] = {
+        {"Sorry, I couldn't find any host named example.net. (#5.1.2)", LocalFailure::host_not_found,
+         "5.1.2"},
+        {"Sorry, I wasn't able to establish an SMTP connection. (#4.4.1)", LocalFailure::connection_refused,
+         "4.4.1"},
+        {"Connected to 192.0.2.25 but connection died. (#4.4.2)", LocalFailure::lost_connection, "4.4.2"},
+        {"Deferred: Connection refused by mx.example.net.", LocalFailure::connection_refused, ""},
+        {"<u@example.net>... Deferred: Connection timed out with mx.example.net.",
+         LocalFailure::connection_timed_out, ""},
+        {"Host unknown (Name server: example.invalid: host not found)", LocalFailure::host_not_found, ""},
+        {"Deferred: Name server timeout", LocalFailure::host_not_found, ""},
+        {"all host address lookups failed permanently", LocalFailure::host_not_found, ""},
+        {"an MX or SRV record indicated no SMTP service", LocalFailure::no_mx_or_address, ""},
+        {"SMTP timeout after RCPT TO:<u@example.net>", LocalFailure::conversation_timeout, ""},
+        {"connect ECONNREFUSED 192.0.2.25:25", LocalFailure::connection_refused, ""},
+        {"Sorry, no mailbox here by that name. (#5.1.1)", LocalFailure::other, "5.1.1"},
+        {"User u@example.net not listed in Domino Directory", LocalFailure::other, ""},
+    };
+    for (const auto& c : cases) {
+        Reply r = parse_postfix_reason(c.reason);
+        EXPECT_EQ(r.code, 0) << c.reason;
+        EXPECT_EQ(r.local, c.local) << c.reason << " -> " << to_string(r.local);
+        EXPECT_EQ(r.enhanced ? r.enhanced->str() : std::string(), c.enhanced) << c.reason;
+    }
+    // "User not found" is a recipient, not a DNS failure.
+    EXPECT_EQ(parse_postfix_reason("Local mailbox u@example.net: user not found").local, LocalFailure::other);
+}
+
+TEST(ReplyForeign, WrappersNeverLoopOrCrash) {
+    for (const char* s :
+         {"Diagnostic-Code:", "Diagnostic-Code: smtp;", "Diagnostic-Code: Diagnostic-Code: x",
+          "SMTP error from remote mail server after", "SMTP error from remote mail server after x",
+          "Remote Server returned '", "Remote Server returned ''", "#550", "#550 ##", "<<< 550",
+          ">>> <<< 550 x", "Deferred: ", "Deferred: Deferred: Deferred: Deferred: x", "<a>... ",
+          "<a>... <b>... <c>... <d>... x", "Remote host said: "}) {
+        Reply r = parse_postfix_reason(s);
+        EXPECT_LE(r.text.size(), std::string_view(s).size()) << s;
+    }
+}
+
 }  // namespace
 }  // namespace retryguard
