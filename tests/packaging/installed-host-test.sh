@@ -102,6 +102,9 @@ bind() {  # SOURCE-OR-TYPE TARGET [mount options...]
 }
 bind proc /proc -t proc
 bind sysfs /sys -t sysfs
+# journald needs a cgroup hierarchy it recognises ("Failed to acquire cgroup
+# root path: No medium found" on this machine's v1 tmpfs): a cgroup2 view.
+bind cgroup2 /sys/fs/cgroup -t cgroup2
 # A private /dev: the tree's syslog daemon creates /dev/log, which must not be
 # this machine's.
 bind tmpfs /dev -t tmpfs -o mode=0755,nosuid
