@@ -59,6 +59,11 @@ tree=$work/tree
 mounted=()
 cleanup() {
   local rc=$? pid m
+  # the journal lives in the tree's /run (a mount): read it before anything stops
+  if [ "$rc" != 0 ] && [ "${system_log:-file}" = journal ]; then
+    echo "---- journal (last 80 lines)" >&2
+    chroot "$tree" journalctl -q --no-pager -o short-iso 2>&1 | tail -n 80 >&2 || true
+  fi
   for pid in $(ls /proc | grep -E '^[0-9]+$'); do
     [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$tree" ] || continue
     kill -KILL "$pid" 2>/dev/null || true
@@ -69,10 +74,6 @@ cleanup() {
   done
   if [ "$rc" != 0 ]; then
     ls -la "$tree/var/spool/postfix/retryguard" >&2 2>/dev/null || true
-    if [ "${system_log:-file}" = journal ]; then
-      echo "---- journal (last 60 lines)" >&2
-      chroot "$tree" journalctl -q --no-pager -o short-iso 2>&1 | tail -n 60 >&2 || true
-    fi
     for f in "$work"/*.out "$tree/var/log/mail.log"; do
       [ -f "$f" ] || continue
       echo "---- $f (last 60 lines)" >&2
