@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "retryguard/file_access.hpp"
 #include "retryguard/follower.hpp"
 
 namespace retryguard {
@@ -62,6 +63,8 @@ class JournalFollower final : public LineSource {
     ~JournalFollower() override {
         if (j_) sd_journal_close(j_);
     }
+
+    void check_readable() { note_readable(); }
 
     Status init() {
         int r = dir_.empty() ? sd_journal_open(&j_, SD_JOURNAL_LOCAL_ONLY)
@@ -133,6 +136,7 @@ class JournalFollower final : public LineSource {
                 if (!last_cursor.empty()) out.end.cursor = std::move(last_cursor);
                 if (!out.lines.empty()) return {};
             }
+            note_readable();
             auto now = Clock::now();
             if (now >= deadline) return {};
             int fd = sd_journal_get_fd(j_);
@@ -144,6 +148,35 @@ class JournalFollower final : public LineSource {
     void add_status(FollowerStatus& st) override { st.read_offset = seq_; }
 
   private:
+    // sd_journal_open() succeeds when this user may read no journal file at
+    // all (journalctl's "insufficient permissions"): then nothing ever comes.
+    // That is an error the admin must see, as an unreadable log file is:
+    // counted, in status, logged once per change; cleared once files can be read.
+    // While nothing can be read the journal is opened again at each check: a
+    // journal that never opened a file watches no directory, so it would not
+    // notice that access was granted.
+    void note_readable() {
+        if (!dir_.empty()) return;
+        if (!counters_.unreadable.empty() && j_) {
+            sd_journal_close(j_);
+            j_ = nullptr;
+            if (Status st = init(); !st) note_error(st.error().message);
+            if (!j_) return;
+        }
+        const bool any = sd_journal_has_runtime_files(j_) > 0 || sd_journal_has_persistent_files(j_) > 0;
+        if (any) {
+            counters_.unreadable.clear();
+            return;
+        }
+        std::string why = "journal: no journal file can be read: " + file_error_reason(EACCES) +
+                          " (journald not running, or the user is in neither group systemd-journal nor adm)";
+        if (why != counters_.unreadable) {
+            ++counters_.open_errors;
+            counters_.unreadable = why;
+            note_error(why);
+        }
+    }
+
     Status add_matches() {
         std::string_view rest = settings_.journal_match;
         while (!rest.empty()) {
@@ -182,6 +215,7 @@ Result<std::unique_ptr<LineSource>> open_journal_follower(std::string directory,
         auto follower =
             std::make_unique<JournalFollower>(std::move(directory), std::move(start), std::move(settings));
         if (Status ok = follower->init(); !ok) return ok.error();
+        follower->check_readable();
         return std::unique_ptr<LineSource>(std::move(follower));
     } catch (const std::exception& e) {
         return make_error(ErrorKind::internal, fmt::format("journal follower: {}", e.what()));

@@ -381,6 +381,9 @@ in_tree "systemd-machine-id-setup && chgrp systemd-journal /var/log/journal && c
 in_tree "/lib/systemd/systemd-journald" >>"$work/journald.out" 2>&1 &
 for _ in $(seq 50); do [ -S "$tree/run/systemd/journal/dev-log" ] && break; sleep 0.1; done
 [ -S "$tree/run/systemd/journal/dev-log" ] || { cat "$work/journald.out" >&2; fail "systemd-journald did not start in the tree"; }
+# As systemd-tmpfiles-setup does at boot: the journal directories group
+# systemd-journal (and ACLs for adm), which is what lets the service user read them.
+in_tree "systemd-tmpfiles --create --prefix /run/log/journal --prefix /var/log/journal" >>"$work/journald.out" 2>&1 || true
 rm -f "$tree/dev/log"
 ln -s /run/systemd/journal/dev-log "$tree/dev/log"
 system_log=journal
