@@ -468,7 +468,8 @@ std::vector<Verdict> Engine::absorb_into_incident(TimePoint horizon, Category c)
             continue;
         EpisodeState& ep = *d.open;
         const std::int64_t taken = ep.by_category[ci];
-        incident_->deferrals += taken;
+        // A deferral is in its domain's episode and its MX host's: count it once.
+        if (!d.is_mx) incident_->deferrals += taken;
         ++incident_->absorbed;
         const RuleSettings& rs = d.is_mx ? settings_for({}, name.substr(3)) : settings_for(name, {});
         if (contains(rs.flag_categories, c)) {

@@ -293,9 +293,10 @@ TEST(RulesEngine, IncidentOwnsItsDeferralsAndLeavesNothingHalfEscalated) {
             std::string d = "w" + std::to_string(i) + ".example";
             feed(deferred(t + i * 1s, "W" + std::to_string(i), "u0@" + d, "mx." + d), Category::network);
         }
+    // Reports about messages (retry_too_soon, stalled) go on; no destination is judged.
     for (std::size_t i = before; i < feed.all.size(); ++i)
-        EXPECT_TRUE(feed.all[i].key == "-" || feed.all[i].name == "stalled")
-            << "no per-destination verdict during the incident: " << format_verdict(feed.all[i]);
+        for (const char* n : {"noted", "watch", "escalate", "flagged", "recovered"})
+            EXPECT_NE(feed.all[i].name, n) << format_verdict(feed.all[i]);
     EXPECT_EQ(feed.engine.incident_deferrals(), 22 + 98 * 8);
     feed.advance(T0 + 52h);
     ASSERT_EQ(feed.count("local_outbound_cleared"), 1);
