@@ -118,10 +118,11 @@ std::optional<json> saved_engine(Ledger& ledger) {
 }  // namespace
 
 std::string page_footer(const json& doc, std::string_view key) {
-    auto total = doc.value("total", std::size_t{0});
-    auto offset = doc.value("offset", std::size_t{0});
     auto it = doc.find(key);
     std::size_t shown = it != doc.end() && it->is_array() ? it->size() : 0;
+    // A document without the counts (built by hand) is a whole listing.
+    auto total = doc.value("total", shown);
+    auto offset = doc.value("offset", std::size_t{0});
     if (total == 0 || shown == total) return {};
     if (shown == 0)
         return fmt::format("showing none of {}: --offset {} is past the end\n", grouped(total), offset);
@@ -446,7 +447,7 @@ std::string render_destinations(const json& raw, const RenderOptions& ro) {
     // Outside text is rendered for the terminal once, before any of it is formatted.
     const json doc = text::terminal_document(raw);
     const auto& arr = doc.at("destinations");
-    if (arr.empty() && doc.value("total", std::size_t{0}) == 0) return "No destinations match.\n";
+    if (arr.empty() && doc.value("total", arr.size()) == 0) return "No destinations match.\n";
     Table t({"KIND", "DESTINATION", "STATE", "CATEGORY", "FIRST DEFERRAL", "LAST DEFERRAL", "ATTEMPTS",
              "MSGS", "FLAG", "LAST REPLY"});
     for (const auto& d : arr) {
@@ -824,9 +825,10 @@ std::string render_escalations(const json& raw, const RenderOptions& ro) {
     // Outside text is rendered for the terminal once, before any of it is formatted.
     const json doc = text::terminal_document(raw);
     const auto& arr = doc.at("escalations");
-    if (doc.value("total", std::size_t{0}) == 0)
-        return doc.at("since").is_null() ? "No destination is escalated.\n"
-                                         : "No destination is escalated, and none was in that period.\n";
+    if (doc.value("total", arr.size()) == 0)
+        return doc.value("since", json()).is_null()
+                   ? "No destination is escalated.\n"
+                   : "No destination is escalated, and none was in that period.\n";
     std::string out;
     Table closed({"KIND", "DESTINATION", "OPENED", "CLOSED", "CATEGORY", "ATTEMPTS", "LAST REPLY"});
     for (const auto& e : arr) {
@@ -1471,7 +1473,7 @@ std::string render_flags(const json& raw, const RenderOptions& ro) {
     // Outside text is rendered for the terminal once, before any of it is formatted.
     const json doc = text::terminal_document(raw);
     const auto& arr = doc.at("flags");
-    if (doc.value("total", std::size_t{0}) == 0) return "No flags.\n";
+    if (doc.value("total", arr.size()) == 0) return "No flags.\n";
     Table t({"DESTINATION", "SET", "EXPIRES", "CLEARED", "REASON"});
     for (const auto& f : arr)
         t.add({f.at("destination").get<std::string>(), when_or_dash(f.at("set_at"), ro.now),
