@@ -293,6 +293,47 @@ TEST_F(ReplayMonth, AReceiverConfigFaultDuringTheOutageIsJudgedOnItsOwn) {
     }
 }
 
+// The month up to the middle of the outage, in a ledger of its own: status
+// shows the open incident with what it owns.
+TEST_F(ReplayMonth, StatusShowsTheOpenIncidentWithItsCounts) {
+    ASSERT_EQ(truth_.outages.size(), 1u);
+    const TimePoint cut = truth_.outages[0].start + 15min;
+    static const char* const kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                          "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    std::ifstream in(dir_ / "month.log");
+    std::ofstream out(dir_ / "half.log");
+    for (std::string l; std::getline(in, l);) {
+        // "Nov 17 10:30:00 host ...": the generator's syslog stamps, UTC, year 2026.
+        int month = 0;
+        while (month < 12 && l.compare(0, 3, kMonths[month]) != 0) ++month;
+        ASSERT_LT(month, 12) << l;
+        char stamp[32];
+        std::snprintf(stamp, sizeof stamp, "2026-%02d-%02dT%sZ", month + 1, std::atoi(l.substr(4, 2).c_str()),
+                      l.substr(7, 8).c_str());
+        if (at(stamp) > cut) break;
+        out << l << '\n';
+    }
+    out.close();
+    std::ofstream(dir_ / "half.yaml")
+        << "ledger:\n  backend: sqlite\n  sqlite:\n    path: " << (dir_ / "half.db").string() << "\n";
+    ASSERT_EQ(sh("'" RETRYGUARD_CLI "' import -q --utc --year 2026 -c '" + (dir_ / "half.yaml").string() +
+                 "' '" + (dir_ / "half.log").string() + "' 2> '" + (dir_ / "half.err").string() + "'"),
+              0)
+        << slurp(dir_ / "half.err");
+    const fs::path status = dir_ / "status.json";
+    sh("'" RETRYGUARD_CLI "' status --json -c '" + (dir_ / "half.yaml").string() + "' --now " +
+       format_rfc3339(cut) + " > '" + status.string() + "'");
+    auto doc = nlohmann::json::parse(slurp(status), nullptr, false);
+    ASSERT_FALSE(doc.is_discarded()) << slurp(status);
+    EXPECT_FALSE(doc.contains("engine_state_error")) << doc.dump();
+    const auto& e = doc.at("engine");
+    ASSERT_TRUE(e.at("local_incident_open").get<bool>()) << e.dump();
+    EXPECT_EQ(e.at("incident").at("category"), "network");
+    EXPECT_GT(e.at("incident").at("deferrals").get<std::int64_t>(), 0);
+    EXPECT_GT(e.at("incident").at("absorbed").get<std::int64_t>(), 0);
+    EXPECT_GE(e.at("incident").at("destinations").size(), 8u);
+}
+
 TEST_F(ReplayMonth, ListingsShowEveryRowOrSayWhatTheyLeftOut) {
     auto all = cli_json("destinations");
     ASSERT_FALSE(all.is_discarded());
