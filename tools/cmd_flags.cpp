@@ -5,7 +5,7 @@
 namespace retryguard::cli {
 
 void add_flags_command(CLI::App& app) {
-    struct Opt : ReportCommon {
+    struct Opt : ReportCommon, PageOptions {
         bool all = false;
         std::string destination;
     };
@@ -15,12 +15,13 @@ void add_flags_command(CLI::App& app) {
     auto* list = cmd->add_subcommand("list", "Active flags (all with --all)");
     add_report_options(list, *c);
     list->add_flag("--all", c->all, "Include cleared and expired flags");
+    add_page_options(list, *c);
     list->callback([c] {
         auto now = report_now("flags", *c);
         if (!now) return void(exit_code() = kExitUsage);
         auto rt = open_for_report("flags", *c);
         if (!rt) return void(exit_code() = kExitUsage);
-        auto doc = report::flags(*rt->ledger, *now, c->all);
+        auto doc = report::flags(*rt->ledger, *now, c->all, c->page());
         if (!doc) {
             fmt::print(stderr, "retryguard flags: {}\n", doc.error().message);
             return void(exit_code() = kExitUsage);

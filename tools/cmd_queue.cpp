@@ -29,7 +29,7 @@ bool read_command(const char* command, std::string& out, std::size_t limit) {
 }  // namespace
 
 void add_queue_command(CLI::App& app) {
-    struct Opt : ReportCommon {
+    struct Opt : ReportCommon, PageOptions {
         std::string saved;
     };
     auto c = std::make_shared<Opt>();
@@ -37,6 +37,7 @@ void add_queue_command(CLI::App& app) {
         app.add_subcommand("queue", "Deferred mail by destination and age, classified, with guidance");
     add_report_options(cmd, *c);
     cmd->add_option("--postqueue-json", c->saved, "Read saved `postqueue -j` output instead of running it");
+    add_page_options(cmd, *c);
     cmd->callback([c] {
         auto now = report_now("queue", *c);
         if (!now) return void(exit_code() = kExitUsage);
@@ -58,7 +59,7 @@ void add_queue_command(CLI::App& app) {
         }
         auto rt = open_for_report("queue", *c, true);
         if (!rt) return void(exit_code() = kExitUsage);
-        auto doc = report::queue(text, *rt->classifier, rt->ledger.get(), *now);
+        auto doc = report::queue(text, *rt->classifier, rt->ledger.get(), *now, c->page());
         if (!doc) {
             fmt::print(stderr, "retryguard queue: {}\n", doc.error().message);
             return void(exit_code() = kExitUsage);

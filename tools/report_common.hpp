@@ -36,6 +36,20 @@ inline void add_report_options(CLI::App* cmd, ReportCommon& c) {
     cmd->add_option("--now", c.now, "")->group("");  // hidden
 }
 
+// --limit/--offset of the listings: every row unless a page is asked for; the
+// output says what it left out (docs/cli.md "Listings").
+struct PageOptions {
+    std::optional<std::size_t> limit;
+    std::size_t offset = 0;
+    report::Page page() const { return report::Page{offset, limit}; }
+};
+
+inline void add_page_options(CLI::App* cmd, PageOptions& p) {
+    cmd->add_option("--limit", p.limit, "Show at most N rows (default: all), saying how many were left out")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--offset", p.offset, "Skip the first N rows (with --limit: the next page)");
+}
+
 // Opens config + ledger + classifier; prints the error and returns nullopt on failure.
 inline std::optional<Runtime> open_for_report(const char* name, const ReportCommon& c,
                                               bool classifier = false) {

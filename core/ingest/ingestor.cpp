@@ -161,6 +161,12 @@ void Ingestor::queue(std::vector<Verdict>& verdicts) {
             e.action = VerdictEffect::Action::destination_state;
             std::tie(e.kind, e.name) = ledger_destination(v.key);
             e.state = n;
+        } else if (n == "absorbed") {
+            // A local incident took back the destination's deferrals: its
+            // ladder state is what is left ("" when nothing is).
+            e.action = VerdictEffect::Action::destination_state;
+            std::tie(e.kind, e.name) = ledger_destination(v.key);
+            e.state = std::string(v.field("state"));
         } else if (n == "flagged") {
             e.action = VerdictEffect::Action::set_flag;
             e.name = v.key;
@@ -172,9 +178,9 @@ void Ingestor::queue(std::vector<Verdict>& verdicts) {
             e.name = v.key;
         }
         // Kept in the outbox with the effects when a sink writes it.
-        if (sink_) e.line = format_verdict(v);
+        if (sink_ && !v.silent) e.line = format_verdict(v);
         p.verdict = std::move(v);
-        ++stats_.verdicts;
+        if (!v.silent) ++stats_.verdicts;
         pending_.push_back(std::move(p));
     }
 }
@@ -313,7 +319,7 @@ Status Ingestor::flush_effects() {
     std::uint64_t last = *before;
     for (const auto& p : pending_) {
         last = std::max(last, p.effect.seq);
-        if (p.effect.seq > *before && sink_) {
+        if (p.effect.seq > *before && sink_ && !p.verdict.silent) {
             sink_(p.verdict);
             wrote = true;
         }

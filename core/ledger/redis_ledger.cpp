@@ -436,7 +436,9 @@ class RedisLedger final : public Ledger {
                 auto ka = to_string(a.first), kb = to_string(b.first);
                 return ka != kb ? ka < kb : a.second < b.second;
             });
+            // Filtered first, then paged, like the SQLite ledger's query.
             std::vector<DestinationInfo> out;
+            std::size_t skipped = 0;
             for (const auto& [kind, name] : names) {
                 if (out.size() >= filter.limit) break;
                 auto f = to_fields(call({"HGETALL", dest_key(kind, name)}).get());
@@ -444,6 +446,10 @@ class RedisLedger final : public Ledger {
                 auto d = to_destination(kind, name, f);
                 if (filter.state && d.state != *filter.state) continue;
                 if (filter.open_episode_only && !d.episode) continue;
+                if (skipped < filter.offset) {
+                    ++skipped;
+                    continue;
+                }
                 out.push_back(std::move(d));
             }
             return out;

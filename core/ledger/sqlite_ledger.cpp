@@ -580,7 +580,7 @@ class SqliteLedger final : public Ledger {
             Query q =
                 stmt("SELECT " DESTINATION_COLUMNS
                      " FROM destinations WHERE (?1 IS NULL OR kind = ?1) AND (?2 IS NULL OR state = ?2) "
-                     "AND (?3 = 0 OR ep_first IS NOT NULL) ORDER BY kind, name LIMIT ?4");
+                     "AND (?3 = 0 OR ep_first IS NOT NULL) ORDER BY kind, name LIMIT ?4 OFFSET ?5");
             if (f.kind)
                 q.text(to_string(*f.kind));
             else
@@ -589,8 +589,11 @@ class SqliteLedger final : public Ledger {
                 q.text(*f.state);
             else
                 q.null();
+            // LIMIT -1: every row (SQLite's spelling of no limit).
+            constexpr auto kMax = static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max());
             q.i64(f.open_episode_only ? 1 : 0)
-                .i64(static_cast<std::int64_t>(std::min<std::size_t>(f.limit, 1u << 30)));
+                .i64(f.limit >= kMax ? -1 : static_cast<std::int64_t>(f.limit))
+                .i64(static_cast<std::int64_t>(std::min(f.offset, kMax)));
             while (q.row()) out.push_back(read_destination(q));
             return out;
         });

@@ -78,7 +78,77 @@ json categories_json(CategorySet set) {
     return a;
 }
 
+// Rows offset.. (at most limit of them) into doc[key], with what a reader
+// needs to know what was left out.
+void put_page(json& doc, const char* key, json rows, const Page& p) {
+    const std::size_t total = rows.size();
+    std::size_t end = total;
+    if (p.offset >= total)
+        end = p.offset;
+    else if (p.limit && *p.limit < total - p.offset)
+        end = p.offset + *p.limit;
+    json shown = json::array();
+    for (std::size_t i = p.offset; i < end; ++i) shown.push_back(std::move(rows[i]));
+    doc["total"] = total;
+    doc["offset"] = p.offset;
+    doc["limit"] = p.limit ? json(*p.limit) : json(nullptr);
+    doc[key] = std::move(shown);
+}
+
+// 23481 -> "23,481"
+std::string grouped(std::size_t n) {
+    std::string digits = std::to_string(n), out;
+    for (std::size_t i = 0; i < digits.size(); ++i) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+        out += digits[i];
+    }
+    return out;
+}
+
+// The engine's saved state as JSON (nullopt when none is saved or it cannot be read).
+std::optional<json> saved_engine(Ledger& ledger) {
+    auto saved = ledger.get_state("engine");
+    if (!saved || !*saved) return std::nullopt;
+    auto view = describe_saved_state(**saved);
+    if (!view) return std::nullopt;
+    json e = json::parse(view->engine_json, nullptr, false);
+    if (e.is_discarded() || !e.is_object()) return std::nullopt;
+    return e;
+}
+
 }  // namespace
+
+std::string page_footer(const json& doc, std::string_view key) {
+    auto it = doc.find(key);
+    std::size_t shown = it != doc.end() && it->is_array() ? it->size() : 0;
+    // A document without the counts (built by hand) is a whole listing.
+    auto total = doc.value("total", shown);
+    auto offset = doc.value("offset", std::size_t{0});
+    if (total == 0 || shown == total) return {};
+    if (shown == 0)
+        return fmt::format("showing none of {}: --offset {} is past the end\n", grouped(total), offset);
+    std::string out =
+        fmt::format("showing {}-{} of {}", grouped(offset + 1), grouped(offset + shown), grouped(total));
+    if (offset + shown < total) out += fmt::format("; --offset {} for more", offset + shown);
+    return out + "\n";
+}
+
+std::optional<DestinationSort> destination_sort_from_string(std::string_view name) noexcept {
+    for (auto s :
+         {DestinationSort::worst, DestinationSort::name, DestinationSort::age, DestinationSort::deferrals})
+        if (to_string(s) == name) return s;
+    return std::nullopt;
+}
+
+std::string_view to_string(DestinationSort sort) noexcept {
+    switch (sort) {
+        case DestinationSort::worst: return "worst";
+        case DestinationSort::name: return "name";
+        case DestinationSort::age: return "age";
+        case DestinationSort::deferrals: return "deferrals";
+    }
+    return "worst";
+}
 
 // ---------------------------------------------------------------------------
 
@@ -284,32 +354,101 @@ void sort_worst_first(std::vector<DestinationInfo>& v) {
 
 }  // namespace
 
+namespace {
+
+struct Listed {
+    DestinationInfo d;
+    const Flag* flag = nullptr;
+};
+
+// escalate, flagged, watch, the rest: the order a postmaster works through.
+int worst_rank(const Listed& l) {
+    if (l.d.state == "escalate") return 0;
+    if (l.flag) return 1;
+    if (l.d.state == "watch") return 2;
+    return 3;
+}
+
+void sort_listing(std::vector<Listed>& v, DestinationSort sort) {
+    auto first = [](const Listed& l) {
+        return l.d.episode ? std::optional<TimePoint>(l.d.episode->first_deferral) : std::nullopt;
+    };
+    auto by_name = [](const Listed& a, const Listed& b) {
+        if (a.d.kind != b.d.kind) return a.d.kind == DestinationKind::domain;
+        return a.d.name < b.d.name;
+    };
+    // Oldest open episode first; destinations without one after all that have one.
+    auto by_age = [&](const Listed& a, const Listed& b, bool& decided) {
+        auto fa = first(a), fb = first(b);
+        decided = true;
+        if (fa.has_value() != fb.has_value()) return fa.has_value();
+        if (fa && *fa != *fb) return *fa < *fb;
+        decided = false;
+        return false;
+    };
+    std::stable_sort(v.begin(), v.end(), [&](const Listed& a, const Listed& b) {
+        bool decided = false;
+        switch (sort) {
+            case DestinationSort::worst: {
+                int ra = worst_rank(a), rb = worst_rank(b);
+                if (ra != rb) return ra < rb;
+                bool r = by_age(a, b, decided);
+                if (decided) return r;
+                break;
+            }
+            case DestinationSort::age: {
+                bool r = by_age(a, b, decided);
+                if (decided) return r;
+                break;
+            }
+            case DestinationSort::deferrals: {
+                auto na = a.d.episode ? a.d.episode->attempts : 0,
+                     nb = b.d.episode ? b.d.episode->attempts : 0;
+                if (na != nb) return na > nb;
+                break;
+            }
+            case DestinationSort::name: break;
+        }
+        return by_name(a, b);
+    });
+}
+
+}  // namespace
+
 Result<json> destinations(Ledger& ledger, const DestinationQuery& query, TimePoint now) {
     DestinationFilter f;
     f.kind = query.kind;
     if (query.state && *query.state != "none") f.state = query.state;
+    // Every matching row: the order needs them all, and the page is cut here,
+    // where the total is known and said.
     auto list = ledger.list_destinations(f);
     if (!list) return list.error();
     auto flags = active_flags_by_key(ledger, now);
     if (!flags) return flags.error();
-    std::vector<DestinationInfo> v;
+    std::vector<Listed> v;
     for (auto& d : *list) {
         if (query.state && *query.state == "none" && !d.state.empty()) continue;
         if (query.category && !(d.episode && (d.episode->categories & category_bit(*query.category))))
             continue;
-        v.push_back(std::move(d));
+        const Flag* flag = find_flag(*flags, d.kind, d.name);
+        v.push_back(Listed{std::move(d), flag});
     }
-    sort_worst_first(v);
+    sort_listing(v, query.sort);
     json arr = json::array();
-    for (const auto& d : v) arr.push_back(destination_json(d, find_flag(*flags, d.kind, d.name)));
-    return json{{"now", format_rfc3339(now)}, {"destinations", arr}};
+    for (const auto& l : v) arr.push_back(destination_json(l.d, l.flag));
+    std::size_t escalated = 0;
+    for (const auto& l : v) escalated += l.d.state == "escalate";
+    json doc{
+        {"now", format_rfc3339(now)}, {"sort", std::string(to_string(query.sort))}, {"escalated", escalated}};
+    put_page(doc, "destinations", std::move(arr), query.page);
+    return doc;
 }
 
 std::string render_destinations(const json& raw, const RenderOptions& ro) {
     // Outside text is rendered for the terminal once, before any of it is formatted.
     const json doc = text::terminal_document(raw);
     const auto& arr = doc.at("destinations");
-    if (arr.empty()) return "No destinations match.\n";
+    if (arr.empty() && doc.value("total", arr.size()) == 0) return "No destinations match.\n";
     Table t({"KIND", "DESTINATION", "STATE", "CATEGORY", "FIRST DEFERRAL", "LAST DEFERRAL", "ATTEMPTS",
              "MSGS", "FLAG", "LAST REPLY"});
     for (const auto& d : arr) {
@@ -320,7 +459,7 @@ std::string render_destinations(const json& raw, const RenderOptions& ro) {
                std::to_string(d.at("messages").get<std::int64_t>()),
                d.at("flagged").get<bool>() ? "yes" : "-", clip(str_or(d, "last_reply"), 70)});
     }
-    return t.render(ro.colour);
+    return (arr.empty() ? std::string() : t.render(ro.colour)) + page_footer(doc, "destinations");
 }
 
 // ---------------------------------------------------------------------------
@@ -388,13 +527,16 @@ Result<json> status(Ledger& ledger, const StatusInputs& in, TimePoint now) {
                 engine_now = format_rfc3339(from_micros(e["now"].get<std::int64_t>()));
             if (e.contains("incident") && e["incident"].is_object()) {
                 const auto& i = e["incident"];
-                incident =
-                    json{{"category", i.value("category", "")},
-                         {"started", i.contains("started") && i["started"].is_number_integer()
-                                         ? json(format_rfc3339(from_micros(i["started"].get<std::int64_t>())))
-                                         : json(nullptr)},
-                         {"destinations", i.value("destinations", json::array())},
-                         {"recovered", i.value("recovered", false)}};
+                incident = json{
+                    {"category", i.value("category", "")},
+                    {"started", i.contains("started") && i["started"].is_number_integer()
+                                    ? json(format_rfc3339(from_micros(i["started"].get<std::int64_t>())))
+                                    : json(nullptr)},
+                    {"destinations", i.value("destinations", json::array())},
+                    {"recovered", i.contains("recovered") && i["recovered"].is_array() ? i["recovered"].size()
+                                                                                       : std::size_t{0}},
+                    {"deferrals", i.value("deferrals", std::int64_t{0})},
+                    {"absorbed", i.value("absorbed", std::int64_t{0})}};
             }
         } catch (const std::exception& ex) {
             doc["engine_state_error"] = ex.what();
@@ -405,7 +547,7 @@ Result<json> status(Ledger& ledger, const StatusInputs& in, TimePoint now) {
     doc["followers"] = fl;
     doc["engine"] = json{{"saved", saved->has_value()},
                          {"event_time", engine_now},
-                         {"local_incident_open", incident.is_object() && !incident.value("recovered", false)},
+                         {"local_incident_open", incident.is_object()},
                          {"incident", incident}};
 
     // Ledger.
@@ -484,6 +626,10 @@ std::string render_status(const json& raw, const RenderOptions& ro) {
                       fmt::format("Local-outbound incident OPEN ({}) since {}", str_or(i, "category"),
                                   when_or_dash(i.at("started"), ro.now))) +
                "\n";
+        // Its deferrals are counted here, not against the destinations it hit.
+        out += fmt::format("           {} deferrals to {} destinations, {} taken back when it opened\n",
+                           i.value("deferrals", std::int64_t{0}), i.at("destinations").size(),
+                           i.value("absorbed", std::int64_t{0}));
     } else {
         out += "Local-outbound incident: none\n";
     }
@@ -547,13 +693,93 @@ std::string render_status(const json& raw, const RenderOptions& ro) {
 
 // ---------------------------------------------------------------------------
 
-Result<json> escalations(Ledger& ledger, const config::Config& config, TimePoint now) {
+namespace {
+
+std::optional<std::int64_t> int_at(const json& j, const char* key) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+    return it->get<std::int64_t>();
+}
+
+json micros_time(const json& j, const char* key) {
+    auto v = int_at(j, key);
+    return v && *v > 0 ? json(format_rfc3339(from_micros(*v))) : json(nullptr);
+}
+
+// The category with the most deferrals in an engine episode ("" when none).
+std::string dominant_of(const json& ep) {
+    std::string best;
+    std::int64_t n = 0;
+    if (auto it = ep.find("by_category"); it != ep.end() && it->is_object())
+        for (auto& [k, v] : it->items())
+            if (v.is_number_integer() && v.get<std::int64_t>() > n) best = k, n = v.get<std::int64_t>();
+    return best;
+}
+
+// What the engine's saved state knows about escalations: when the open one of
+// each destination opened, and the closed ones (newest closed first) that
+// closed at or after `from`.
+struct EngineEscalations {
+    std::map<std::string, json> opened;  // engine key ("example.com", "mx:host") -> time
+    std::vector<json> closed;
+};
+
+EngineEscalations engine_escalations(Ledger& ledger, std::optional<TimePoint> from, TimePoint now) {
+    EngineEscalations out;
+    auto e = saved_engine(ledger);
+    if (!e || !e->contains("dests") || !(*e)["dests"].is_array()) return out;
+    for (const auto& d : (*e)["dests"]) {
+        if (!d.is_object() || !d.contains("name") || !d["name"].is_string()) continue;
+        const std::string key = d["name"].get<std::string>();
+        const bool mx = d.value("is_mx", false);
+        if (d.contains("open") && d["open"].is_object() && d["open"].value("ladder", "") == "escalate")
+            out.opened[key] = micros_time(d["open"], "escalated_at");
+        if (!from || !d.contains("history") || !d["history"].is_array()) continue;
+        for (const auto& ep : d["history"]) {
+            if (!ep.is_object() || ep.value("peak", "") != "escalate") continue;
+            auto ended = int_at(ep, "ended");
+            if (!ended || *ended <= 0 || from_micros(*ended) < *from || from_micros(*ended) > now) continue;
+            json j{{"kind", mx ? "mx" : "domain"},
+                   {"name", mx && key.starts_with("mx:") ? key.substr(3) : key},
+                   {"status", "closed"},
+                   {"opened", micros_time(ep, "escalated_at")},
+                   {"closed", micros_time(ep, "ended")},
+                   {"first_deferral", micros_time(ep, "first")},
+                   {"last_deferral", micros_time(ep, "last")},
+                   {"attempts", int_at(ep, "attempts").value_or(0)},
+                   {"messages",
+                    ep.contains("messages") && ep["messages"].is_array() ? ep["messages"].size() : 0},
+                   {"category", dominant_of(ep)},
+                   {"last_reply", ep.value("reply", "")},
+                   {"last_relay", ep.value("relay", "")}};
+            out.closed.push_back(std::move(j));
+        }
+    }
+    std::stable_sort(out.closed.begin(), out.closed.end(), [](const json& a, const json& b) {
+        return a.at("closed").get<std::string>() > b.at("closed").get<std::string>();
+    });
+    return out;
+}
+
+}  // namespace
+
+Result<json> escalations(Ledger& ledger, const config::Config& config, TimePoint now,
+                         const EscalationQuery& query) {
     DestinationQuery q;
     q.state = "escalate";
     auto d = destinations(ledger, q, now);
     if (!d) return d.error();
+    std::optional<TimePoint> from;
+    if (query.since) from = now - *query.since;
+    EngineEscalations known = engine_escalations(ledger, from, now);
     json arr = json::array();
     for (auto dj : d->at("destinations")) {
+        const std::string engine_key =
+            (dj.at("kind").get<std::string>() == "mx" ? "mx:" : "") + dj.at("name").get<std::string>();
+        auto op = known.opened.find(engine_key);
+        dj["status"] = "open";
+        dj["opened"] = op != known.opened.end() ? op->second : json(nullptr);
+        dj["closed"] = nullptr;
         std::string name = dj.at("name").get<std::string>();
         bool mx = dj.at("kind").get<std::string>() == "mx";
         std::string relay = dj.at("last_relay").get<std::string>();
@@ -574,7 +800,15 @@ Result<json> escalations(Ledger& ledger, const config::Config& config, TimePoint
         dj["note"] = escalation_note(dj);
         arr.push_back(std::move(dj));
     }
-    return json{{"now", format_rfc3339(now)}, {"escalations", arr}};
+    const std::size_t open = arr.size();
+    for (auto& c : known.closed) arr.push_back(std::move(c));
+    json doc{
+        {"now", format_rfc3339(now)},
+        {"since", query.since ? json(std::chrono::duration_cast<std::chrono::seconds>(*query.since).count())
+                              : json(nullptr)},
+        {"open", open}};
+    put_page(doc, "escalations", std::move(arr), query.page);
+    return doc;
 }
 
 std::string escalation_note(const json& raw) {
@@ -606,9 +840,20 @@ std::string render_escalations(const json& raw, const RenderOptions& ro) {
     // Outside text is rendered for the terminal once, before any of it is formatted.
     const json doc = text::terminal_document(raw);
     const auto& arr = doc.at("escalations");
-    if (arr.empty()) return "No destination is escalated.\n";
+    if (doc.value("total", arr.size()) == 0)
+        return doc.value("since", json()).is_null()
+                   ? "No destination is escalated.\n"
+                   : "No destination is escalated, and none was in that period.\n";
     std::string out;
+    Table closed({"KIND", "DESTINATION", "OPENED", "CLOSED", "CATEGORY", "ATTEMPTS", "LAST REPLY"});
     for (const auto& e : arr) {
+        if (e.value("status", "open") == "closed") {
+            closed.add({e.at("kind").get<std::string>(), e.at("name").get<std::string>(),
+                        when_or_dash(e.at("opened"), ro.now), when_or_dash(e.at("closed"), ro.now),
+                        str_or(e, "category"), std::to_string(e.at("attempts").get<std::int64_t>()),
+                        clip(str_or(e, "last_reply"), 70)});
+            continue;
+        }
         out += colour(ro, "1;31",
                       fmt::format("== {} {} ==", e.at("kind").get<std::string>(),
                                   e.at("name").get<std::string>())) +
@@ -623,7 +868,8 @@ std::string render_escalations(const json& raw, const RenderOptions& ro) {
         // that terminal_document showed as \x0a.
         out += "\n" + escalation_note(e) + "\n";
     }
-    return out;
+    if (closed.size() > 0) out += colour(ro, "1", "Closed escalations") + "\n" + closed.render(ro.colour);
+    return out + page_footer(doc, "escalations");
 }
 
 // ---------------------------------------------------------------------------
@@ -892,7 +1138,8 @@ std::size_t bucket_of(Duration age) {
 }
 }  // namespace
 
-Result<json> queue(std::string_view text, const Classifier& classifier, Ledger* ledger, TimePoint now) {
+Result<json> queue(std::string_view text, const Classifier& classifier, Ledger* ledger, TimePoint now,
+                   const Page& page) {
     struct Dest {
         std::int64_t total = 0;
         std::vector<std::int64_t> buckets = std::vector<std::int64_t>(kBucketMinutes.size() + 1, 0);
@@ -955,11 +1202,14 @@ Result<json> queue(std::string_view text, const Classifier& classifier, Ledger* 
     std::vector<std::pair<std::string, Dest>> sorted(dests.begin(), dests.end());
     std::stable_sort(sorted.begin(), sorted.end(),
                      [](const auto& a, const auto& b) { return a.second.total > b.second.total; });
+    // The ledger is asked only about the rows shown.
     json da = json::array();
-    for (const auto& [name, d] : sorted) {
+    for (std::size_t i = 0; i < sorted.size(); ++i) {
+        const auto& [name, d] = sorted[i];
         json j{{"domain", name}, {"total", d.total}, {"buckets", d.buckets}, {"categories", d.categories}};
         j["state"] = nullptr;
-        if (ledger && name != "(local)") {
+        const bool shown = i >= page.offset && (!page.limit || i - page.offset < *page.limit);
+        if (ledger && shown && name != "(local)") {
             auto info = ledger->get_destination(DestinationKind::domain, name);
             if (!info) return info.error();
             if (*info) j["state"] = (*info)->state.empty() ? std::string("none") : (*info)->state;
@@ -980,9 +1230,15 @@ Result<json> queue(std::string_view text, const Classifier& classifier, Ledger* 
         }
         ca.push_back(std::move(j));
     }
-    return json{{"now", format_rfc3339(now)}, {"messages", messages}, {"recipients", recipients},
-                {"bad_lines", bad_lines},     {"queues", by_queue},   {"bucket_labels", labels},
-                {"destinations", da},         {"categories", ca}};
+    json doc{{"now", format_rfc3339(now)},
+             {"messages", messages},
+             {"recipients", recipients},
+             {"bad_lines", bad_lines},
+             {"queues", by_queue},
+             {"bucket_labels", labels},
+             {"categories", ca}};
+    put_page(doc, "destinations", std::move(da), page);
+    return doc;
 }
 
 std::string render_queue(const json& raw, const RenderOptions& ro) {
@@ -994,7 +1250,7 @@ std::string render_queue(const json& raw, const RenderOptions& ro) {
     if (doc.at("bad_lines").get<std::int64_t>() > 0)
         out += fmt::format(" ({} unreadable lines skipped)", doc.at("bad_lines").get<std::int64_t>());
     out += "\n\n";
-    if (doc.at("destinations").empty()) return out;
+    if (doc.at("destinations").empty() && doc.value("total", std::size_t{0}) == 0) return out;
     std::vector<std::string> head{"DOMAIN", "STATE", "TOTAL"};
     for (const auto& l : doc.at("bucket_labels")) head.push_back(l.get<std::string>());
     head.push_back("CATEGORIES");
@@ -1011,7 +1267,8 @@ std::string render_queue(const json& raw, const RenderOptions& ro) {
         row.push_back(cats);
         t.add(std::move(row));
     }
-    out += t.render(ro.colour);
+    if (t.size() > 0) out += t.render(ro.colour);
+    out += page_footer(doc, "destinations");
     out += "\n" + colour(ro, "1", "By category") + "\n";
     for (const auto& c : doc.at("categories")) {
         out += fmt::format(
@@ -1211,7 +1468,7 @@ Result<std::string> html_report(Ledger& ledger, const config::Config& config, Ti
 
 // ---------------------------------------------------------------------------
 
-Result<json> flags(Ledger& ledger, TimePoint now, bool include_inactive) {
+Result<json> flags(Ledger& ledger, TimePoint now, bool include_inactive, const Page& page) {
     auto fl = ledger.list_flags(std::nullopt, now, include_inactive);
     if (!fl) return fl.error();
     json arr = json::array();
@@ -1222,20 +1479,22 @@ Result<json> flags(Ledger& ledger, TimePoint now, bool include_inactive) {
                            {"set_at", format_rfc3339(f.set_at)},
                            {"expires_at", time_or_null(f.expires_at)},
                            {"cleared_at", time_or_null(f.cleared_at)}});
-    return json{{"now", format_rfc3339(now)}, {"flags", arr}};
+    json doc{{"now", format_rfc3339(now)}};
+    put_page(doc, "flags", std::move(arr), page);
+    return doc;
 }
 
 std::string render_flags(const json& raw, const RenderOptions& ro) {
     // Outside text is rendered for the terminal once, before any of it is formatted.
     const json doc = text::terminal_document(raw);
     const auto& arr = doc.at("flags");
-    if (arr.empty()) return "No flags.\n";
+    if (doc.value("total", arr.size()) == 0) return "No flags.\n";
     Table t({"DESTINATION", "SET", "EXPIRES", "CLEARED", "REASON"});
     for (const auto& f : arr)
         t.add({f.at("destination").get<std::string>(), when_or_dash(f.at("set_at"), ro.now),
                when_or_dash(f.at("expires_at"), ro.now), when_or_dash(f.at("cleared_at"), ro.now),
                str_or(f, "reason")});
-    return t.render(ro.colour);
+    return (arr.empty() ? std::string() : t.render(ro.colour)) + page_footer(doc, "flags");
 }
 
 RetentionPolicy retention_from(const config::Config& config) {

@@ -273,6 +273,14 @@ void Engine::on_delivery(const Event& e, Category c, std::vector<Verdict>& out) 
             return;
         }
         if (!opens_episode(c)) return;
+        // While a local incident of this class is open, the sending side's own
+        // path is the suspect (GUIDANCE 3.5): the deferral is the incident's,
+        // counted there, and no destination opens, climbs or is flagged for it.
+        // A deferral of another class from the same host is judged on its own.
+        if (incident_ && incident_->category == c) {
+            ++incident_->deferrals;
+            return;
+        }
         if (!domain.empty()) on_deferral(e, c, domain, false, domain, mx, out);
         if (!mx.empty()) on_deferral(e, c, "mx:" + mx, true, domain, mx, out);
         return;
@@ -429,21 +437,71 @@ void Engine::check_spread(const Event& e, Category c, std::string_view spread_ke
     for (const auto& h : spread_)
         if (h.category == c) keys.insert(h.key);
     if (static_cast<int>(keys.size()) < settings_.spread_min_destinations) return;
-    incident_ = Incident{c, e.time, keys, e.time, {}};
-    // Destinations hit within the window are victims of the same local
-    // condition: they must not escalate or be flagged for it.
-    for (auto& [name, d] : dests_)
-        if (d.open && d.open->first_deferral >= horizon && d.open->dominant() == c)
-            d.open->local_suspect = true;
+    incident_ = Incident{c, e.time, keys, e.time, {}, 0, 0};
     Verdict v;
     v.time = e.time;
     v.key = "-";
     v.name = "local_outbound_suspected";
+    // The deferrals that revealed it were judged per destination before it
+    // existed: take them back (silent state resets follow this one line).
+    std::vector<Verdict> resets = absorb_into_incident(horizon, c);
     v.add("category", std::string(to_string(c)))
         .add("destinations", std::to_string(keys.size()))
         .add("window_s", seconds_str(settings_.spread_window))
+        .add("absorbed", std::to_string(incident_->absorbed))
         .add("reply", e.reason);
     out.push_back(std::move(v));
+    for (auto& r : resets) out.push_back(std::move(r));
+}
+
+// Episodes opened within the detection window by deferrals of the incident's
+// class were the incident's from the start: their deferrals move to it, and
+// what they raised (noted, watch) is undone. An episode that also holds
+// deferrals of another class keeps those and is judged on them alone. Episodes
+// older than the window are the destination's own outage and stay as they are.
+std::vector<Verdict> Engine::absorb_into_incident(TimePoint horizon, Category c) {
+    std::vector<Verdict> resets;
+    const auto ci = static_cast<size_t>(c);
+    for (auto& [name, d] : dests_) {
+        if (!d.open || d.open->first_deferral < horizon || d.open->by_category[ci] == 0 ||
+            d.name == kLocalDestination)
+            continue;
+        EpisodeState& ep = *d.open;
+        const std::int64_t taken = ep.by_category[ci];
+        // A deferral is in its domain's episode and its MX host's: count it once.
+        if (!d.is_mx) incident_->deferrals += taken;
+        ++incident_->absorbed;
+        const RuleSettings& rs = d.is_mx ? settings_for({}, name.substr(3)) : settings_for(name, {});
+        if (contains(rs.flag_categories, c)) {
+            // Only this window's deferrals can be the incident's.
+            auto from = std::find_if(d.config_deferrals.begin(), d.config_deferrals.end(),
+                                     [&](TimePoint t) { return t >= horizon; });
+            auto drop = std::min<std::int64_t>(taken, d.config_deferrals.end() - from);
+            d.config_deferrals.erase(d.config_deferrals.end() - drop, d.config_deferrals.end());
+        }
+        ep.by_category[ci] = 0;
+        ep.attempts -= taken;
+        std::string state;
+        if (ep.attempts <= 0) {
+            d.open.reset();
+        } else {
+            // What is left was judged with the incident's deferrals counted in:
+            // rejudge the ladder on the rest (escalation needs a day or more,
+            // so nothing opened within the window has escalated).
+            const auto& th = rs.thresholds(ep.dominant());
+            ep.ladder = ep.attempts >= th.watch_after_deferrals ? Ladder::watch : Ladder::noted;
+            ep.peak = ep.ladder;
+            state = std::string(to_string(ep.ladder));
+        }
+        Verdict r;
+        r.time = incident_->started;
+        r.key = d.name;
+        r.name = "absorbed";
+        r.silent = true;
+        r.add("state", state);
+        resets.push_back(std::move(r));
+    }
+    return resets;
 }
 
 std::vector<Verdict> Engine::advance(TimePoint now) {
@@ -500,8 +558,15 @@ void Engine::end_incident(TimePoint now, std::string_view why, std::vector<Verdi
     v.add("category", std::string(to_string(incident_->category)))
         .add("started", format_rfc3339(incident_->started))
         .add("destinations", std::to_string(incident_->destinations.size()))
+        .add("deferrals", std::to_string(incident_->deferrals))
+        .add("absorbed", std::to_string(incident_->absorbed))
         .add("why", std::string(why));
     out.push_back(std::move(v));
+    // The hits that made it must not make the next one: without this, the
+    // first deferral of its class after it ended would find the whole outage
+    // still in the window and open a second incident at once.
+    const Category c = incident_->category;
+    std::erase_if(spread_, [c](const SpreadHit& h) { return h.category == c; });
     incident_.reset();
 }
 
@@ -617,7 +682,9 @@ std::string Engine::save_state() const {
                                      {"started", to_micros(incident_->started)},
                                      {"destinations", incident_->destinations},
                                      {"last_hit", to_micros(incident_->last_hit)},
-                                     {"recovered", incident_->recovered}}
+                                     {"recovered", incident_->recovered},
+                                     {"deferrals", incident_->deferrals},
+                                     {"absorbed", incident_->absorbed}}
                               : json(nullptr);
     const std::vector<std::uint8_t> bytes = json::to_cbor(j);
     return std::string(bytes.begin(), bytes.end());
@@ -664,11 +731,14 @@ Status Engine::load_state(std::string_view text) {
                                               jh.at("k").get<std::string>()});
         if (!j.at("incident").is_null()) {
             const auto& ji = j.at("incident");
-            fresh.incident_ = Incident{category_from(ji.at("category").get<std::string>()),
-                                       from_micros(ji.at("started").get<std::int64_t>()),
-                                       ji.at("destinations").get<std::set<std::string>>(),
-                                       from_micros(ji.at("last_hit").get<std::int64_t>()),
-                                       ji.at("recovered").get<std::set<std::string>>()};
+            fresh.incident_ =
+                Incident{category_from(ji.at("category").get<std::string>()),
+                         from_micros(ji.at("started").get<std::int64_t>()),
+                         ji.at("destinations").get<std::set<std::string>>(),
+                         from_micros(ji.at("last_hit").get<std::int64_t>()),
+                         ji.at("recovered").get<std::set<std::string>>(),
+                         // Absent in states saved before incidents counted their deferrals.
+                         ji.value("deferrals", std::int64_t{0}), ji.value("absorbed", std::int64_t{0})};
         }
         *this = std::move(fresh);
         return {};

@@ -135,6 +135,8 @@ class Engine {
     const DestinationState* destination(std::string_view name) const;
     const std::map<std::string, DestinationState, std::less<>>& destinations() const { return dests_; }
     bool local_incident_open() const { return incident_.has_value(); }
+    // Deferrals the open incident owns (0 when none is open).
+    std::int64_t incident_deferrals() const { return incident_ ? incident_->deferrals : 0; }
     TimePoint now() const { return now_; }
 
     // The state as bytes (CBOR, lossless for any reply text); load_state also
@@ -159,10 +161,13 @@ class Engine {
     struct Incident {
         Category category;
         TimePoint started{};
-        std::set<std::string> destinations;
+        std::set<std::string> destinations;  // spread keys ("mx:host", or the domain without an MX)
         TimePoint last_hit{};
         std::set<std::string> recovered;
+        std::int64_t deferrals = 0;  // deferrals of its class it owns, absorbed ones included
+        std::int64_t absorbed = 0;   // destinations whose episode it took back when it opened
     };
+    std::vector<Verdict> absorb_into_incident(TimePoint horizon, Category c);
 
     void on_delivery(const Event& e, Category c, std::vector<Verdict>& out);
     void on_deferral(const Event& e, Category c, std::string_view dest, bool is_mx, std::string_view domain,

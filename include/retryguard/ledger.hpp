@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -210,11 +211,15 @@ struct DestinationInfo {
     std::optional<Episode> episode;  // the open episode, if any
 };
 
+// Destinations in (kind, name) order, filtered, then paged: rows `offset`
+// onwards, at most `limit`. Every row by default: a listing is never cut
+// without the caller asking (the reports page and say so).
 struct DestinationFilter {
     std::optional<DestinationKind> kind;
     std::optional<std::string> state;  // exact ladder state
     bool open_episode_only = false;
-    std::size_t limit = 10000;
+    std::size_t offset = 0;
+    std::size_t limit = std::numeric_limits<std::size_t>::max();
 };
 
 struct Flag {

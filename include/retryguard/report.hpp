@@ -67,17 +67,42 @@ int state_rank(std::string_view state) noexcept;
 // JSON, DestinationKind::relay in the ledger.
 std::string_view kind_name(DestinationKind kind) noexcept;
 
+// Which rows of a listing to show: every row unless the caller asks for a
+// page. A listing that leaves rows out always says so: its document carries
+// "total" (rows that matched), "offset" and "limit" (null: no limit), and the
+// rendered text ends with "showing 1-100 of 23,481; --offset 100 for more".
+struct Page {
+    std::size_t offset = 0;
+    std::optional<std::size_t> limit;
+};
+
+// The listing's order. worst: escalated, then flagged, then watch, then the
+// rest; within each, the oldest open episode first (none last), then by name.
+// name: kind then name. age: oldest open episode first. deferrals: most
+// deferrals in the open episode first.
+enum class DestinationSort { worst, name, age, deferrals };
+std::optional<DestinationSort> destination_sort_from_string(std::string_view name) noexcept;
+std::string_view to_string(DestinationSort sort) noexcept;
+
 struct DestinationQuery {
     std::optional<std::string> state;
     std::optional<Category> category;
     std::optional<DestinationKind> kind;
+    DestinationSort sort = DestinationSort::worst;
+    Page page;
 };
 
-// {"now", "destinations": [{kind, name, state, state_changed, categories[],
-//   category, first_deferral, last_deferral, attempts, messages_pending,
-//   last_reply, last_relay, last_success, flagged, flag_reason}]} worst first.
+// {"now", "total", "offset", "limit", "sort", "destinations": [{kind, name,
+//   state, state_changed, categories[], category, first_deferral,
+//   last_deferral, attempts, messages_pending, last_reply, last_relay,
+//   last_success, flagged, flag_reason}]} in the query's order.
 Result<nlohmann::json> destinations(Ledger& ledger, const DestinationQuery& query, TimePoint now);
 std::string render_destinations(const nlohmann::json& doc, const RenderOptions& ro);
+
+// The line a paged listing ends with ("" when every row is shown): what was
+// shown of how many, and the --offset that shows the next page. `key` names
+// the document's array of rows.
+std::string page_footer(const nlohmann::json& doc, std::string_view key);
 
 // ---------------------------------------------------------------------------
 // Status: one screen about everything.
@@ -91,7 +116,18 @@ std::string render_status(const nlohmann::json& doc, const RenderOptions& ro);
 // ---------------------------------------------------------------------------
 // Escalations: destinations in state escalate, each with a note ready to send
 // to the receiving side's postmaster.
-Result<nlohmann::json> escalations(Ledger& ledger, const config::Config& config, TimePoint now);
+// Open escalations come first (worst first), each with "status": "open";
+// with `since`, escalations that closed (the destination recovered) within that
+// long before now follow, newest first, with "status": "closed". Every entry
+// has "opened" and "closed" (null while open), read from the rules engine's
+// saved state (its bounded episode history per destination); "opened" is null
+// when that state does not know it.
+struct EscalationQuery {
+    std::optional<Duration> since;
+    Page page;
+};
+Result<nlohmann::json> escalations(Ledger& ledger, const config::Config& config, TimePoint now,
+                                   const EscalationQuery& query = {});
 std::string render_escalations(const nlohmann::json& doc, const RenderOptions& ro);
 // The note itself (plain text, times in UTC so it reads the same anywhere).
 std::string escalation_note(const nlohmann::json& escalation);
@@ -115,7 +151,7 @@ std::string render_explain(const nlohmann::json& doc, const RenderOptions& ro);
 inline constexpr std::size_t kMaxQueueLines = 1000000;
 inline constexpr std::size_t kMaxQueueLineBytes = 1 << 20;
 Result<nlohmann::json> queue(std::string_view postqueue_json, const Classifier& classifier, Ledger* ledger,
-                             TimePoint now);
+                             TimePoint now, const Page& page = {});
 std::string render_queue(const nlohmann::json& doc, const RenderOptions& ro);
 
 // ---------------------------------------------------------------------------
@@ -126,7 +162,7 @@ Result<std::string> html_report(Ledger& ledger, const config::Config& config, Ti
 
 // ---------------------------------------------------------------------------
 // Flags and pruning.
-Result<nlohmann::json> flags(Ledger& ledger, TimePoint now, bool include_inactive);
+Result<nlohmann::json> flags(Ledger& ledger, TimePoint now, bool include_inactive, const Page& page = {});
 std::string render_flags(const nlohmann::json& doc, const RenderOptions& ro);
 
 RetentionPolicy retention_from(const config::Config& config);

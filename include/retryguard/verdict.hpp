@@ -24,6 +24,11 @@ struct Verdict {
     std::string key;   // queue id, destination, or "-"
     std::string name;  // "noted", "watch", "escalate", "recovered", "flagged", ...
     std::vector<std::pair<std::string, std::string>> fields;
+    // A change of ledger state that is not written as a line: `absorbed` resets
+    // the ladder state of a destination whose deferrals a local incident took
+    // back (the incident's own line says how many), so a detection is one line,
+    // not one per destination.
+    bool silent = false;
 
     Verdict& add(std::string k, std::string v) {
         fields.emplace_back(std::move(k), std::move(v));

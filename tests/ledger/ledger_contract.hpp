@@ -558,6 +558,88 @@ TEST_P(LedgerContract, DestinationStateIsSetAndFiltered) {
     EXPECT_FALSE(missing->has_value());
 }
 
+// A listing is never cut without the caller asking: more destinations than
+// the old default cap of 10,000 all come back, in (kind, name) order.
+TEST_P(LedgerContract, DestinationListingHasNoHiddenCap) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    constexpr int kDomains = 10'050;
+    // Batches of a size a follower hands over (one huge Redis script would
+    // run past the command timeout).
+    std::vector<IngestItem> batch;
+    for (int i = 0; i < kDomains; ++i) {
+        char name[32];
+        std::snprintf(name, sizeof name, "u@d%05d.test", i);
+        batch.push_back(deferred(qid_for(i), 10 + i / 1000, name, "mx.shared.test"));
+        if (batch.size() == 250 || i == kDomains - 1) {
+            ingest(*l, std::move(batch));
+            batch.clear();
+        }
+    }
+    DestinationFilter f;
+    f.kind = DestinationKind::domain;
+    auto all = l->list_destinations(f);
+    ASSERT_TRUE(all.ok()) << all.error().message;
+    ASSERT_EQ(all->size(), static_cast<std::size_t>(kDomains));
+    EXPECT_EQ(all->front().name, "d00000.test");
+    EXPECT_EQ(all->back().name, "d10049.test");
+    f.kind.reset();
+    auto both = l->list_destinations(f);
+    ASSERT_TRUE(both.ok());
+    EXPECT_EQ(both->size(), static_cast<std::size_t>(kDomains) + 1) << "the domains and the one MX";
+    f.offset = kDomains - 1;
+    f.limit = 5;
+    auto tail = l->list_destinations(f);
+    ASSERT_TRUE(tail.ok());
+    ASSERT_EQ(tail->size(), 2u) << "the last domain, then the relay";
+    EXPECT_EQ((*tail)[0].name, "d10049.test");
+    EXPECT_EQ((*tail)[1].kind, DestinationKind::relay);
+}
+
+// Offset and limit page the filtered rows (not the rows before the filter),
+// in the same order on every backend.
+TEST_P(LedgerContract, DestinationPagesAreTakenAfterTheFilter) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    std::vector<IngestItem> batch;
+    for (int i = 0; i < 12; ++i)
+        batch.push_back(deferred(qid_for(i), 10, "u@p" + std::to_string(10 + i) + ".test", "mx.p.test"));
+    ingest(*l, std::move(batch));
+    // Every third domain is watched: p10, p13, p16, p19.
+    for (int i = 0; i < 12; i += 3)
+        ASSERT_TRUE(l->set_destination_state(DestinationKind::domain, "p" + std::to_string(10 + i) + ".test",
+                                             "watch", at(20))
+                        .ok());
+    DestinationFilter f;
+    f.state = "watch";
+    f.offset = 1;
+    f.limit = 2;
+    auto page = l->list_destinations(f);
+    ASSERT_TRUE(page.ok());
+    ASSERT_EQ(page->size(), 2u);
+    EXPECT_EQ((*page)[0].name, "p13.test");
+    EXPECT_EQ((*page)[1].name, "p16.test");
+    f.offset = 3;
+    page = l->list_destinations(f);
+    ASSERT_TRUE(page.ok());
+    ASSERT_EQ(page->size(), 1u);
+    EXPECT_EQ((*page)[0].name, "p19.test");
+    f.offset = 4;
+    page = l->list_destinations(f);
+    ASSERT_TRUE(page.ok());
+    EXPECT_TRUE(page->empty());
+    f.state.reset();
+    f.kind = DestinationKind::domain;
+    f.open_episode_only = true;
+    f.offset = 10;
+    f.limit = 100;
+    page = l->list_destinations(f);
+    ASSERT_TRUE(page.ok());
+    ASSERT_EQ(page->size(), 2u);
+    EXPECT_EQ((*page)[0].name, "p20.test");
+    EXPECT_EQ((*page)[1].name, "p21.test");
+}
+
 TEST_P(LedgerContract, FlagsExpireAndClear) {
     auto l = open();
     ASSERT_TRUE(l);

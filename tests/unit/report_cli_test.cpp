@@ -127,12 +127,15 @@ TEST_F(ReportCli, DestinationsWorstFirstAndFiltered) {
     ASSERT_EQ(run("destinations --json"), 1) << err_;
     auto all = json_out().at("destinations");
     ASSERT_GT(all.size(), 5u);
-    // escalate before watch before the rest; within a state, oldest first deferral first.
-    auto rank = [](const std::string& s) {
-        return s == "escalate" ? 0 : s == "watch" ? 1 : s == "noted" ? 2 : 3;
+    EXPECT_EQ(json_out().at("total"), all.size()) << "every row when no page is asked for";
+    EXPECT_TRUE(json_out().at("limit").is_null());
+    // escalate, then flagged, then watch, then the rest; within each, oldest first deferral first.
+    auto rank = [](const nlohmann::json& d) {
+        const std::string s = d.at("state");
+        return s == "escalate" ? 0 : d.at("flagged").get<bool>() ? 1 : s == "watch" ? 2 : 3;
     };
     for (std::size_t i = 1; i < all.size(); ++i) {
-        int a = rank(all[i - 1].at("state")), b = rank(all[i].at("state"));
+        int a = rank(all[i - 1]), b = rank(all[i]);
         ASSERT_LE(a, b) << all.dump(1);
         if (a == b && all[i - 1].at("first_deferral").is_string() &&
             all[i].at("first_deferral").is_string()) {
@@ -163,6 +166,89 @@ TEST_F(ReportCli, DestinationsWorstFirstAndFiltered) {
     }
     EXPECT_EQ(run("destinations --category no-such-thing"), 2);
     EXPECT_EQ(run("destinations --kind relay"), 2);
+}
+
+TEST_F(ReportCli, DestinationsPageSaySoAndFollowOneOrder) {
+    ASSERT_EQ(run("destinations --json"), 1) << err_;
+    const auto all = json_out().at("destinations");
+    const std::size_t n = all.size();
+    ASSERT_GT(n, 6u);
+    // Pages of 4, one after the other, give the whole listing in the same order.
+    nlohmann::json paged = nlohmann::json::array();
+    for (std::size_t off = 0; off < n; off += 4) {
+        ASSERT_EQ(run("destinations --json --limit 4 --offset " + std::to_string(off)), 1)
+            << "exit code judged on every row, not the page: " << err_;
+        auto doc = json_out();
+        EXPECT_EQ(doc.at("total"), n);
+        EXPECT_EQ(doc.at("offset"), off);
+        EXPECT_EQ(doc.at("limit"), 4);
+        for (auto& d : doc.at("destinations")) paged.push_back(d);
+    }
+    EXPECT_EQ(paged, all);
+    ASSERT_EQ(run("destinations --limit 4"), 1) << err_;
+    EXPECT_NE(out_.find("showing 1-4 of " + std::to_string(n) + "; --offset 4 for more\n"), std::string::npos)
+        << out_;
+    ASSERT_EQ(run("destinations --limit 4 --offset " + std::to_string(n - 2)), 1) << err_;
+    EXPECT_NE(out_.find("showing " + std::to_string(n - 1) + "-" + std::to_string(n) + " of " +
+                        std::to_string(n) + "\n"),
+              std::string::npos)
+        << out_;
+    EXPECT_EQ(out_.find("for more"), std::string::npos) << out_;
+    ASSERT_EQ(run("destinations --offset " + std::to_string(n + 5)), 1) << err_;
+    EXPECT_NE(out_.find("showing none of " + std::to_string(n)), std::string::npos) << out_;
+    EXPECT_EQ(run("destinations --limit 0"), 2) << "a page of nothing is a usage error";
+
+    ASSERT_EQ(run("destinations --json --sort name"), 1) << err_;
+    auto by_name = json_out().at("destinations");
+    ASSERT_EQ(by_name.size(), n);
+    for (std::size_t i = 1; i < n; ++i) {
+        auto key = [](const nlohmann::json& d) {
+            return std::string(d.at("kind") == "domain" ? "0" : "1") + d.at("name").get<std::string>();
+        };
+        EXPECT_LT(key(by_name[i - 1]), key(by_name[i]));
+    }
+    ASSERT_EQ(run("destinations --json --sort deferrals"), 1) << err_;
+    auto by_def = json_out().at("destinations");
+    for (std::size_t i = 1; i < n; ++i)
+        EXPECT_GE(by_def[i - 1].at("attempts").get<std::int64_t>(),
+                  by_def[i].at("attempts").get<std::int64_t>());
+    ASSERT_EQ(run("destinations --json --sort age"), 1) << err_;
+    auto by_age = json_out().at("destinations");
+    bool seen_none = false;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (!by_age[i].at("first_deferral").is_string()) {
+            seen_none = true;
+            continue;
+        }
+        EXPECT_FALSE(seen_none) << "destinations without an open episode come last";
+        if (i > 0 && by_age[i - 1].at("first_deferral").is_string()) {
+            EXPECT_LE(by_age[i - 1].at("first_deferral").get<std::string>(),
+                      by_age[i].at("first_deferral").get<std::string>());
+        }
+    }
+    EXPECT_EQ(run("destinations --sort size"), 2);
+}
+
+TEST_F(ReportCli, EscalationsAndFlagsPageToo) {
+    ASSERT_EQ(run("escalations --json --limit 1"), 1) << err_;
+    auto doc = json_out();
+    EXPECT_EQ(doc.at("escalations").size(), 1u);
+    EXPECT_GE(doc.at("total").get<std::size_t>(), 2u);
+    EXPECT_EQ(doc.at("open"), doc.at("total"));
+    EXPECT_EQ(doc.at("escalations")[0].at("status"), "open");
+    EXPECT_TRUE(doc.at("escalations")[0].at("opened").is_string()) << "read from the engine's saved state";
+    EXPECT_TRUE(doc.at("escalations")[0].at("closed").is_null());
+    ASSERT_EQ(run("escalations --limit 1"), 1) << err_;
+    EXPECT_NE(out_.find("; --offset 1 for more\n"), std::string::npos) << out_;
+    ASSERT_EQ(run("escalations --json --since 30d"), 1) << err_;
+    EXPECT_EQ(json_out().at("since"), 30 * 86400);
+    EXPECT_EQ(run("escalations --since soon"), 2);
+    ASSERT_EQ(run("flags list --json --all --limit 1 --offset 0"), 0) << err_;
+    doc = json_out();
+    EXPECT_LE(doc.at("flags").size(), 1u);
+    EXPECT_EQ(doc.at("offset"), 0);
+    EXPECT_EQ(doc.at("limit"), 1);
+    EXPECT_GE(doc.at("total").get<std::size_t>(), doc.at("flags").size());
 }
 
 TEST_F(ReportCli, DestinationsGolden) {

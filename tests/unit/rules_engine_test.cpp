@@ -212,6 +212,31 @@ TEST(RulesEngine, LocalIncidentEndsWhenDeliveriesResume) {
     EXPECT_EQ(feed.find("local_outbound_cleared", "-")->field("why"), "deliveries resumed");
 }
 
+TEST(RulesEngine, AnIncidentThatEndedDoesNotReopenFromItsOwnHits) {
+    Feed feed;
+    for (int i = 0; i < 12; ++i) {
+        std::string d = "r" + std::to_string(i) + ".example";
+        feed(deferred(T0 + i * 10s, "R" + std::to_string(i), "u@" + d, "mx." + d), Category::network);
+    }
+    ASSERT_EQ(feed.count("local_outbound_suspected"), 1);
+    for (int i = 0; i < 4; ++i) {
+        std::string d = "r" + std::to_string(i) + ".example";
+        feed(delivery(T0 + 3min + i * 1s, "R" + std::to_string(i), "u@" + d, DeliveryStatus::sent, "mx." + d),
+             Category::unknown);
+    }
+    ASSERT_EQ(feed.count("local_outbound_cleared"), 1);
+    // A straggler of the same class within the old window: one destination, no new incident.
+    feed(deferred(T0 + 4min, "R9", "u@r9.example", "mx.r9.example"), Category::network);
+    EXPECT_EQ(feed.count("local_outbound_suspected"), 1);
+    EXPECT_FALSE(feed.engine.local_incident_open());
+    // A new spread is a new incident.
+    for (int i = 0; i < 8; ++i) {
+        std::string d = "s" + std::to_string(i) + ".example";
+        feed(deferred(T0 + 2h + i * 10s, "S" + std::to_string(i), "u@" + d, "mx." + d), Category::network);
+    }
+    EXPECT_EQ(feed.count("local_outbound_suspected"), 2);
+}
+
 TEST(RulesEngine, ManyDeferralsToOneDestinationAreItsOwnOutage) {
     Feed feed;
     for (int i = 0; i < 20; ++i)
@@ -220,6 +245,138 @@ TEST(RulesEngine, ManyDeferralsToOneDestinationAreItsOwnOutage) {
     EXPECT_EQ(feed.count("local_outbound_suspected"), 0);
     feed(deferred(T0 + 49h, "H0", "u0@one.example"), Category::network);
     EXPECT_EQ(feed.count("escalate", "one.example"), 1);
+}
+
+// Seven destinations each deferred three times (watch) in the detection window,
+// then the eighth opens the incident: `n` = 7 destinations x (domain + MX).
+Feed open_network_incident_after_watch() {
+    Feed feed;
+    for (int i = 0; i < 7; ++i)
+        for (int k = 0; k < 3; ++k) {
+            std::string d = "w" + std::to_string(i) + ".example";
+            feed(deferred(T0 + i * 20s + k * 5s, "W" + std::to_string(i), "u" + std::to_string(k) + "@" + d,
+                          "mx." + d),
+                 Category::network);
+        }
+    EXPECT_EQ(feed.count("watch"), 14) << "judged per destination before the incident existed";
+    EXPECT_EQ(feed.count("local_outbound_suspected"), 0);
+    feed(deferred(T0 + 3min, "W7", "u@w7.example", "mx.w7.example"), Category::network);
+    return feed;
+}
+
+TEST(RulesEngine, IncidentTakesBackTheDeferralsThatRevealedIt) {
+    Feed feed = open_network_incident_after_watch();
+    ASSERT_EQ(feed.count("local_outbound_suspected"), 1);
+    const Verdict* s = feed.find("local_outbound_suspected", "-");
+    EXPECT_EQ(s->field("absorbed"), "14");
+    EXPECT_EQ(feed.engine.incident_deferrals(), 22) << "21 taken back and the one that opened it";
+    for (int i = 0; i < 7; ++i) {
+        std::string d = "w" + std::to_string(i) + ".example";
+        ASSERT_NE(feed.engine.destination(d), nullptr);
+        EXPECT_FALSE(feed.engine.destination(d)->open) << d << ": its watch is undone";
+        EXPECT_FALSE(feed.engine.destination("mx:mx." + d)->open);
+        const Verdict* r = feed.find("absorbed", d);
+        ASSERT_NE(r, nullptr) << d;
+        EXPECT_TRUE(r->silent) << "one line for the detection, not one per destination";
+        EXPECT_EQ(r->field("state"), "");
+    }
+    EXPECT_EQ(feed.count("absorbed"), 14);
+    EXPECT_FALSE(feed.engine.destination("w7.example")) << "the deferral that opened it is the incident's";
+}
+
+TEST(RulesEngine, IncidentOwnsItsDeferralsAndLeavesNothingHalfEscalated) {
+    Feed feed = open_network_incident_after_watch();
+    const std::size_t before = feed.all.size();
+    // The outage lasts two days: every retry of its class is the incident's.
+    for (auto t = T0 + 30min; t <= T0 + 49h; t += 30min)
+        for (int i = 0; i < 8; ++i) {
+            std::string d = "w" + std::to_string(i) + ".example";
+            feed(deferred(t + i * 1s, "W" + std::to_string(i), "u0@" + d, "mx." + d), Category::network);
+        }
+    // Reports about messages (retry_too_soon, stalled) go on; no destination is judged.
+    for (std::size_t i = before; i < feed.all.size(); ++i)
+        for (const char* n : {"noted", "watch", "escalate", "flagged", "recovered"})
+            EXPECT_NE(feed.all[i].name, n) << format_verdict(feed.all[i]);
+    EXPECT_EQ(feed.engine.incident_deferrals(), 22 + 98 * 8);
+    feed.advance(T0 + 52h);
+    ASSERT_EQ(feed.count("local_outbound_cleared"), 1);
+    const Verdict* c = feed.find("local_outbound_cleared", "-");
+    EXPECT_EQ(c->field("deferrals"), std::to_string(22 + 98 * 8));
+    EXPECT_EQ(c->field("absorbed"), "14");
+    for (const auto& [name, d] : feed.engine.destinations()) {
+        EXPECT_FALSE(d.open) << name << " left with an episode of the incident's";
+        EXPECT_FALSE(d.flagged_at) << name;
+        EXPECT_TRUE(d.config_deferrals.empty()) << name;
+    }
+    EXPECT_EQ(feed.count("escalate"), 0);
+    EXPECT_EQ(feed.count("flagged"), 0);
+    // Afterwards a destination is judged on its own again, from scratch.
+    feed(deferred(T0 + 53h, "W0", "u0@w0.example", "mx.w0.example"), Category::network);
+    ASSERT_TRUE(feed.engine.destination("w0.example")->open);
+    EXPECT_EQ(feed.engine.destination("w0.example")->open->attempts, 1);
+}
+
+TEST(RulesEngine, AnotherClassDuringAnIncidentIsJudgedOnItsOwn) {
+    Feed feed = open_network_incident_after_watch();
+    // w0's server also answers 4.3.5 during the network outage: its own fault.
+    for (int k = 0; k < 3; ++k)
+        feed(deferred(T0 + 10min + k * 40min, "C" + std::to_string(k), "c@w0.example", "mx.w0.example"),
+             Category::receiver_config);
+    EXPECT_EQ(feed.count("watch", "w0.example"), 2) << "once before the incident, once for the 4.3.5s";
+    for (auto t = T0 + 30min; t <= T0 + 25h; t += 30min) {
+        feed(deferred(t, "W1", "u0@w1.example", "mx.w1.example"), Category::network);
+        feed(deferred(t + 1s, "C0", "c@w0.example", "mx.w0.example"), Category::receiver_config);
+    }
+    ASSERT_TRUE(feed.engine.local_incident_open());
+    EXPECT_EQ(feed.count("escalate", "w0.example"), 1);
+    EXPECT_EQ(feed.count("escalate", "w1.example"), 0);
+    EXPECT_EQ(
+        feed.engine.destination("w0.example")->open->by_category[static_cast<size_t>(Category::network)], 0);
+}
+
+TEST(RulesEngine, AbsorbingKeepsDeferralsOfAnotherClass) {
+    Feed feed;
+    // One 4.3.5 and two network deferrals to m.example in the window: watch on three.
+    feed(deferred(T0, "M", "a@m.example", "mx.m.example"), Category::receiver_config);
+    feed(deferred(T0 + 10s, "M", "b@m.example", "mx.m.example"), Category::network);
+    feed(deferred(T0 + 20s, "M", "c@m.example", "mx.m.example"), Category::network);
+    ASSERT_EQ(feed.count("watch", "m.example"), 1);
+    for (int i = 1; i < 8; ++i) {
+        std::string d = "n" + std::to_string(i) + ".example";
+        feed(deferred(T0 + 30s + i * 1s, "N", "u@" + d, "mx." + d), Category::network);
+    }
+    ASSERT_EQ(feed.count("local_outbound_suspected"), 1);
+    const auto* d = feed.engine.destination("m.example");
+    ASSERT_TRUE(d->open);
+    EXPECT_EQ(d->open->attempts, 1);
+    EXPECT_EQ(d->open->dominant(), Category::receiver_config);
+    EXPECT_EQ(d->open->ladder, Ladder::noted);
+    EXPECT_EQ(feed.find("absorbed", "m.example")->field("state"), "noted");
+}
+
+TEST(RulesEngine, AnOutageOlderThanTheWindowIsNotTakenBack) {
+    Feed feed;
+    for (int k = 0; k < 3; ++k)
+        feed(deferred(T0 + k * 30min, "O", "o@old.example", "mx.old.example"), Category::network);
+    for (int i = 0; i < 8; ++i) {
+        std::string d = "p" + std::to_string(i) + ".example";
+        feed(deferred(T0 + 2h + i * 1s, "P", "u@" + d, "mx." + d), Category::network);
+    }
+    ASSERT_EQ(feed.count("local_outbound_suspected"), 1);
+    EXPECT_EQ(feed.find("local_outbound_suspected", "-")->field("absorbed"), "14");
+    ASSERT_TRUE(feed.engine.destination("old.example")->open);
+    EXPECT_EQ(feed.engine.destination("old.example")->open->attempts, 3);
+}
+
+TEST(RulesEngine, IncidentCountsSurviveSaveAndLoad) {
+    Feed feed = open_network_incident_after_watch();
+    feed(deferred(T0 + 5min, "W1", "u0@w1.example", "mx.w1.example"), Category::network);
+    Engine restored;
+    ASSERT_TRUE(restored.load_state(feed.engine.save_state()).ok());
+    EXPECT_EQ(restored.incident_deferrals(), 23);
+    auto a = feed.engine.advance(T0 + 3h), b = restored.advance(T0 + 3h);
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(format_verdict(a[i]), format_verdict(b[i]));
 }
 
 TEST(RulesEngine, ReportsRetriesSoonerThanTheMinimum) {
