@@ -94,6 +94,11 @@ LedgerBackend redis_fleet_acl_backend() {
     b.open = [](const std::string& tag) -> Result<std::unique_ptr<Ledger>> {
         auto* server = RedisServer::shared();
         if (!server) return make_error(ErrorKind::unavailable, "no redis-server");
+        // Here, not only in `precondition`: LedgerContract does not call that.
+        if (!ensure_fleet_user(*server))
+            return make_error(ErrorKind::config,
+                              std::string("no `user ") + kFleetUser +
+                                  "` line in tests/e2e/fleet-redis.conf, or ACL SETUSER refused it");
         LedgerOptions o;
         o.spec = server->spec();
         o.key_prefix = std::string(kFleetPrefix) + tag + ":";
