@@ -56,11 +56,19 @@ Result<RedisCredentials> read_redis_password_file(const std::string& path) {
     if (::stat(path.c_str(), &st) != 0)
         return make_error(ErrorKind::config, what + ": " + std::strerror(errno));
     if (!S_ISREG(st.st_mode)) return make_error(ErrorKind::config, what + ": not a regular file");
-    if (st.st_mode & (S_IRWXG | S_IRWXO))
-        return make_error(
-            ErrorKind::config,
-            fmt::format("{}: mode {:04o} lets others read the password; chmod 0600 (or 0400) it", what,
-                        st.st_mode & 07777));
+    // Group read is allowed: the daemons drop to the service user after start
+    // (the policy daemon's pruner opens the ledger then) and members of the
+    // service group run the CLI, so the file is root:<service group> 0640.
+    // Anything for others, or a group that could change it, is refused.
+    if (st.st_mode & S_IRWXO)
+        return make_error(ErrorKind::config,
+                          fmt::format("{}: mode {:04o} lets others read the password; chmod 0640 "
+                                      "(owner root, group of the service user) or 0600 it",
+                                      what, st.st_mode & 07777));
+    if (st.st_mode & (S_IWGRP | S_IXGRP))
+        return make_error(ErrorKind::config,
+                          fmt::format("{}: mode {:04o} lets the group change the password; chmod 0640 it",
+                                      what, st.st_mode & 07777));
     std::ifstream in(path);
     std::string line;
     if (!in || !std::getline(in, line))

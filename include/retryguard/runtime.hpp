@@ -43,8 +43,8 @@ Result<Runtime> open_runtime(const RuntimeOptions& options);
 LedgerOptions ledger_options_from(const config::Config& config);
 
 // ledger.redis.password_file: one line, "password" or "user:password" (Redis 6
-// ACL). Refused when group or others may read or write it, or it is not a
-// regular file.
+// ACL). Refused when others may access it, the group may write it, or it is not
+// a regular file; group read is allowed (root:<service group> 0640).
 struct RedisCredentials {
     std::string username, password;
 };

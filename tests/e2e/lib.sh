@@ -5,8 +5,11 @@
 #   e2e_begin my-test 120                # temp dir, traps, watchdog (seconds)
 #   e2e_start_receiver                   # 451 4.3.5 for every domain in $E2E_DEFER_DOMAINS
 #   e2e_start_sender "unix:$E2E_DIR/milter/milter.sock"   # milter spec, or "" for none
+#   e2e_start_sender "$SPEC" senderb     # a second sending instance (a fleet host)
 #   e2e_submit_smtp FILE FROM RCPT...    # swaks into the sender's smtpd
 #   e2e_submit_sendmail FILE FROM RCPT...  # the sender instance's sendmail -C
+#   e2e_submit_smtp_via INST FILE FROM RCPT...      # the same into instance INST
+#   e2e_submit_sendmail_via INST FILE FROM RCPT...
 #   e2e_wait_log sender 'ERE' [SECONDS] [COUNT] [OFFSET]
 #   e2e_receiver_accept                  # the receiver recovers: accepts everything
 #   e2e_pass                             # (or just end the script; failures exit non-zero)
@@ -279,14 +282,21 @@ e2e_receiver_accept() {
 # domain relayed to the receiver, retries every few seconds, and the milter
 # (when a spec is given) both as smtpd_milters and non_smtpd_milters with
 # milter_default_action = accept, as docs/milter.md documents.
-e2e_start_sender() {  # [MILTER_SPEC]
-    local milter=${1:-} etc d
+# INSTANCE (default "sender"; letters and digits) names the instance, its
+# directory, its log and its myhostname (INSTANCE.e2e.test): several senders
+# make a fleet. Its smtpd port is $E2E_SENDER_PORT for "sender" and
+# $(e2e_sender_port INSTANCE) for any.
+e2e_start_sender() {  # [MILTER_SPEC [INSTANCE]]
+    local milter=${1:-} inst=${2:-sender} etc d port
     [ -n "${E2E_RCV_PORT:-}" ] || e2e_fail "start the receiver first"
-    _e2e_prepare_instance sender
-    etc=$(e2e_etc sender)
-    E2E_SENDER_PORT=$(e2e_free_port)
+    [[ $inst =~ ^[A-Za-z][A-Za-z0-9]*$ ]] || e2e_fail "instance name '$inst': letters and digits only"
+    _e2e_prepare_instance "$inst"
+    etc=$(e2e_etc "$inst")
+    port=$(e2e_free_port)
+    printf -v "E2E_PORT_$inst" '%s' "$port"
+    [ "$inst" = sender ] && E2E_SENDER_PORT=$port
     {
-        _e2e_common_main_cf sender sender.e2e.test
+        _e2e_common_main_cf "$inst" "$inst.e2e.test"
         cat <<EOF
 smtpd_relay_restrictions = permit_mynetworks, reject
 transport_maps = texthash:$etc/transport
@@ -305,13 +315,20 @@ EOF
             echo "non_smtpd_milters = $milter"
         fi
     } >"$etc/main.cf"
-    { _e2e_common_master_cf; echo "127.0.0.1:$E2E_SENDER_PORT inet n - n - - smtpd"; } >"$etc/master.cf"
+    { _e2e_common_master_cf; echo "127.0.0.1:$port inet n - n - - smtpd"; } >"$etc/master.cf"
     : >"$etc/transport"
     for d in $E2E_DEFER_DOMAINS $E2E_OK_DOMAINS; do
         printf '%s smtp:[127.0.0.1]:%s\n' "$d" "$E2E_RCV_PORT" >>"$etc/transport"
     done
-    _e2e_start_postfix sender "$E2E_SENDER_PORT"
-    e2e_log "sender on 127.0.0.1:$E2E_SENDER_PORT milter: ${milter:-none}"
+    _e2e_start_postfix "$inst" "$port"
+    e2e_log "$inst on 127.0.0.1:$port milter: ${milter:-none}"
+}
+
+# e2e_sender_port INSTANCE: the smtpd port of a started sending instance.
+e2e_sender_port() {
+    local var="E2E_PORT_$1"
+    [ -n "${!var:-}" ] || e2e_fail "no sending instance $1"
+    echo "${!var}"
 }
 
 e2e_stop_postfix() {  # INSTANCE
@@ -383,12 +400,15 @@ Regards}
 # e2e_submit_smtp FILE FROM RCPT...: swaks into the sender's smtpd; the SMTP
 # dialogue goes to $E2E_DIR/log/swaks.log. Returns swaks' exit code (24 when
 # the message was rejected at end of data).
-e2e_submit_smtp() {
-    local f=$1 from=$2 rc=0
-    shift 2
+e2e_submit_smtp() { e2e_submit_smtp_via sender "$@"; }
+
+e2e_submit_smtp_via() {  # INSTANCE FILE FROM RCPT...
+    local inst=$1 f=$2 from=$3 rc=0 port
+    shift 3
+    port=$(e2e_sender_port "$inst")
     {
-        echo "==== swaks $from -> $*"
-        swaks --server "127.0.0.1:$E2E_SENDER_PORT" --helo client.e2e.test --from "$from" \
+        echo "==== swaks $from -> $* (via $inst)"
+        swaks --server "127.0.0.1:$port" --helo client.e2e.test --from "$from" \
             --to "$(IFS=,; echo "$*")" --data "@$f" --timeout 30 2>&1 || rc=$?
     } >>"$E2E_DIR/log/swaks.log"
     E2E_LAST_SWAKS=$(awk '/^==== swaks/{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' "$E2E_DIR/log/swaks.log")
@@ -397,10 +417,12 @@ e2e_submit_smtp() {
 
 # e2e_submit_sendmail FILE FROM RCPT...: local submission through the sender
 # instance's sendmail -> postdrop -> pickup -> cleanup (the non_smtpd_milters path).
-e2e_submit_sendmail() {
-    local f=$1 from=$2
-    shift 2
-    sendmail -C "$(e2e_etc sender)" -f "$from" -- "$@" <"$f"
+e2e_submit_sendmail() { e2e_submit_sendmail_via sender "$@"; }
+
+e2e_submit_sendmail_via() {  # INSTANCE FILE FROM RCPT...
+    local inst=$1 f=$2 from=$3
+    shift 3
+    sendmail -C "$(e2e_etc "$inst")" -f "$from" -- "$@" <"$f"
 }
 
 # ---------------------------------------------------------------- the log

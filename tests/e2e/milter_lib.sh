@@ -66,22 +66,26 @@ milter_start() {
     e2e_wait_log sender "retryguard/milter\[[0-9]+\]: starting: " 10
 }
 
-# verdict_for QID: the milter's verdict line for a queue id (waits up to 20 s).
+# verdict_for QID [INSTANCE]: the milter's verdict line for a queue id in the
+# instance's log (default sender; waits up to 20 s).
 verdict_for() {
-    e2e_wait_log sender "retryguard/milter\[[0-9]+\]: $1: verdict=" 20
-    e2e_log_since sender | grep -E "retryguard/milter\[[0-9]+\]: $1: verdict=" | tail -1
+    local inst=${2:-sender}
+    e2e_wait_log "$inst" "retryguard/milter\[[0-9]+\]: $1: verdict=" 20
+    e2e_log_since "$inst" | grep -E "retryguard/milter\[[0-9]+\]: $1: verdict=" | tail -1
 }
 
-# The last verdict line logged from OFFSET on (waits up to 20 s).
+# last_verdict_since OFFSET [INSTANCE]: the last verdict line logged from
+# OFFSET on (waits up to 20 s).
 last_verdict_since() {
-    e2e_wait_log sender "retryguard/milter\[[0-9]+\]: [0-9A-Za-z]+: verdict=" 20 1 "$1"
-    e2e_log_since sender "$1" | grep -E "retryguard/milter\[[0-9]+\]: [0-9A-Za-z]+: verdict=" | tail -1
+    local inst=${2:-sender}
+    e2e_wait_log "$inst" "retryguard/milter\[[0-9]+\]: [0-9A-Za-z]+: verdict=" 20 1 "$1"
+    e2e_log_since "$inst" "$1" | grep -E "retryguard/milter\[[0-9]+\]: [0-9A-Za-z]+: verdict=" | tail -1
 }
 
 # Waits until QID's deferral has been logged and the log follower has had
 # time to carry it into the ledger (it commits within batch_max_delay).
-wait_deferred() {  # QID RCPT
-    e2e_wait_log sender "$1: to=<$2>,.* status=deferred" 30
+wait_deferred() {  # QID RCPT [INSTANCE]
+    e2e_wait_log "${3:-sender}" "$1: to=<$2>,.* status=deferred" 30
     sleep 1
 }
 
