@@ -171,6 +171,7 @@ sfsistat on_header(SMFICTX* ctx, char* name, char* value) {
             return SMFIS_CONTINUE;
         }
         if (!m->raw_message_id && strcasecmp(name, "Message-ID") == 0) m->raw_message_id = std::string(value);
+        if (marks_automated(name, value)) m->facts.automated = true;
         m->fingerprint.header(name, value);
         return SMFIS_CONTINUE;
     });
@@ -233,11 +234,8 @@ sfsistat on_eom(SMFICTX* ctx) {
         std::vector<PendingCopy> pending;
         if (g.store) {
             auto deadline = std::chrono::steady_clock::now() + m->config->deadline;
-            auto found = m->config->match_message_id ? g.store->find_pending(m->facts, deadline) : [&] {
-                MessageFacts by_content = m->facts;
-                by_content.message_id.clear();
-                return g.store->find_pending(by_content, deadline);
-            }();
+            auto found =
+                g.store->find_pending(lookup_identity(m->facts, m->config->match_message_id), deadline);
             if (!found && found.error().kind == ErrorKind::timeout)
                 return fail_open(ctx, g.counters.failopen_timeout, "ledger-timeout",
                                  fmt::format("no answer within {} ms: {}", m->config->deadline.count(),

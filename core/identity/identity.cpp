@@ -8,6 +8,7 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 
 namespace retryguard {
@@ -101,6 +102,27 @@ constexpr std::size_t kMaxLine = 4096;
 constexpr std::size_t kMaxBoundaries = 64;
 
 }  // namespace
+
+bool marks_automated(std::string_view name, std::string_view value) noexcept {
+    auto iequal = [](std::string_view a, std::string_view b) {
+        return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+                   return std::tolower(static_cast<unsigned char>(x)) ==
+                          std::tolower(static_cast<unsigned char>(y));
+               });
+    };
+    // The first token of the value: up to ';', '(' or white space, after leading white space.
+    std::size_t b = 0;
+    while (b < value.size() && (is_wsp(value[b]) || value[b] == '\r' || value[b] == '\n')) ++b;
+    std::size_t e = b;
+    while (e < value.size() && value[e] != ';' && value[e] != '(' && !is_wsp(value[e]) && value[e] != '\r' &&
+           value[e] != '\n')
+        ++e;
+    const std::string_view token = value.substr(b, e - b);
+    if (iequal(name, "Auto-Submitted")) return !token.empty() && !iequal(token, "no");
+    if (iequal(name, "Precedence"))
+        return iequal(token, "bulk") || iequal(token, "list") || iequal(token, "junk");
+    return iequal(name, "List-Id") || iequal(name, "List-Unsubscribe") || iequal(name, "List-Post");
+}
 
 std::optional<std::string> parse_message_id_header(std::string_view value) {
     if (value.size() > kMaxMessageIdLength * 4) return std::nullopt;

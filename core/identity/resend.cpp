@@ -107,6 +107,13 @@ SubmissionPath classify_path(bool inet_client, int client_port) noexcept {
     return (inet_client && client_port == 0) ? SubmissionPath::sendmail : SubmissionPath::smtp;
 }
 
+MessageFacts lookup_identity(const MessageFacts& msg, bool match_message_id) {
+    MessageFacts q = msg;
+    if (!match_message_id) q.message_id.clear();
+    if (msg.automated || msg.sender.empty()) q.fingerprint.clear();
+    return q;
+}
+
 bool counts_as_retrying(const PendingCopy& copy) noexcept {
     return copy.first_deferral.has_value();
 }

@@ -55,7 +55,8 @@ for slot = 1, 2 do
   for _, q in ipairs(redis.call('SMEMBERS', KEYS[slot])) do
     if q ~= exclude then
       local m = redis.call('HMGET', P .. 'msg:' .. q, 'state', 'first_queue_id', 'arrival')
-      if m[1] and PENDING[m[1]] then
+      -- by fingerprint: only messages the queue manager has picked up (as SQLite's messages_fingerprint_queued)
+      if m[1] and PENDING[m[1]] and (slot == 1 or m[1] ~= 'incoming') then
         table.insert(candidates, {q = q, state = m[1], first = m[2] or q, arrival = m[3] or '', by_mid = slot == 1})
       end
     end
@@ -75,7 +76,8 @@ for i = 3, #ARGV do
     local raw = redis.call('HGET', P .. 'rcpt:' .. c.q, addr)
     if raw then
       local r = cjson.decode(raw)
-      if r.state == 'pending' then
+      -- by fingerprint: only a recipient deferred at least once
+      if r.state == 'pending' and (c.by_mid or (r.first_deferral or '') ~= '') then
         local k = key(c, r)
         if not best or k < best_k or (k == best_k and c.q < best.q) or (k == best_k and c.q == best.q and c.by_mid and not best.by_mid) then
           best, best_r, best_k = c, r, k

@@ -123,6 +123,15 @@ CREATE TABLE engine_marks(name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT
     R"sql(
 CREATE TABLE verdict_outbox(seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, line TEXT NOT NULL);
 )sql",
+    // version 4: identical content is ordinary traffic (alerts, cron mail,
+    // templates): the fingerprint lookup reads only copies the queue may be
+    // retrying, so its cost follows the queue, not the history. A message the
+    // queue manager has not picked up yet ('incoming') was never deferred.
+    R"sql(
+DROP INDEX messages_fingerprint;
+CREATE INDEX messages_fingerprint_queued ON messages(fingerprint)
+  WHERE fingerprint IS NOT NULL AND state IN ('active','deferred','hold');
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -435,9 +444,12 @@ class SqliteLedger final : public Ledger {
     }
 
     // One statement whatever the number of recipients: the pending recipients
-    // of the messages with this Message-ID, then of those with this
-    // fingerprint (one index seek each); the wanted addresses are picked out
-    // here. Earlier copies are few (usually none), so the rows read stay few.
+    // of the messages with this Message-ID, then the deferred recipients of
+    // the queued messages with this fingerprint (one index seek each); the
+    // wanted addresses are picked out here. Copies by Message-ID are few
+    // (usually none); copies by fingerprint can be many (identical alerts,
+    // templates), so that half reads only what the queue may be retrying
+    // (messages_fingerprint_queued): its cost follows the queue, not history.
     // One statement is its own read transaction: no BEGIN/COMMIT on the
     // end-of-message path.
     Result<std::vector<PendingCopy>> find_pending_copies(const PendingCopyQuery& query) override {
@@ -466,7 +478,8 @@ class SqliteLedger final : public Ledger {
                 "r.last_attempt, m.arrival, r.attempts, m.state, r.address, 0 "
                 "FROM messages m JOIN recipients r ON r.queue_id = m.queue_id WHERE m.fingerprint = ?2 AND "
                 "m.queue_id <> ?3 "
-                "AND m.state IN ('incoming','active','deferred','hold') AND r.state = 'pending'");
+                "AND m.state IN ('active','deferred','hold') AND r.state = 'pending' "
+                "AND r.first_deferral IS NOT NULL");
             q.text_or_null(message_id).text_or_null(query.fingerprint).text(query.exclude_queue_id);
             while (q.row()) {
                 auto it = index.find(q.str(10));

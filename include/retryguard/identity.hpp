@@ -34,6 +34,14 @@ inline constexpr std::size_t kMaxMessageIdLength = 998;  // RFC 5322 line limit
 // there are several. nullopt: empty, unbalanced, too long or non-printable.
 std::optional<std::string> parse_message_id_header(std::string_view header_value);
 
+// Whether a header marks the message as sent by a program, not typed by a
+// person: Auto-Submitted other than "no" (RFC 3834: alerts, cron mail,
+// auto-replies), Precedence bulk/list/junk, or a mailing-list header
+// (List-Id, List-Unsubscribe, List-Post; RFC 2369/2919). Such mail repeats
+// identical content by nature (the same alert again, the same newsletter), so
+// identical content from it is a new message, never a resend (docs/milter.md).
+bool marks_automated(std::string_view header_name, std::string_view header_value) noexcept;
+
 // Which parts of a message count for its fingerprint. All three by default;
 // with none the fingerprint is disabled (empty).
 struct FingerprintParts {

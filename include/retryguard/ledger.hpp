@@ -341,7 +341,10 @@ class Ledger {
     // identity is atomic and a failure may leave the earlier ones recorded.
     virtual Status record_identities(std::span<const MessageIdentity> identities) = 0;
     // One entry per requested recipient whose earlier copy is still pending
-    // (the oldest copy when several are).
+    // (the oldest copy when several are): by Message-ID any pending copy; by
+    // fingerprint only a copy deferred at least once, of a message the queue
+    // manager has picked up (identical content never deferred is ordinary
+    // traffic, and reading it would make each lookup cost more than the last).
     virtual Result<std::vector<PendingCopy>> find_pending_copies(const PendingCopyQuery& query) = 0;
     // Calls f with the (normalised) Message-ID and the fingerprint of every
     // message not yet finished, i.e. every message find_pending_copies could

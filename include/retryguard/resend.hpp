@@ -68,7 +68,16 @@ struct MessageFacts {
     std::string fingerprint;  // "" when disabled
     std::string sender;
     std::vector<std::string> recipients;
+    // A header marked it as sent by a program (marks_automated): identical
+    // content is then a new message; only the same Message-ID is a resend.
+    bool automated = false;
 };
+
+// The identity a message is looked up by: its Message-ID, and its
+// fingerprint unless identical content from it is a new message by rule
+// (automated mail, or the null sender of bounces and notifications).
+// match_message_id false (reinjection.match: fingerprint) drops the Message-ID.
+MessageFacts lookup_identity(const MessageFacts& msg, bool match_message_id);
 
 // What the milter does at end of message.
 enum class MilterResult { accept, reject, discard, quarantine };

@@ -326,6 +326,56 @@ TEST_P(LedgerContract, PendingCopiesAreFoundPerRecipientByMessageIdOrFingerprint
     EXPECT_TRUE(r->empty());
 }
 
+// Identical content is ordinary traffic (alerts, cron mail, templates): by
+// fingerprint only a copy the queue is retrying matches, so thousands of
+// identical messages recorded and never deferred neither match nor make the
+// lookup read them.
+TEST_P(LedgerContract, ByFingerprintOnlyACopyTheQueueIsRetryingMatches) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    std::vector<MessageIdentity> ids;
+    for (int i = 0; i < 2000; ++i) {
+        MessageIdentity id;
+        id.queue_id = "F" + std::to_string(i);
+        id.message_id = "<alert-" + std::to_string(i) + "@monitor.example>";
+        id.fingerprint = "fp-alert";
+        id.sender = "monitor@x.test";
+        id.recipients = {"ops@dest.test"};
+        id.time = at(10 + i);
+        ids.push_back(std::move(id));
+    }
+    ASSERT_TRUE(l->record_identities(ids).ok());
+    PendingCopyQuery q;
+    q.message_id = "<alert-new@monitor.example>";
+    q.fingerprint = "fp-alert";
+    q.recipients = {"ops@dest.test"};
+    auto r = l->find_pending_copies(q);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_TRUE(r->empty()) << "recorded, never deferred: not a copy being retried";
+
+    // Picked up by the queue manager and delivered at once: still nothing.
+    ingest(*l, {queue_active("F1", 3000, "monitor@x.test", 500, 1), sent("F1", 3001, "ops@dest.test")});
+    r = l->find_pending_copies(q);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->empty());
+
+    // One of them deferred: that one is being retried and matches.
+    ingest(*l, {queue_active("F7", 3100, "monitor@x.test", 500, 1), deferred("F7", 3101, "ops@dest.test")});
+    r = l->find_pending_copies(q);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->size(), 1u);
+    EXPECT_EQ((*r)[0].queue_id, "F7");
+    EXPECT_FALSE((*r)[0].matched_by_message_id);
+
+    // By Message-ID a copy matches before any attempt (unchanged).
+    q.message_id = "<alert-3@monitor.example>";
+    q.fingerprint.clear();
+    r = l->find_pending_copies(q);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->size(), 1u);
+    EXPECT_EQ((*r)[0].queue_id, "F3");
+}
+
 TEST_P(LedgerContract, RecordedButNotYetAttemptedMessageIsPending) {
     auto l = open();
     ASSERT_TRUE(l);
@@ -383,13 +433,19 @@ TEST_P(LedgerContract, IdentitiesRecordedInABatchAreAllFound) {
                                         {"C2", "<c2@x>", "fp-c2", "s@x", {"r2@d.test", "r3@d.test"}, at(11)}};
     ASSERT_TRUE(l->record_identities(ids).ok());
     PendingCopyQuery q;
-    q.fingerprint = "fp-c2";
+    q.message_id = "<c2@x>";
     q.recipients = {"r3@d.test", "r1@d.test"};
     auto r = l->find_pending_copies(q);
     ASSERT_TRUE(r.ok());
     ASSERT_EQ(r->size(), 1u);
     EXPECT_EQ((*r)[0].queue_id, "C2");
     EXPECT_EQ((*r)[0].recipient, "r3@d.test");
+    // By fingerprint alone: recorded, never deferred, so not a copy being retried.
+    q.message_id.clear();
+    q.fingerprint = "fp-c2";
+    r = l->find_pending_copies(q);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->empty());
     std::vector<MessageIdentity> bad = {{"C3", "<c3@x>", "", "", {"r@d.test"}, at(12)}, MessageIdentity{}};
     auto st = l->record_identities(bad);
     ASSERT_FALSE(st.ok());

@@ -188,3 +188,24 @@ TEST(IdentityMessageId, AgreesWithTheLedgerNormalisation) {
         EXPECT_EQ(normalize_message_id(*parsed), *parsed);
     }
 }
+
+// Mail a program sends repeats identical content by nature: these headers
+// make identical content a new message (docs/milter.md, "Identical content").
+TEST(Automated, HeadersThatMarkMailSentByAProgram) {
+    EXPECT_TRUE(marks_automated("Auto-Submitted", "auto-generated"));
+    EXPECT_TRUE(marks_automated("auto-submitted", " Auto-Replied; owner-email=\"a@b\""));
+    EXPECT_TRUE(marks_automated("Auto-Submitted", "auto-notified (comment)"));
+    EXPECT_FALSE(marks_automated("Auto-Submitted", "no"));
+    EXPECT_FALSE(marks_automated("Auto-Submitted", " NO (typed by a person)"));
+    EXPECT_FALSE(marks_automated("Auto-Submitted", ""));
+    EXPECT_TRUE(marks_automated("Precedence", "bulk"));
+    EXPECT_TRUE(marks_automated("PRECEDENCE", " List"));
+    EXPECT_TRUE(marks_automated("Precedence", "junk"));
+    EXPECT_FALSE(marks_automated("Precedence", "first-class"));
+    EXPECT_FALSE(marks_automated("Precedence", "bulkier"));
+    EXPECT_TRUE(marks_automated("List-Id", "Ops <ops.lists.example.org>"));
+    EXPECT_TRUE(marks_automated("List-Unsubscribe", "<mailto:leave@example.org>"));
+    EXPECT_TRUE(marks_automated("list-post", "<mailto:ops@example.org>"));
+    EXPECT_FALSE(marks_automated("Subject", "Precedence: bulk"));
+    EXPECT_FALSE(marks_automated("X-Auto-Submitted", "auto-generated"));
+}

@@ -225,3 +225,32 @@ TEST(IdentityResend, ReplyIsTheRemoteServersWordsWithoutPostfixFraming) {
     EXPECT_NE(d.reply_text.find("after \"connect to mx.defer.example[192.0.2.1]:25: Connection refused\""),
               std::string::npos);
 }
+
+namespace {
+
+// What a message is looked up by: identical content counts only for mail a
+// person sent; the Message-ID always counts unless the match is set to
+// fingerprint only.
+TEST(LookupIdentity, FingerprintOnlyForPersonSentMail) {
+    MessageFacts m;
+    m.queue_id = "Q1";
+    m.message_id = "a@b";
+    m.fingerprint = "fp";
+    m.sender = "alice@example.org";
+    auto q = lookup_identity(m, true);
+    EXPECT_EQ(q.message_id, "a@b");
+    EXPECT_EQ(q.fingerprint, "fp");
+    q = lookup_identity(m, false);
+    EXPECT_EQ(q.message_id, "");
+    EXPECT_EQ(q.fingerprint, "fp");
+    m.automated = true;
+    q = lookup_identity(m, true);
+    EXPECT_EQ(q.message_id, "a@b");
+    EXPECT_EQ(q.fingerprint, "");
+    m.automated = false;
+    m.sender.clear();  // the null sender: bounces and notifications
+    q = lookup_identity(m, true);
+    EXPECT_EQ(q.fingerprint, "");
+}
+
+}  // namespace

@@ -45,7 +45,7 @@ TEST(LedgerSqlite, SchemaVersionIsRecordedAndANewerFileIsRefused) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 3);
+        EXPECT_EQ(s->schema_version, 4);
     }
     {  // reopening does not migrate twice
         auto l = open_ledger(path);

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# postfix-milter-bench.sh -- retryguard-milter's cost measured through Postfix
+# itself: a private sending Postfix on 127.0.0.1 relays everything to
+# smtp-sink; mail is submitted over SMTP with no milter, with the no-op
+# libmilter milter (bench/noop_milter.c) and with retryguard-milter (SQLite
+# ledger), the three alternated round by round in one run, for:
+#   - identical content (smtp-source: same sender, subject and body every time)
+#   - unique content (every message its own subject and body)
+#   - 8 sessions and 1 session,
+# with the ledger prefilled with each of LEDGER_SIZES messages. Prints
+# messages/s per variant and round, and retryguard's ratio to the no-op milter.
+#
+#   sudo bench/postfix-milter-bench.sh                  # build/ programs
+#   MESSAGES=1500 ROUNDS=3 LEDGER_SIZES="100000 1000000" sudo bench/postfix-milter-bench.sh
+#
+# The prefill writes rows as the milter records them (state incoming, a
+# Message-ID and a fingerprint each) straight into the ledger with sqlite3:
+# the ledger's size, not how it got there, is what the lookups see.
+# Needs root (Postfix's master), postfix (smtp-source, smtp-sink), sqlite3, python3.
+set -euo pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=${RETRYGUARD_BUILD:-$src/build}
+MESSAGES=${MESSAGES:-1000}
+ROUNDS=${ROUNDS:-2}
+LEDGER_SIZES=${LEDGER_SIZES:-"100000 1000000"}
+SESSIONS=${SESSIONS:-"8 1"}
+export RETRYGUARD_MILTER=$build/milter/retryguard-milter
+noop_src=$build/milter/retryguard-bench-noop-milter
+for p in "$RETRYGUARD_MILTER" "$noop_src"; do [ -x "$p" ] || { echo "missing $p: build first" >&2; exit 2; }; done
+for t in smtp-source smtp-sink sqlite3 python3; do command -v "$t" >/dev/null || { echo "missing $t" >&2; exit 2; }; done
+
+. "$src/tests/e2e/lib.sh"
+e2e_begin postfix-milter-bench 7200
+cp "$noop_src" "$E2E_DIR/prog/bin/"
+NOOP=$E2E_DIR/prog/bin/$(basename "$noop_src")
+
+# The receiver: smtp-sink accepts everything and keeps nothing.
+E2E_RCV_PORT=$(e2e_free_port)
+e2e_start_daemon sink smtp-sink -u nobody -c "127.0.0.1:$E2E_RCV_PORT" 512
+mkdir -p "$E2E_DIR/milter" "$E2E_DIR/ledger"
+chmod 755 "$E2E_DIR/milter"
+chown nobody:nogroup "$E2E_DIR/ledger"
+e2e_start_sender ""
+etc=$(e2e_etc sender)
+postconf -c "$etc" -e 'smtpd_client_connection_count_limit = 0' 'smtpd_client_message_rate_limit = 0' \
+    'default_process_limit = 100' 'in_flow_delay = 0'
+postfix -c "$etc" reload >/dev/null 2>&1
+
+NOOP_SOCK=$E2E_DIR/milter/noop.sock
+RG_SOCK=$E2E_DIR/milter/rg.sock
+DB=$E2E_DIR/ledger/ledger.db
+e2e_start_daemon noop setpriv --reuid nobody --regid postfix --clear-groups "$NOOP" "unix:$NOOP_SOCK"
+
+start_rg() {
+    e2e_start_daemon rg "$RETRYGUARD_MILTER" -c /dev/null -o "milter.socket=unix:$RG_SOCK" -o milter.user=nobody \
+        -o milter.group=postfix -o milter.socket_mode=0660 -o "ledger.sqlite.path=$DB" \
+        -o "log.verdicts=file:$E2E_DIR/log/rg-verdicts.log" -o log.target=stderr
+    for _ in $(seq 600); do [ -S "$RG_SOCK" ] && break; sleep 0.1; done
+    [ -S "$RG_SOCK" ] || e2e_daemon_failed rg "socket $RG_SOCK did not appear"
+}
+prefill() {  # N: the ledger holds N recorded messages (plus what earlier rounds recorded)
+    local have
+    have=$(sqlite3 "$DB" "SELECT COUNT(*) FROM messages WHERE queue_id LIKE 'P%'")
+    [ "$have" -ge "$1" ] && return 0
+    sqlite3 "$DB" "PRAGMA journal_mode=WAL; BEGIN;
+      WITH RECURSIVE c(i) AS (SELECT $have + 1 UNION ALL SELECT i + 1 FROM c WHERE i < $1)
+      INSERT INTO messages(queue_id, first_queue_id, message_id, fingerprint, sender, arrival, state, updated)
+      SELECT printf('P%09d', i), printf('P%09d', i), printf('prefill-%d@bench.example', i),
+             lower(hex(randomblob(20))), 'someone@bench.example', 1764547200000000 + i, 'incoming',
+             1764547200000000 + i FROM c;
+      COMMIT;" >/dev/null
+    chown nobody:nogroup "$DB" "$DB"-* 2>/dev/null || true
+}
+use_milter() {  # SOCKET or "": what the sender's smtpd asks
+    local spec=
+    [ -n "$1" ] && spec="unix:$1"
+    postconf -c "$etc" -e "smtpd_milters = $spec"
+    postfix -c "$etc" reload >/dev/null 2>&1
+    sleep 1
+}
+drain() {  # the queue empty, so one run's deliveries do not load the next
+    for _ in $(seq 600); do
+        [ -z "$(find "$E2E_DIR/sender/spool/incoming" "$E2E_DIR/sender/spool/active" "$E2E_DIR/sender/spool/deferred" -type f 2>/dev/null | head -1)" ] && return 0
+        sleep 0.1
+    done
+}
+cat >"$E2E_DIR/unique.py" <<'PY'
+import smtplib, sys, threading, time, uuid
+port, sessions, total = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+def run(n, k):
+    with smtplib.SMTP("127.0.0.1", port, timeout=60) as s:
+        for i in range(n):
+            u = uuid.uuid4().hex
+            msg = (f"From: bench@ok.e2e.test\r\nTo: user@ok.e2e.test\r\nSubject: report {u}\r\n"
+                   f"Message-ID: <{u}@bench.example>\r\n\r\n" + (f"line {u} {k} {i}\r\n" * 24))
+            s.sendmail("bench@ok.e2e.test", ["user@ok.e2e.test"], msg)
+per = total // sessions
+ts = [threading.Thread(target=run, args=(per, k)) for k in range(sessions)]
+for t in ts: t.start()
+for t in ts: t.join()
+PY
+send() {  # CONTENT SESSIONS: prints messages per second
+    local content=$1 s=$2 t0 t1
+    t0=$(date +%s.%N)
+    if [ "$content" = identical ]; then
+        smtp-source -s "$s" -m "$MESSAGES" -l 1024 -f bench@ok.e2e.test -t user@ok.e2e.test \
+            "127.0.0.1:$E2E_SENDER_PORT" >/dev/null
+    else
+        python3 "$E2E_DIR/unique.py" "$E2E_SENDER_PORT" "$s" "$MESSAGES"
+    fi
+    t1=$(date +%s.%N)
+    python3 -c "print(f'{$MESSAGES / ($t1 - $t0):.1f}')"
+}
+
+start_rg  # creates the schema
+results=$E2E_DIR/results.txt
+printf '%-9s %-9s %-8s %-5s %10s %10s %10s %9s\n' ledger content sessions round none noop retryguard rg/noop | tee "$results"
+for size in $LEDGER_SIZES; do
+    e2e_stop_daemon rg
+    prefill "$size"
+    start_rg
+    for content in identical unique; do
+        for s in $SESSIONS; do
+            for r in $(seq "$ROUNDS"); do
+                declare -A rate=()
+                for v in none noop rg; do
+                    case $v in none) use_milter "" ;; noop) use_milter "$NOOP_SOCK" ;; rg) use_milter "$RG_SOCK" ;; esac
+                    drain
+                    rate[$v]=$(send "$content" "$s")
+                done
+                ratio=$(python3 -c "print(f'{${rate[rg]} / ${rate[noop]}:.2f}')")
+                printf '%-9s %-9s %-8s %-5s %10s %10s %10s %9s\n' "$size" "$content" "$s" "$r" \
+                    "${rate[none]}" "${rate[noop]}" "${rate[rg]}" "$ratio" | tee -a "$results"
+            done
+        done
+    done
+    grep -o 'lookups_filtered=[0-9]*' "$E2E_DIR/log/rg.stderr" | tail -1 || true
+done
+e2e_log "ledger: $(sqlite3 "$DB" 'SELECT COUNT(*) FROM messages') messages at the end"
