@@ -63,7 +63,7 @@ void give_to_nobody(const fs::path& p) {
 // prlimit(RLIMIT_NOFILE) on a daemon. One started as root runs as
 // nobody:nogroup; root without CAP_SYS_RESOURCE (a container's) may not change
 // another user's limits, so a child with nobody's ids does it. Returns 0 or -1.
-int nofile_limit(pid_t pid, const rlimit* set, rlimit* get) {
+[[maybe_unused]] int nofile_limit(pid_t pid, const rlimit* set, rlimit* get) {
     if (::prlimit(pid, RLIMIT_NOFILE, set, get) == 0) return 0;
     if (::geteuid() != 0) return -1;
     const passwd* pw = ::getpwnam("nobody");
