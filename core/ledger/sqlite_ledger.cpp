@@ -135,6 +135,67 @@ INSERT OR IGNORE INTO seen_events_v4(time, key) SELECT time, key FROM seen_event
 DROP TABLE seen_events;
 ALTER TABLE seen_events_v4 RENAME TO seen_events;
 )sql",
+    // version 5: messages and recipients become rowid tables (rows in insertion
+    // order) with their old keys as UNIQUE constraints. Keyed by queue id (random
+    // hex), the rows of a batch's messages were spread over the whole table, so
+    // every batch rewrote pages all over it and a ledger larger than the page
+    // cache read them back from disk: the cost per event grew with the ledger.
+    // In insertion order a batch's rows share a few pages at the end; only the
+    // small queue-id indexes stay spread (and stay in the cache).
+    R"sql(
+CREATE TABLE messages_v5(
+  id INTEGER PRIMARY KEY,
+  queue_id TEXT NOT NULL UNIQUE,
+  first_queue_id TEXT NOT NULL,
+  previous_queue_id TEXT,
+  next_queue_id TEXT,
+  message_id TEXT,
+  fingerprint TEXT,
+  sender TEXT,
+  size INTEGER NOT NULL DEFAULT -1,
+  nrcpt INTEGER NOT NULL DEFAULT -1,
+  arrival INTEGER,
+  state TEXT NOT NULL DEFAULT 'incoming',
+  updated INTEGER NOT NULL,
+  finished INTEGER
+);
+INSERT INTO messages_v5(queue_id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint,
+  sender, size, nrcpt, arrival, state, updated, finished)
+  SELECT queue_id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint, sender, size,
+  nrcpt, arrival, state, updated, finished FROM messages ORDER BY COALESCE(arrival, updated), queue_id;
+DROP TABLE messages;
+ALTER TABLE messages_v5 RENAME TO messages;
+CREATE INDEX messages_message_id ON messages(message_id) WHERE message_id IS NOT NULL;
+CREATE INDEX messages_fingerprint ON messages(fingerprint) WHERE fingerprint IS NOT NULL;
+CREATE INDEX messages_finished ON messages(finished) WHERE finished IS NOT NULL;
+CREATE INDEX messages_updated ON messages(updated);
+CREATE TABLE recipients_v5(
+  id INTEGER PRIMARY KEY,
+  queue_id TEXT NOT NULL,
+  address TEXT NOT NULL,
+  domain TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT 'pending',
+  attempts INTEGER NOT NULL DEFAULT 0,
+  first_attempt INTEGER,
+  last_attempt INTEGER,
+  first_deferral INTEGER,
+  reply_code INTEGER NOT NULL DEFAULT 0,
+  enhanced TEXT NOT NULL DEFAULT '',
+  reply_text TEXT NOT NULL DEFAULT '',
+  stage TEXT NOT NULL DEFAULT '',
+  relay TEXT NOT NULL DEFAULT '',
+  category TEXT NOT NULL DEFAULT 'unknown',
+  UNIQUE(queue_id, address)
+);
+INSERT INTO recipients_v5(queue_id, address, domain, state, attempts, first_attempt, last_attempt,
+  first_deferral, reply_code, enhanced, reply_text, stage, relay, category)
+  SELECT queue_id, address, domain, state, attempts, first_attempt, last_attempt, first_deferral, reply_code,
+  enhanced, reply_text, stage, relay, category FROM recipients ORDER BY COALESCE(first_attempt, 0), queue_id,
+  address;
+DROP TABLE recipients;
+ALTER TABLE recipients_v5 RENAME TO recipients;
+CREATE INDEX recipients_address ON recipients(address);
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
