@@ -27,11 +27,24 @@ struct ImportOptions {
     bool utc = false;
     bool quiet = false;
     bool to_log = false;
-    std::string verdicts;  // a verdict log target the lines also go to
-    std::size_t batch = 2000;
+    std::string verdicts;   // a verdict log target the lines also go to
+    std::size_t batch = 0;  // lines per ledger transaction; 0: the backend's default
 };
 
+// The engine state is saved every 50 batches, or sooner once this many lines
+// went in (the save trims the engine journal, which holds every event until then).
 constexpr std::uint64_t kSaveEveryBatches = 50;
+constexpr std::uint64_t kSaveEveryLines = 100000;
+
+// Default lines per ledger transaction. SQLite: each transaction rewrites every
+// B-tree page it touches, and queue ids spread a batch's messages over the
+// whole messages and recipients tables, so fewer, larger transactions write far
+// less (docs/performance.md, "Importing a month of a relay's log"). Redis: one
+// batch is one script, which blocks the server for everyone else while it runs
+// and must finish within ledger.redis.timeout.
+std::size_t default_batch(std::string_view backend) {
+    return backend == "sqlite" ? 10000 : 2000;
+}
 
 int run_import(const ImportOptions& opt) {
     RuntimeOptions ro;
@@ -42,6 +55,9 @@ int run_import(const ImportOptions& opt) {
         fmt::print(stderr, "retryguard import: {}\n", rt.error().message);
         return kExitUsage;
     }
+    // Many batches in a row: let the ledger trade memory for fewer writes.
+    rt->ledger->set_bulk_mode(true);
+    const std::size_t batch_lines = opt.batch > 0 ? opt.batch : default_batch(rt->ledger->backend());
     VerdictLog log;
     if (opt.to_log) {
         VerdictLogTarget t;
@@ -120,7 +136,7 @@ int run_import(const ImportOptions& opt) {
     }
     int rc = kExitOk;
     std::vector<std::string> batch;
-    std::uint64_t batches_since_save = 0;
+    std::uint64_t batches_since_save = 0, lines_since_save = 0;
     std::optional<TimePoint> last_time;
     for (const auto& path : opt.files) {
         auto reader = LogFileReader::open(path);
@@ -141,14 +157,15 @@ int run_import(const ImportOptions& opt) {
             batch_first_line = line_no - batch.size() + 1;
             auto st = ingestor.ingest_lines(parser, batch, std::nullopt);
             emit();
+            lines_since_save += batch.size();
             batch.clear();
             if (!st) {
                 fmt::print(stderr, "retryguard import: {}: ledger: {}\n", path, st.error().message);
                 return false;
             }
             // Saving now and then keeps the engine journal (replayed after a crash) short.
-            if (++batches_since_save >= kSaveEveryBatches) {
-                batches_since_save = 0;
+            if (++batches_since_save >= kSaveEveryBatches || lines_since_save >= kSaveEveryLines) {
+                batches_since_save = lines_since_save = 0;
                 auto sv = ingestor.save();
                 emit();
                 if (!sv)
@@ -168,7 +185,7 @@ int run_import(const ImportOptions& opt) {
             if (!*more) break;
             ++line_no;
             batch.emplace_back(line);
-            if (batch.size() >= opt.batch && !(ok = flush())) break;
+            if (batch.size() >= batch_lines && !(ok = flush())) break;
         }
         if (ok && !flush()) ok = false;
         if (!ok) rc = kExitAttention;
@@ -217,7 +234,8 @@ void add_import_command(CLI::App& app) {
     cmd->add_option("--verdicts", opt->verdicts,
                     "Also write the verdict lines to this target (file:/path, syslog[:facility], "
                     "postlog:/path, stderr); a file is read back after a crash so each line is written once");
-    cmd->add_option("--batch", opt->batch, "Lines per ledger transaction")->check(CLI::Range(1, 1000000));
+    cmd->add_option("--batch", opt->batch, "Lines per ledger transaction (default: 10000 SQLite, 2000 Redis)")
+        ->check(CLI::Range(1, 1000000));
     cmd->callback([opt] { exit_code() = run_import(*opt); });
 }
 

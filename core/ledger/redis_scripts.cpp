@@ -144,20 +144,26 @@ local function blank(v) return (not v) or v == '' end
 local touched = {}
 local function long(k) touched[k] = true end
 
+-- Written once per batch at the end (the script runs atomically, so nobody sees
+-- the state in between): a message's 'updated', its TTL and its place in
+-- <prefix>msgs; a destination's hash fields and its place in <prefix>dests.
+-- A message has several events in a batch and a busy destination many.
+local msg_updated = {}  -- queue id -> latest 'updated'
+local dest_rows = {}    -- dest key -> {row = fields as read or written, written = set of names}
+local dest_scores = {}  -- 'kind\tname' -> latest 'updated'
+
 local function msg(q, t)
   local k = P .. 'msg:' .. q
-  local u = redis.call('HGET', k, 'updated')
+  local u = msg_updated[q]
   if not u then
-    redis.call('HSET', k, 'queue_id', q, 'first_queue_id', q, 'state', 'incoming', 'size', '-1', 'nrcpt', '-1',
-               'updated', t)
-    u = t
-  else
-    u = latest(u, t)
-    redis.call('HSET', k, 'updated', u)
+    u = redis.call('HGET', k, 'updated')
+    if not u then
+      redis.call('HSET', k, 'queue_id', q, 'first_queue_id', q, 'state', 'incoming', 'size', '-1', 'nrcpt', '-1',
+                 'updated', t)
+      u = t
+    end
   end
-  redis.call('EXPIRE', k, MTTL)
-  redis.call('ZADD', P .. 'msgs', u, q)
-  long(P .. 'msgs')
+  msg_updated[q] = latest(u, t)
   return k
 end
 
@@ -205,44 +211,66 @@ local function rcpt_put(q, r)
   redis.call('EXPIRE', ak, MTTL)
 end
 
-local function dest_touch(kind, name, t, updated)
-  local m = kind .. '\t' .. name
-  redis.call('ZADD', P .. 'dests', latest(updated, t), m)
+local DEST_FIELDS = {'kind', 'name', 'last_success', 'last_deferral', 'ep_first', 'ep_last', 'ep_attempts',
+                     'ep_messages', 'ep_categories', 'ep_last_reply', 'ep_last_relay', 'updated'}
+
+-- A destination's hash, read once per batch (missing fields read as false).
+local function dest(kind, name)
+  local dk = P .. 'dest:' .. kind .. ':' .. name
+  local e = dest_rows[dk]
+  if not e then
+    local v = redis.call('HMGET', dk, unpack(DEST_FIELDS))
+    local row = {}
+    for i, f in ipairs(DEST_FIELDS) do row[f] = v[i] end
+    e = {row = row, written = {}}
+    dest_rows[dk] = e
+  end
+  return e
+end
+
+local function dest_set(e, fields)
+  for f, v in pairs(fields) do
+    e.row[f] = v
+    e.written[f] = true
+  end
+end
+
+local function dest_touch(kind, name, updated)
+  dest_scores[kind .. '\t' .. name] = updated
   long(P .. 'dests')
   long(P .. 'dest:' .. kind .. ':' .. name)
 end
 
 local function deferral(kind, name, first, ev)
-  local dk = P .. 'dest:' .. kind .. ':' .. name
   local mk = P .. 'destmsg:' .. kind .. ':' .. name
   local fresh = redis.call('SADD', mk, first)
   long(mk)
-  local d = redis.call('HMGET', dk, 'ep_first', 'ep_last', 'ep_attempts', 'ep_messages', 'ep_categories',
-                       'last_deferral', 'updated')
-  local ep_first = d[1]
+  local e = dest(kind, name)
+  local d = e.row
+  local ep_first = d.ep_first
   if blank(ep_first) then
     ep_first = ev.t
     redis.call('SADD', P .. 'open', kind .. '\t' .. name)
     long(P .. 'open')
   end
-  redis.call('HSET', dk, 'kind', kind, 'name', name, 'last_deferral', latest(d[6], ev.t), 'ep_first', ep_first,
-             'ep_last', latest(d[2], ev.t), 'ep_attempts', tostring(num(d[3]) + 1),
-             'ep_messages', tostring(num(d[4]) + fresh),
-             'ep_categories', tostring(bit.bor(num(d[5]), num(ev.catbit))), 'ep_last_reply', ev.reason,
-             'ep_last_relay', ev.relay, 'updated', latest(d[7], ev.t))
-  dest_touch(kind, name, ev.t, d[7])
+  dest_set(e, {kind = kind, name = name, last_deferral = latest(d.last_deferral, ev.t), ep_first = ep_first,
+               ep_last = latest(d.ep_last, ev.t), ep_attempts = tostring(num(d.ep_attempts) + 1),
+               ep_messages = tostring(num(d.ep_messages) + fresh),
+               ep_categories = tostring(bit.bor(num(d.ep_categories), num(ev.catbit))), ep_last_reply = ev.reason,
+               ep_last_relay = ev.relay, updated = latest(d.updated, ev.t)})
+  dest_touch(kind, name, d.updated)
 end
 
 local function success(kind, name, t)
-  local dk = P .. 'dest:' .. kind .. ':' .. name
-  local d = redis.call('HMGET', dk, 'ep_first', 'ep_last', 'ep_attempts', 'ep_messages', 'ep_categories',
-                       'ep_last_reply', 'ep_last_relay', 'last_success', 'updated')
+  local e = dest(kind, name)
+  local d = e.row
   local m = kind .. '\t' .. name
-  if not blank(d[1]) then
+  if not blank(d.ep_first) then
     local id = redis.call('HINCRBY', P .. 'counts', 'episode_ids', 1)
     redis.call('HINCRBY', P .. 'counts', 'episodes', 1)
-    local ep = cjson.encode({id = tostring(id), first = d[1], last = d[2], ended = t, attempts = d[3],
-                             messages = d[4], categories = d[5], last_reply = d[6], last_relay = d[7]})
+    local ep = cjson.encode({id = tostring(id), first = d.ep_first, last = d.ep_last, ended = t,
+                             attempts = d.ep_attempts, messages = d.ep_messages, categories = d.ep_categories,
+                             last_reply = d.ep_last_reply, last_relay = d.ep_last_relay})
     local ek = P .. 'eps:' .. kind .. ':' .. name
     redis.call('ZADD', ek, t, ep)
     long(ek)
@@ -251,10 +279,10 @@ local function success(kind, name, t)
     redis.call('DEL', P .. 'destmsg:' .. kind .. ':' .. name)
     redis.call('SREM', P .. 'open', m)
   end
-  redis.call('HSET', dk, 'kind', kind, 'name', name, 'last_success', latest(d[8], t), 'ep_first', '', 'ep_last', '',
-             'ep_attempts', '0', 'ep_messages', '0', 'ep_categories', '0', 'ep_last_reply', '', 'ep_last_relay', '',
-             'updated', latest(d[9], t))
-  dest_touch(kind, name, t, d[9])
+  dest_set(e, {kind = kind, name = name, last_success = latest(d.last_success, t), ep_first = '', ep_last = '',
+               ep_attempts = '0', ep_messages = '0', ep_categories = '0', ep_last_reply = '', ep_last_relay = '',
+               updated = latest(d.updated, t)})
+  dest_touch(kind, name, d.updated)
 end
 
 local OUTCOME = {['1'] = 'sent', ['2'] = 'pending', ['3'] = 'bounced', ['4'] = 'expired'}
@@ -381,6 +409,22 @@ for i = 0, E - 1 do
     fresh[#fresh + 1] = '1'
   end
 end
+for q, u in pairs(msg_updated) do
+  local k = P .. 'msg:' .. q
+  redis.call('HSET', k, 'updated', u)
+  redis.call('EXPIRE', k, MTTL)
+  redis.call('ZADD', P .. 'msgs', u, q)
+  long(P .. 'msgs')
+end
+for dk, e in pairs(dest_rows) do
+  local args = {}
+  for f in pairs(e.written) do
+    args[#args + 1] = f
+    args[#args + 1] = e.row[f]
+  end
+  if #args > 0 then redis.call('HSET', dk, unpack(args)) end
+end
+for m, u in pairs(dest_scores) do redis.call('ZADD', P .. 'dests', u, m) end
 redis.call('EXPIRE', KEYS[1], STTL)
 if ARGV[5] ~= '' then
   redis.call('HSET', P .. 'pos', ARGV[5], ARGV[6])

@@ -331,6 +331,12 @@ class Ledger {
     virtual Result<IngestResult> ingest(std::span<const IngestItem> batch,
                                         const std::optional<FollowerPosition>& position) = 0;
 
+    // A bulk import (`retryguard import`) is about to write many batches in a
+    // row: the backend may trade memory for fewer writes (SQLite: a larger page
+    // cache and fewer WAL checkpoints). Crash safety is unchanged: every batch
+    // is still its own transaction. Off again with false (and at close).
+    virtual void set_bulk_mode(bool on) noexcept { (void)on; }
+
     // Follower positions by source id.
     virtual Result<std::optional<FollowerPosition>> load_position(std::string_view source) = 0;
     virtual Status save_position(const FollowerPosition& position) = 0;

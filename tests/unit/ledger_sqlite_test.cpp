@@ -45,7 +45,7 @@ TEST(LedgerSqlite, SchemaVersionIsRecordedAndANewerFileIsRefused) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 4);
+        EXPECT_EQ(s->schema_version, 6);
     }
     {  // reopening does not migrate twice
         auto l = open_ledger(path);
@@ -60,6 +60,48 @@ TEST(LedgerSqlite, SchemaVersionIsRecordedAndANewerFileIsRefused) {
     ASSERT_FALSE(l.ok());
     EXPECT_EQ(l.error().kind, ErrorKind::config);
     EXPECT_NE(l.error().message.find("newer"), std::string::npos);
+}
+
+// Version 4 re-keyed seen_events by (time, key): the events a version-3 file
+// had seen must still count as seen after the migration.
+TEST(LedgerSqlite, EventsSeenBeforeTheSeenEventsMigrationStaySeen) {
+    auto path = db_path("seen-migration");
+    const std::vector<IngestItem> items = {client("Q1", 100), queue_active("Q1", 101, "a@src.test"),
+                                           deferred("Q1", 102, "u@dest.test"), sent("Q1", 900, "u@dest.test"),
+                                           removed("Q1", 901)};
+    {
+        auto l = open_ledger("sqlite:" + path);
+        ASSERT_TRUE(l.ok()) << l.error().message;
+        auto r = (*l)->ingest(items, std::nullopt);
+        ASSERT_TRUE(r.ok()) << r.error().message;
+        EXPECT_EQ(r->applied, items.size());
+    }
+    // Back to the version-3 layout, rows kept.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const char* downgrade =
+        "BEGIN;"
+        "CREATE TABLE seen_v3(key INTEGER PRIMARY KEY, time INTEGER NOT NULL);"
+        "INSERT INTO seen_v3(key, time) SELECT key, time FROM seen_events;"
+        "DROP TABLE seen_events; ALTER TABLE seen_v3 RENAME TO seen_events;"
+        "DELETE FROM schema_version WHERE version >= 4; COMMIT;";
+    ASSERT_EQ(sqlite3_exec(db, downgrade, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+
+    auto l = open_ledger("sqlite:" + path);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    auto s = (*l)->stats();
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->schema_version, 5);
+    EXPECT_EQ(s->seen_events, static_cast<std::int64_t>(items.size()));
+    auto again = (*l)->ingest(items, std::nullopt);
+    ASSERT_TRUE(again.ok()) << again.error().message;
+    EXPECT_EQ(again->applied, 0u);
+    EXPECT_EQ(again->duplicates, items.size());
+    // A new event still goes in.
+    auto fresh = (*l)->ingest(std::vector<IngestItem>{client("Q2", 2000)}, std::nullopt);
+    ASSERT_TRUE(fresh.ok());
+    EXPECT_EQ(fresh->applied, 1u);
 }
 
 TEST(LedgerSqlite, AWriteLockHeldTooLongIsUnavailableNotAHang) {
