@@ -92,7 +92,7 @@ TEST(LedgerSqlite, EventsSeenBeforeTheSeenEventsMigrationStaySeen) {
     ASSERT_TRUE(l.ok()) << l.error().message;
     auto s = (*l)->stats();
     ASSERT_TRUE(s.ok());
-    EXPECT_EQ(s->schema_version, 5);
+    EXPECT_EQ(s->schema_version, 6);
     EXPECT_EQ(s->seen_events, static_cast<std::int64_t>(items.size()));
     auto again = (*l)->ingest(items, std::nullopt);
     ASSERT_TRUE(again.ok()) << again.error().message;
