@@ -55,7 +55,9 @@ struct FollowerSettings {
     std::size_t read_chunk_bytes = 256 * 1024;
 
     // Journal sources: entries whose SYSLOG_IDENTIFIER starts with one of these.
-    std::vector<std::string> journal_identifier_prefixes{"postfix"};
+    // Postfix's own lines, and the milter's verdicts (refused resends, which
+    // explain shows): what a file source finds in mail.log too.
+    std::vector<std::string> journal_identifier_prefixes{"postfix", "retryguard/milter"};
     // ...and that match this (sources[].journal_match), as journalctl reads
     // matches: FIELD=value terms separated by spaces, all of which must hold,
     // "+" between groups of them for either group. Empty: every entry.
