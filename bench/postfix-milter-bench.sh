@@ -54,7 +54,7 @@ e2e_start_daemon noop setpriv --reuid nobody --regid postfix --clear-groups "$NO
 start_rg() {
     e2e_start_daemon rg "$RETRYGUARD_MILTER" -c /dev/null -o "milter.socket=unix:$RG_SOCK" -o milter.user=nobody \
         -o milter.group=postfix -o milter.socket_mode=0660 -o "ledger.sqlite.path=$DB" \
-        -o "log.verdicts=file:$E2E_DIR/log/rg-verdicts.log" -o log.target=stderr
+        -o "log.verdicts=postlog:$E2E_DIR/sender/spool/public/postlog" -o log.target=stderr
     for _ in $(seq 600); do [ -S "$RG_SOCK" ] && break; sleep 0.1; done
     [ -S "$RG_SOCK" ] || e2e_daemon_failed rg "socket $RG_SOCK did not appear"
 }
