@@ -332,10 +332,20 @@ class RedisLedger final : public Ledger {
                 throw Failure{make_error(ErrorKind::timeout, "ledger (redis): lookup deadline passed")};
             std::vector<std::string> args = {P_, q.exclude_queue_id};
             for (const auto& r : q.recipients) args.push_back(normalize_address(r));
-            auto r = eval("find_pending",
-                          {P_ + "mid:" + normalize_message_id(q.message_id),
-                           P_ + "fp:" + q.fingerprint.substr(0, kMaxIdentityLength)},
-                          args);
+            // Read-only: sent again once on a new connection if Redis closed the
+            // old one (a restart), instead of failing open for the back-off.
+            read_only_ = true;
+            ReplyPtr r;
+            try {
+                r = eval("find_pending",
+                         {P_ + "mid:" + normalize_message_id(q.message_id),
+                          P_ + "fp:" + q.fingerprint.substr(0, kMaxIdentityLength)},
+                         args);
+            } catch (...) {
+                read_only_ = false;
+                throw;
+            }
+            read_only_ = false;
             std::vector<PendingCopy> out;
             if (r->type != REDIS_REPLY_ARRAY) return out;
             for (std::size_t i = 0; i + 12 <= r->elements; i += 12) {
@@ -777,12 +787,26 @@ class RedisLedger final : public Ledger {
         redisSetTimeout(c, to_timeval(options_.command_timeout));
         ctx_ = c;
         try {
-            if (!options_.redis_password.empty())
-                call(
-                    options_.redis_username.empty()
-                        ? std::vector<std::string>{"AUTH", options_.redis_password}
-                        : std::vector<std::string>{"AUTH", options_.redis_username, options_.redis_password});
-            if (db_ != 0) call({"SELECT", std::to_string(db_)});
+            if (!options_.redis_password.empty()) {
+                try {
+                    call_once(options_.redis_username.empty()
+                                  ? std::vector<std::string>{"AUTH", options_.redis_password}
+                                  : std::vector<std::string>{"AUTH", options_.redis_username,
+                                                             options_.redis_password},
+                              false);
+                } catch (Failure& f) {
+                    // Say which setting is wrong, once per attempt (attempts are
+                    // spaced by the back-off), not only "unavailable" afterwards.
+                    std::string why = f.error.message;
+                    if (why.starts_with("ledger (redis): ")) why.erase(0, 16);
+                    f.error.message = "ledger (redis): authentication to " + location() + " failed (" + why +
+                                      "): check ledger.redis.password_file";
+                    f.error.kind = ErrorKind::unavailable;
+                    options_.warn(f.error.message);
+                    throw;
+                }
+            }
+            if (db_ != 0) call_once({"SELECT", std::to_string(db_)}, false);
         } catch (Failure&) {
             // Not usable unauthenticated or on the wrong database: drop it, back off.
             if (ctx_) redisFree(ctx_);
@@ -801,7 +825,9 @@ class RedisLedger final : public Ledger {
         next_attempt_ = now + backoff_;
     }
 
-    ReplyPtr call(const std::vector<std::string>& argv) {
+    ReplyPtr call(const std::vector<std::string>& argv) { return call_once(argv, read_only_); }
+
+    ReplyPtr call_once(const std::vector<std::string>& argv, bool may_resend) {
         connect_locked();
         std::vector<const char*> ptrs;
         std::vector<std::size_t> lens;
@@ -816,10 +842,20 @@ class RedisLedger final : public Ledger {
             redisCommandArgv(ctx_, static_cast<int>(argv.size()), ptrs.data(), lens.data()));
         if (!raw) {
             // The connection is unusable after an I/O error or a timeout: drop it
-            // and let the next operation reconnect after the back-off.
+            // and let the next operation reconnect after the back-off. A read on a
+            // connection the server had closed (a Redis restart between two
+            // messages: end of file, not a timeout) cannot have changed anything:
+            // it is sent once more on a new connection, so the first lookup after
+            // a restart is answered instead of failing open.
             std::string why = ctx_->errstr;
+            const bool closed = ctx_->err == REDIS_ERR_EOF;
             redisFree(ctx_);
             ctx_ = nullptr;
+            if (closed && may_resend) {
+                options_.warn("ledger (redis): " + location() + ": " + why +
+                              "; reconnecting at once for a read");
+                return call_once(argv, false);
+            }
             back_off(std::chrono::steady_clock::now());
             auto msg = "ledger (redis): " + location() + ": " + why;
             options_.warn(msg);
@@ -877,6 +913,7 @@ class RedisLedger final : public Ledger {
     std::string P_;
     std::mutex mutex_;
     redisContext* ctx_ = nullptr;
+    bool read_only_ = false;  // the operation in progress only reads (see call_once)
     bool ever_connected_ = false;
     bool attempted_ = false;
     std::chrono::steady_clock::time_point next_attempt_{};

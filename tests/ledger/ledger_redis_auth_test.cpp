@@ -220,6 +220,7 @@ TEST_F(PasswordFile, AWrongPasswordIsAnErrorToFailOpenOnNotACrash) {
         // connection, the failure says why.
         const std::string seen = failures_until(**l, use, "WRONGPASS");
         EXPECT_NE(seen.find("WRONGPASS"), std::string::npos) << name << ": " << seen;
+        EXPECT_NE(seen.find("check ledger.redis.password_file"), std::string::npos) << name << ": " << seen;
         EXPECT_EQ(seen.find("(succeeded)"), std::string::npos) << name << ": " << seen;
     }
     // No password at all against a server that wants one: Redis refuses the

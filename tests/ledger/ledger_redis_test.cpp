@@ -143,6 +143,35 @@ TEST(LedgerRedis, ServerGoneFailsOpenQuicklyAndRecovers) {
     EXPECT_EQ(rs->size(), 1u);
 }
 
+// A Redis restart between two lookups: the milter's next lookup finds its
+// connection closed. A read cannot have changed anything, so it is sent again
+// on a new connection at once and answered, instead of failing open for the
+// whole reconnect back-off.
+TEST(LedgerRedis, TheFirstLookupAfterARedisRestartIsAnswered) {
+    RETRYGUARD_REQUIRE_REDIS(RedisServer::shared());
+    RedisServer server;  // private: this test restarts it
+    ASSERT_TRUE(server.running());
+    auto o = options_for(server, "rgrestart:");
+    o.reconnect_min = std::chrono::seconds(30);  // a failure would fail open for 30 s
+    o.reconnect_max = std::chrono::seconds(30);
+    std::vector<std::string> warnings;
+    o.warn = [&](std::string_view w) { warnings.emplace_back(w); };
+    auto opened = open_ledger(o);
+    ASSERT_TRUE(opened.ok());
+    auto& l = *opened;
+    PendingCopyQuery q;
+    q.message_id = "<x@y>";
+    q.recipients = {"a@b.test"};
+    ASSERT_TRUE(l->find_pending_copies(q).ok());  // connected
+    server.stop();
+    ASSERT_TRUE(server.start()) << "could not restart redis-server on port " << server.port();
+    auto r = l->find_pending_copies(q);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    std::string all;
+    for (const auto& w : warnings) all += w + "\n";
+    EXPECT_NE(all.find("reconnecting at once for a read"), std::string::npos) << all;
+}
+
 TEST(LedgerRedis, AConnectionResetDuringALargeWriteDoesNotKillTheProcess) {
     auto* server = RedisServer::shared();
     RETRYGUARD_REQUIRE_REDIS(server);
