@@ -116,6 +116,9 @@ int run(const Options& o) {
             for (auto& f : check_sources_readable(c, c.policy.user)) findings.push_back(std::move(f));
             for (auto& f : check_sockets_reachable(c)) findings.push_back(std::move(f));
         }
+        // Not Postfix's side, but the same kind of finding: settings that work
+        // on one host and break a fleet.
+        for (auto& f : check_fleet_sources(c)) findings.push_back(std::move(f));
         int errors = 0;
         j["postfix"] = nlohmann::json::array();
         for (const auto& f : findings) {

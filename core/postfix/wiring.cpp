@@ -321,6 +321,26 @@ std::vector<WiringFinding> check_sockets_reachable(const config::Config& config,
     return out;
 }
 
+std::vector<WiringFinding> check_fleet_sources(const config::Config& config) {
+    std::vector<WiringFinding> out;
+    if (config.ledger.backend != config::LedgerBackend::redis) return out;
+    for (std::size_t i = 0; i < config.sources.size(); ++i) {
+        const auto& s = config.sources[i];
+        const std::string derived = s.type == config::SourceType::file       ? "file:" + s.path
+                                    : s.type == config::SourceType::journald ? "journal:" + s.journal_match
+                                                                             : std::string();
+        if (derived.empty() || s.name != derived) continue;
+        out.push_back({WiringFinding::Level::warning,
+                       "sources[" + std::to_string(i) +
+                           "] keeps its position in the shared Redis ledger as '" + s.name +
+                           "', the same name on every host: the hosts of a fleet overwrite each "
+                           "other's position",
+                       "give it a name of this host's own: sources[" + std::to_string(i) +
+                           "].name (e.g. mx1:mail.log)"});
+    }
+    return out;
+}
+
 Result<std::string> run_postconf(const std::string& config_dir) {
     std::string cmd = "postconf -nx";
     if (!config_dir.empty()) {

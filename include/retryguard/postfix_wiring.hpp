@@ -45,6 +45,12 @@ WiringFinding check_source_readable(const config::SourceConfig& source, const st
 std::vector<WiringFinding> check_sockets_reachable(const config::Config& config,
                                                    const std::string& postfix_user = "postfix");
 
+// With a Redis ledger shared by several hosts, a follower's position is
+// stored under its source id: the derived id ("file:/var/log/mail.log") is the
+// same on every host, so hosts would overwrite each other's position. A
+// warning per file or journal source that keeps its derived id.
+std::vector<WiringFinding> check_fleet_sources(const config::Config& config);
+
 // Runs `postconf -nx` (with -c DIR when `config_dir` is not empty).
 Result<std::string> run_postconf(const std::string& config_dir = {});
 

@@ -156,5 +156,22 @@ TEST(PostfixWiring, SocketsPostfixCannotReachAreErrors) {
     std::filesystem::remove_all(dir);
 }
 
+// A fleet shares one Redis ledger: a follower position under the derived
+// source id would be the same on every host.
+TEST(PostfixWiring, FleetSourcesWithoutAHostNameAreAWarning) {
+    auto redis = config::load_string(
+        "ledger: {backend: redis}\nsources: [{type: file, path: /var/log/mail.log}, "
+        "{type: file, path: /var/log/other.log, name: mx1:other.log}]\n");
+    ASSERT_TRUE(redis.ok()) << (redis.errors.empty() ? "" : redis.errors[0].message);
+    auto f = check_fleet_sources(*redis.config);
+    ASSERT_EQ(f.size(), 1u) << all(f);
+    EXPECT_EQ(f[0].level, L::warning);
+    EXPECT_NE(f[0].what.find("sources[0]"), std::string::npos) << all(f);
+    EXPECT_NE(f[0].what.find("file:/var/log/mail.log"), std::string::npos) << all(f);
+    auto sqlite = config::load_string("sources: [{type: file, path: /var/log/mail.log}]\n");
+    ASSERT_TRUE(sqlite.ok());
+    EXPECT_TRUE(check_fleet_sources(*sqlite.config).empty());
+}
+
 }  // namespace
 }  // namespace retryguard
