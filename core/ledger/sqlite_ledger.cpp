@@ -395,9 +395,15 @@ class SqliteLedger final : public Ledger {
             std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
             return make_error(ErrorKind::io, "ledger: cannot open " + path_ + ": " + msg);
         }
-        sqlite3_busy_timeout(db_, static_cast<int>(options_.busy_timeout.count()));
+        // Opening (WAL switch, schema check, migrations) needs the write lock once.
+        // It happens at start, off the mail path: wait for it as long as a writer
+        // may hold it (another daemon's ingest batch or prune), not the short busy
+        // timeout a milter sets for its lookups; that one applies afterwards.
+        constexpr std::chrono::milliseconds kOpenBusyTimeout{10000};
+        sqlite3_busy_timeout(db_,
+                             static_cast<int>(std::max(options_.busy_timeout, kOpenBusyTimeout).count()));
         sqlite3_extended_result_codes(db_, 1);
-        return guard([&] {
+        auto opened = guard([&] {
             exec("PRAGMA journal_mode=WAL");
             // NORMAL in WAL mode: a process crash (kill -9) loses nothing committed; only a
             // power loss may drop the last transactions, batch and position together.
@@ -407,6 +413,8 @@ class SqliteLedger final : public Ledger {
             exec("PRAGMA cache_size=-16000");
             migrate();
         });
+        sqlite3_busy_timeout(db_, static_cast<int>(options_.busy_timeout.count()));
+        return opened;
     }
 
     std::string_view backend() const noexcept override { return "sqlite"; }

@@ -104,6 +104,33 @@ TEST(LedgerSqlite, EventsSeenBeforeTheSeenEventsMigrationStaySeen) {
     EXPECT_EQ(fresh->applied, 1u);
 }
 
+// A milter opens the ledger with a short busy timeout for its lookups, but
+// opening needs the write lock once (schema check): started while the policy
+// daemon writes a batch, it waits for it instead of exiting "database is locked".
+TEST(LedgerSqlite, OpeningWaitsForAWriterBeyondTheShortBusyTimeout) {
+    auto path = db_path("open-busy");
+    {
+        LedgerOptions first;
+        first.spec = "sqlite:" + path;
+        ASSERT_TRUE(open_ledger(first).ok());  // the schema exists, as when the policy daemon runs
+    }
+    sqlite3* other = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &other), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+    std::thread writer([other] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr);
+    });
+    LedgerOptions options;
+    options.spec = "sqlite:" + path;
+    options.busy_timeout = std::chrono::milliseconds(20);
+    auto l = open_ledger(options);
+    writer.join();
+    sqlite3_close(other);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    EXPECT_TRUE((*l)->ingest(std::vector<IngestItem>{deferred("Q1", 1, "a@b.test")}, std::nullopt).ok());
+}
+
 TEST(LedgerSqlite, AWriteLockHeldTooLongIsUnavailableNotAHang) {
     auto path = db_path("busy");
     LedgerOptions options;
