@@ -327,8 +327,14 @@ round() {  # NAME: one send/defer/resend round to NAME.defer.test; the log sourc
   log "[$name] retryguard destinations and explain show it"
   out=$(in_tree "retryguard destinations --no-color")
   grep -qE "^domain +$dre +(noted|watch) +receiver-config" <<<"$out" || fail "[$name] destinations: $out"
-  out=$(in_tree "retryguard explain --no-color $q1")
-  grep -q "resend refused" <<<"$out" || fail "[$name] explain $q1 shows no refused resend: $out"
+  # the refusal reaches the ledger when the policy daemon has read the milter's
+  # verdict line from the log (its follower batches; the journal is polled)
+  for _ in $(seq 100); do
+    out=$(in_tree "retryguard explain --no-color $q1")
+    grep -q "resend refused" <<<"$out" && break
+    sleep 0.1
+  done
+  grep -q "resend refused" <<<"$out" || fail "[$name] explain $q1 shows no refused resend within 10 s: $out"
   grep -q "451 4.3.5 System config error" <<<"$out" || fail "[$name] explain $q1 lacks the reply: $out"
 }
 
