@@ -152,6 +152,15 @@ struct Failure {
     Error error;
 };
 
+// Marks the operation in progress as read-only for its duration (see call_once).
+struct ReadOnlyScope {
+    explicit ReadOnlyScope(bool& flag) : flag_(flag) { flag_ = true; }
+    ~ReadOnlyScope() { flag_ = false; }
+    ReadOnlyScope(const ReadOnlyScope&) = delete;
+    ReadOnlyScope& operator=(const ReadOnlyScope&) = delete;
+    bool& flag_;
+};
+
 // hiredis writes with write(2): a write to a connection the server has reset
 // raises SIGPIPE, which would end a process that has not ignored it. The
 // ledger must not decide that for its host process, so SIGPIPE is blocked in
@@ -334,18 +343,11 @@ class RedisLedger final : public Ledger {
             for (const auto& r : q.recipients) args.push_back(normalize_address(r));
             // Read-only: sent again once on a new connection if Redis closed the
             // old one (a restart), instead of failing open for the back-off.
-            read_only_ = true;
-            ReplyPtr r;
-            try {
-                r = eval("find_pending",
-                         {P_ + "mid:" + normalize_message_id(q.message_id),
-                          P_ + "fp:" + q.fingerprint.substr(0, kMaxIdentityLength)},
-                         args);
-            } catch (...) {
-                read_only_ = false;
-                throw;
-            }
-            read_only_ = false;
+            ReadOnlyScope read_only(read_only_);
+            auto r = eval("find_pending",
+                          {P_ + "mid:" + normalize_message_id(q.message_id),
+                           P_ + "fp:" + q.fingerprint.substr(0, kMaxIdentityLength)},
+                          args);
             std::vector<PendingCopy> out;
             if (r->type != REDIS_REPLY_ARRAY) return out;
             for (std::size_t i = 0; i + 12 <= r->elements; i += 12) {

@@ -15,20 +15,15 @@
 
 #include "retryguard/classifier.hpp"
 #include "retryguard/status_codes.hpp"
+#include "unit/classify_util.hpp"
 
 namespace retryguard {
 namespace {
 
-const std::filesystem::path kShipped =
-    std::filesystem::path(RETRYGUARD_SOURCE_DIR) / "conf" / "classifier.yaml";
+const std::filesystem::path& kShipped = test::kShippedRules;
 
 const Classifier& shipped() {
-    static const Classifier c = [] {
-        auto r = Classifier::load(kShipped);
-        if (!r) ADD_FAILURE() << r.error().message;
-        return std::move(r).value();
-    }();
-    return c;
+    return test::shipped_classifier();
 }
 
 Classifier with_user_rules(const std::string& yaml, const std::string& name = "user.yaml") {
