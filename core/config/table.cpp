@@ -535,7 +535,7 @@ const std::vector<Entry>& table() {
         RG_GLOBAL("postfix.sendmail_path", path, "/usr/sbin/sendmail", "", kNone, 1, 4096,
                   "Postfix's sendmail, which sends notices (sendmail -f '' -t).", postfix.sendmail_path),
         RG_GLOBAL("postfix.postqueue_path", path, "/usr/sbin/postqueue", "", kNone, 1, 4096,
-                  "Postfix's postqueue, which flushes (postqueue -i QUEUE_ID, Postfix 3.5 or later).",
+                  "Postfix's postqueue, which flushes (postqueue -i QUEUE_ID; Postfix 2.4 or later).",
                   postfix.postqueue_path),
         RG_GLOBAL("postfix.config_directory", path, "\"\"", "", kNone, 0, 4096,
                   "Configuration directory of the Postfix instance (sendmail -C, postqueue -c); empty: the "
