@@ -147,17 +147,8 @@ Status LiveIngest::open_sources() {
     return {};
 }
 
-// Whether the ledger (updated with the batch before the engine and the
-// planner see it) holds no earlier deferral of this recipient: a restart makes
-// the planner forget, the ledger does not. A ledger error answers no (no
-// notice: never a second one).
 bool LiveIngest::first_deferral_in_ledger(const Event& e) {
-    auto rcpts = ledger_->get_recipients(e.queue_id);
-    if (!rcpts) return false;
-    const std::string address = normalize_address(e.recipient);
-    for (const auto& r : *rcpts)
-        if (r.address == address) return !r.first_deferral || *r.first_deferral >= e.time;
-    return true;
+    return actions::ledger_first_deferral(*ledger_, e);
 }
 
 void LiveIngest::run_actions() {

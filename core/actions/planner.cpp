@@ -398,6 +398,15 @@ Status Planner::load_state(std::string_view text) {
     return {};
 }
 
+bool ledger_first_deferral(Ledger& ledger, const Event& e) {
+    auto rcpts = ledger.get_recipients(e.queue_id);
+    if (!rcpts) return false;
+    const std::string address = normalize_address(e.recipient);
+    for (const auto& r : *rcpts)
+        if (r.address == address) return !r.first_deferral || *r.first_deferral >= e.time;
+    return true;
+}
+
 json actions_for_explain(std::string_view state, const json& doc) {
     json out = json::array();
     std::set<std::string, std::less<>> qids;

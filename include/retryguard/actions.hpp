@@ -33,6 +33,7 @@
 #include "retryguard/config.hpp"
 #include "retryguard/engine.hpp"
 #include "retryguard/events.hpp"
+#include "retryguard/ledger.hpp"
 #include "retryguard/result.hpp"
 #include "retryguard/verdict.hpp"
 
@@ -204,6 +205,12 @@ class Planner {
     bool notify_anywhere_ = false;  // notify.enabled likewise
     ActionStats stats_;
 };
+
+// Planner::FirstDeferral from the ledger: true when the ledger (which has the
+// batch before the engine and the planner see it) holds no deferral of the
+// event's recipient earlier than the event. A ledger error answers false: a
+// notice may be lost, never sent twice.
+bool ledger_first_deferral(Ledger& ledger, const Event& e);
 
 // `retryguard explain`: the notices and flushes a saved planner state
 // (Planner::save_state) records for the messages of an explain document
