@@ -182,7 +182,18 @@ std::vector<std::string> ActionRunner::postqueue_argv(std::string_view queue_id)
     return a;
 }
 
+std::optional<Error> ActionRunner::paused(std::string_view what) const {
+    auto it = paused_until_.find(what);
+    if (it == paused_until_.end() || std::chrono::steady_clock::now() >= it->second) return std::nullopt;
+    auto err = last_error_.find(what);
+    return make_error(ErrorKind::unavailable,
+                      fmt::format("not run: {} failed recently ({})", what,
+                                  err == last_error_.end() ? std::string() : err->second));
+}
+
 void ActionRunner::report(std::string_view what, const Status& st) {
+    if (!st)
+        paused_until_[std::string(what)] = std::chrono::steady_clock::now() + settings_.pause_after_failure;
     auto it = last_error_.find(what);
     if (it == last_error_.end()) it = last_error_.emplace(std::string(what), std::string()).first;
     const std::string now = st ? std::string() : st.error().message;
@@ -199,6 +210,7 @@ void ActionRunner::report(std::string_view what, const Status& st) {
 Status ActionRunner::send(const Notice& n, const NoticeTemplate& t) {
     if (!safe_header_address(n.sender))
         return make_error(ErrorKind::invalid_input, "sender address not fit for a header");
+    if (auto p = paused("sendmail")) return *p;
     Status st = exec_(sendmail_argv(), render_notice(n, t), settings_.timeout);
     report("sendmail", st);
     return st;
@@ -211,9 +223,11 @@ std::size_t ActionRunner::flush(const Flush& f) {
         bool valid = !qid.empty() && qid.size() <= 32;
         for (char c : qid) valid = valid && std::isalnum(static_cast<unsigned char>(c));
         if (!valid) continue;
+        if (paused("postqueue")) break;
         Status st = exec_(postqueue_argv(qid), {}, settings_.timeout);
         report("postqueue", st);
-        if (st) ++ok;
+        if (!st) break;
+        ++ok;
     }
     return ok;
 }

@@ -95,6 +95,10 @@ struct RunnerSettings {
     std::string postqueue_path = "/usr/sbin/postqueue";
     std::string config_directory;  // Postfix -C / -c DIR; "" = the default instance
     std::chrono::milliseconds timeout{10000};
+    // After a command failed, it is not run again for this long (the actions
+    // meanwhile count as failed): a hung sendmail must not stall the follower
+    // for a timeout per notice.
+    std::chrono::milliseconds pause_after_failure{60000};
 };
 RunnerSettings runner_settings_from(const config::Config& c);
 
@@ -241,11 +245,16 @@ class ActionRunner {
     std::vector<std::string> postqueue_argv(std::string_view queue_id) const;
 
     Status send(const Notice& n, const NoticeTemplate& t);
-    // Flushes each queue id; returns how many Postfix accepted.
+    // Flushes each queue id; returns how many Postfix accepted. Stops at the
+    // first failure (postqueue accepts a queue id that is gone: a failure
+    // means postqueue itself is broken).
     std::size_t flush(const Flush& f);
 
   private:
     void report(std::string_view what, const Status& st);
+    // The command's last failure while it is paused, else nullopt.
+    std::optional<Error> paused(std::string_view what) const;
+    std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> paused_until_;
     RunnerSettings settings_;
     Log log_;
     Exec exec_;

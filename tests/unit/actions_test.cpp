@@ -426,6 +426,7 @@ TEST(ActionsRunner, CommandLinesAndFailuresReportedOncePerChange) {
     std::vector<std::string> logged;
     RunnerSettings s;
     s.config_directory = "/etc/postfix-out";
+    s.pause_after_failure = std::chrono::milliseconds(0);
     ActionRunner runner(
         s, [&](bool error, std::string_view m) { logged.push_back((error ? "E " : "I ") + std::string(m)); },
         [&](const std::vector<std::string>& argv, std::string_view input, std::chrono::milliseconds) {
@@ -463,6 +464,37 @@ TEST(ActionsRunner, CommandLinesAndFailuresReportedOncePerChange) {
     EXPECT_EQ(runner.flush(f), 2u);
     EXPECT_EQ(calls.size(), 6u);
     EXPECT_EQ(calls.back().back(), "DEF456");
+    // A failing postqueue ends the flush at once: the rest are not tried.
+    next = make_error(ErrorKind::timeout, "/usr/sbin/postqueue did not finish within 10000 ms");
+    f.queue_ids = {"ABC123", "DEF456", "ABC789"};
+    EXPECT_EQ(runner.flush(f), 0u);
+    EXPECT_EQ(calls.size(), 7u);
+}
+
+TEST(ActionsRunner, AFailedCommandIsPausedSoAHungSendmailCannotStallTheFollower) {
+    int calls = 0;
+    Status next = make_error(ErrorKind::timeout, "/usr/sbin/sendmail did not finish within 10000 ms");
+    RunnerSettings s;
+    s.pause_after_failure = std::chrono::hours(1);
+    ActionRunner runner(s, {},
+                        [&](const std::vector<std::string>&, std::string_view, std::chrono::milliseconds) {
+                            ++calls;
+                            return next;
+                        });
+    Notice n;
+    n.sender = "alice@sender.example";
+    const auto t = notice_template_from(*cfg::defaults());
+    EXPECT_FALSE(runner.send(n, t));
+    next = Status{};
+    auto second = runner.send(n, t);
+    ASSERT_FALSE(second);
+    EXPECT_NE(second.error().message.find("failed recently"), std::string::npos) << second.error().message;
+    EXPECT_EQ(calls, 1);
+    // postqueue has its own state: it still runs.
+    Flush f;
+    f.queue_ids = {"ABC123"};
+    EXPECT_EQ(runner.flush(f), 1u);
+    EXPECT_EQ(calls, 2);
 }
 
 TEST(ActionsRunner, RunsARealCommandWithInputAndReportsHowItEnded) {
