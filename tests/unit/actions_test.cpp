@@ -322,6 +322,43 @@ TEST(ActionsRender, HeaderAddressesAndWrapping) {
     EXPECT_EQ(wrap_text(std::string(30, 'x'), 10, "", 2), "xxxxxxxxxx\nxxxxxxxxxx ...");
 }
 
+TEST(ActionsExplain, TheNoticesAndFlushesOfTheExplainedMessages) {
+    Planner p(cfg::defaults());
+    Notice n;
+    n.queue_id = "ABE0000001";
+    n.sender = "alice@sender.example";
+    n.destination = "defer.example";
+    n.recipients = {"bob@defer.example"};
+    n.time = TimePoint{std::chrono::seconds(1796112001)};
+    p.notice_done(n, true);
+    Notice other = n;
+    other.queue_id = "ABE0000002";
+    p.notice_done(other, true);
+    Notice failed = n;
+    failed.queue_id = "ABE0000003";
+    p.notice_done(failed, false);  // not sent: not shown
+    Flush f;
+    f.destination = "defer.example";
+    f.queue_ids = {"ABE0000002", "ABE0000001"};
+    f.time = n.time + std::chrono::hours(1);
+    p.flush_done(f, true);
+    const nlohmann::json doc = {{"chains", {{{"queue_ids", {"ABE0000001"}}}}}};
+    const auto got = actions_for_explain(p.save_state(), doc);
+    ASSERT_EQ(got.size(), 2u) << got.dump();
+    EXPECT_EQ(got[0]["what"], "notified");
+    EXPECT_EQ(got[0]["key"], "ABE0000001");
+    EXPECT_EQ(got[0]["detail"],
+              "notice to alice@sender.example for 1 recipient(s) at defer.example (unknown)");
+    EXPECT_EQ(got[1]["what"], "flushed");
+    EXPECT_EQ(got[1]["key"], "defer.example");
+    const nlohmann::json none = {{"chains", {{{"queue_ids", {"ABE0000003"}}}}}};
+    EXPECT_TRUE(actions_for_explain(p.save_state(), none).empty());
+    EXPECT_TRUE(actions_for_explain("not json", doc).empty());
+    EXPECT_EQ(p.stats().notices_sent, 2u);
+    EXPECT_EQ(p.stats().notice_failures, 1u);
+    EXPECT_EQ(p.stats().flushed_messages, 2u);
+}
+
 // Flushes -----------------------------------------------------------------
 
 std::shared_ptr<const cfg::Config> watch_fast(std::vector<std::string> more = {}) {
