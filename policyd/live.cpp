@@ -65,6 +65,24 @@ LiveIngest::LiveIngest(std::unique_ptr<Ledger> ledger, std::shared_ptr<config::C
                                        ++verdict_counts_[v.name];
                                        verdicts_.write(v);
                                    });
+    const auto cfg = config_->current();
+    planner_ = std::make_unique<actions::Planner>(
+        cfg, [this](const Event& e) { return first_deferral_in_ledger(e); });
+    runner_ = std::make_unique<actions::ActionRunner>(actions::runner_settings_from(*cfg),
+                                                      [this](bool error, std::string_view m) {
+                                                          if (error)
+                                                              log_.error("actions: " + std::string(m));
+                                                          else
+                                                              log_.info("actions: " + std::string(m));
+                                                      });
+    notice_template_ = actions::notice_template_from(*cfg);
+    // The planner sees what the engine is fed, with its verdicts (core/actions/).
+    ingest_->set_observer(
+        [this](const EngineJournalRecord& r, std::span<const Verdict> verdicts, bool replayed) {
+            const bool event = r.kind == EngineJournalRecord::Kind::event;
+            planner_->observe(event ? &r.item.event : nullptr, r.item.category,
+                              event ? r.item.event.time : r.time, verdicts, ingest_->engine(), replayed);
+        });
     ingest_->set_poison_sink([this](std::string_view what, std::uint64_t where, std::string_view why) {
         log_.error(fmt::format("ingest: skipped {} {}{}: {}", what, where, poison_context_, why));
     });
@@ -129,7 +147,54 @@ Status LiveIngest::open_sources() {
     return {};
 }
 
+bool LiveIngest::first_deferral_in_ledger(const Event& e) {
+    return actions::ledger_first_deferral(*ledger_, e);
+}
+
+void LiveIngest::run_actions() {
+    auto notices = planner_->take_notices();
+    auto flushes = planner_->take_flushes();
+    if (notices.empty() && flushes.empty()) return;
+    actions_dirty_ = true;
+    const bool dry_run = config_->current()->global.dry_run;
+    for (const auto& n : notices) {
+        Verdict v = actions::notified_verdict(n);
+        if (dry_run) {
+            v.add("dry_run", "yes");
+        } else if (!runner_->send(n, notice_template_)) {
+            planner_->notice_done(n, false);
+            continue;
+        }
+        planner_->notice_done(n, true);
+        ++verdict_counts_[v.name];
+        (void)ledger_->add_verdict_count(v.name, 1);
+        verdicts_.write(v);
+    }
+    for (const auto& f : flushes) {
+        const std::size_t done = dry_run ? f.queue_ids.size() : runner_->flush(f);
+        planner_->flush_done(f, done > 0);
+        if (done == 0) continue;
+        Verdict v = actions::flushed_verdict(f, done);
+        if (dry_run) v.add("dry_run", "yes");
+        ++verdict_counts_[v.name];
+        (void)ledger_->add_verdict_count(v.name, 1);
+        verdicts_.write(v);
+    }
+}
+
+void LiveIngest::save_actions() {
+    if (!actions_dirty_) return;
+    if (auto st = ledger_->put_state(actions::Planner::kStateKey, planner_->save_state()); !st)
+        log_.warning("saving the actions state: " + st.error().message);
+    else
+        actions_dirty_ = false;
+}
+
 Status LiveIngest::start() {
+    // What the planner did before a restart (notified queue ids), before the
+    // journal replay shows it the records again.
+    if (auto saved = ledger_->get_state(actions::Planner::kStateKey); saved && saved->has_value())
+        if (auto st = planner_->load_state(**saved); !st) log_.warning(st.error().message);
     // A state that cannot be restored is left as it is on disk (the Ingestor
     // refuses to save over it, and stop() does not try).
     if (auto st = ingest_->restore(); !st)
@@ -152,6 +217,8 @@ void LiveIngest::stop() {
     for (auto& s : sources_) s.line_source->stop();
     if (thread_.joinable()) thread_.join();
     if (ingest_ && started_) {
+        run_actions();
+        save_actions();
         if (auto st = ingest_->save(); !st)
             log_.error("saving engine state at shutdown: " + st.error().message);
         else
@@ -168,6 +235,9 @@ void LiveIngest::apply_reload() {
         ingest_->set_classifier(std::move(*classifier));
     }
     ingest_->set_engine_settings(config::to_engine_settings(cfg));
+    planner_->set_config(cfg);
+    runner_->set_settings(actions::runner_settings_from(*cfg));
+    notice_template_ = actions::notice_template_from(*cfg);
     ++reloads_;
     log_.info("ingest: engine settings and classifier rebuilt from " + cfg->source);
 }
@@ -253,6 +323,25 @@ void LiveIngest::publish() {
         "{}\n",
         st.batches, st.lines, st.events, ledger_refusals_, save_errors_, reloads_, st.poison_lines,
         st.engine_errors, loop_errors_, st.outbox_pending, st.outbox_found, st.verdict_lines_replayed);
+    const actions::ActionStats& as = planner_->stats();
+    fmt::format_to(out,
+                   "# TYPE retryguard_notices_total counter\n"
+                   "retryguard_notices_total{{result=\"planned\"}} {}\n"
+                   "retryguard_notices_total{{result=\"sent\"}} {}\n"
+                   "retryguard_notices_total{{result=\"failed\"}} {}\n"
+                   "# TYPE retryguard_notices_skipped_total counter\n",
+                   as.notices_planned, as.notices_sent, as.notice_failures);
+    for (const auto& [why, n] : as.notices_skipped)
+        fmt::format_to(out, "retryguard_notices_skipped_total{{reason=\"{}\"}} {}\n", escape_label(why), n);
+    fmt::format_to(out,
+                   "# TYPE retryguard_flushes_total counter\n"
+                   "retryguard_flushes_total{{result=\"done\"}} {}\n"
+                   "retryguard_flushes_total{{result=\"failed\"}} {}\n"
+                   "retryguard_flushes_total{{result=\"rate_limited\"}} {}\n"
+                   "retryguard_flushes_total{{result=\"probe\"}} {}\n"
+                   "# TYPE retryguard_flushed_messages_total counter\nretryguard_flushed_messages_total {}\n",
+                   as.flushes_done, as.flush_failures, as.flushes_rate_limited, as.probes,
+                   as.flushed_messages);
     fmt::format_to(out, "# TYPE retryguard_verdicts_total counter\n");
     for (const auto& [name, n] : verdict_counts_)
         fmt::format_to(out, "retryguard_verdicts_total{{verdict=\"{}\"}} {}\n", escape_label(name), n);
@@ -342,6 +431,7 @@ void LiveIngest::run() {
                 }
                 backoff = std::chrono::milliseconds(0);
                 s.line_source->commit();
+                run_actions();
                 s.lines += lines.size();
                 ++s.batches;
                 got_lines = dirty = true;
@@ -361,6 +451,7 @@ void LiveIngest::run() {
                 const auto verdicts_before = ingest_->stats().verdicts;
                 if (auto st = ingest_->advance(wall_now()); !st)
                     log_.warning("advance: " + st.error().message);
+                run_actions();
                 last_advance = now;
                 if (ingest_->stats().verdicts != verdicts_before) dirty = got_lines = true;
                 // Each advance is a journal entry that a restart replays (a pass over every
@@ -375,6 +466,7 @@ void LiveIngest::run() {
             if (check_sources()) got_lines = true;
             if (got_lines) publish();
             if (dirty && now - last_save >= options_.save_every) {
+                save_actions();
                 if (auto st = ingest_->save(); !st) {
                     ++save_errors_;
                     log_.warning("saving engine state: " + st.error().message);

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "retryguard/actions.hpp"
 #include "retryguard/config.hpp"
 #include "retryguard/follower.hpp"
 #include "retryguard/ingest.hpp"
@@ -59,6 +60,11 @@ class LiveIngest {
         std::string unreadable;  // the follower's last "cannot read" reason, "" when it reads
     };
     void run();
+    // Notices and flushes the planner made from the last batch or tick: carried
+    // out through the local Postfix, each done one a verdict line.
+    void run_actions();
+    bool first_deferral_in_ledger(const Event& e);
+    void save_actions();
     void apply_reload();
     void refresh_flags(TimePoint now);
     void publish();
@@ -73,6 +79,10 @@ class LiveIngest {
     Logger& log_;
     LiveOptions options_;
     std::unique_ptr<Ingestor> ingest_;
+    std::unique_ptr<actions::Planner> planner_;
+    std::unique_ptr<actions::ActionRunner> runner_;
+    actions::NoticeTemplate notice_template_;
+    bool actions_dirty_ = false;  // the planner's state changed since it was saved
     std::vector<Source> sources_;
     std::vector<Flag> flags_;  // active ledger flags, refreshed every flags_every
     std::map<std::string, std::uint64_t, std::less<>> verdict_counts_;

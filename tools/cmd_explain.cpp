@@ -1,7 +1,9 @@
 // cmd_explain.cpp -- `retryguard explain QID|MESSAGE-ID|ADDRESS`: one message's
 // timeline with the category and guidance of each reply and what happens next.
-// Glue only.
+// Glue only; the notices and flushes it shows come from core/actions/.
 #include "report_common.hpp"
+#include "retryguard/actions.hpp"
+#include "retryguard/text.hpp"
 
 namespace retryguard::cli {
 
@@ -51,10 +53,25 @@ void add_explain_command(CLI::App& app) {
             return void(exit_code() =
                             doc.error().kind == ErrorKind::invalid_input ? kExitAttention : kExitUsage);
         }
-        if (c->json)
-            print_json(*doc);
+        // Notices and flushes retryguard-policyd recorded for these messages.
+        if (auto st = rt->ledger->get_state(actions::Planner::kStateKey); st && st->has_value())
+            (*doc)["actions"] = actions::actions_for_explain(**st, *doc);
         else
+            (*doc)["actions"] = nlohmann::json::array();
+        if (c->json) {
+            print_json(*doc);
+        } else {
             fmt::print("{}", report::render_explain(*doc, render_options(*c, *now)));
+            if (!doc->at("actions").empty()) {
+                fmt::print("Actions:\n");
+                for (const auto& a : doc->at("actions"))
+                    fmt::print("  {}  {} {}: {}\n", a.at("time").get<std::string>(),
+                               a.at("what").get<std::string>(),
+                               text::terminal(a.at("key").get<std::string>()),
+                               text::terminal(a.at("detail").get<std::string>()));
+                fmt::print("\n");
+            }
+        }
         exit_code() = kExitOk;
     });
 }

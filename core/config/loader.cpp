@@ -404,12 +404,20 @@ std::optional<Value> Loader::parse_value(const KeySpec& k, std::string_view show
                         hint);
         }
         case ValueType::string:
-            if (!printable_text(text, &why)) return fail(key + ": " + why);
+            // A notice body is the one string with lines: line breaks only, no other control.
+            if (k.key == "notify.template") {
+                std::string without_breaks(text);
+                std::replace(without_breaks.begin(), without_breaks.end(), '\n', ' ');
+                if (!printable_text(without_breaks, &why)) return fail(key + ": " + why);
+            } else if (!printable_text(text, &why)) {
+                return fail(key + ": " + why);
+            }
             if (k.max > 0 && (static_cast<std::int64_t>(text.size()) < k.min ||
                               static_cast<std::int64_t>(text.size()) > k.max))
                 return fail(key + " must be " + std::to_string(k.min) + " to " + std::to_string(k.max) +
                             " characters long");
-            if (k.key == "reinjection.reject_text" &&
+            if ((k.key == "reinjection.reject_text" || k.key == "notify.template" ||
+                 k.key == "notify.subject") &&
                 !check_placeholders(text, detail::placeholders_for(k.key), &why))
                 return fail(key + ": " + why);
             if (k.key == "reinjection.tag_header") {

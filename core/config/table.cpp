@@ -484,6 +484,72 @@ const std::vector<Entry>& table() {
                    "Log every verdict but answer DUNNO / accept: try a config without touching mail.",
                    dry_run),
 
+        // --- notices and flushes (core/actions/) --------------------------------
+        RG_SETTING("notify.enabled", boolean, "false", "", kNone, 0, 0,
+                   "Send the local submitter one \"do not resend\" notice on the first deferral of a message "
+                   "whose category is in notify.categories (docs/guidance.md, \"Notices and flushes\").",
+                   notify.enabled),
+        RG_SETTING(
+            "notify.categories", enum_list, "[receiver_config, receiver_system]", "", kCategories, 0, 0,
+            "Categories whose first deferral is worth a notice: problems the guidance says to wait out.",
+            notify.categories),
+        RG_GLOBAL("notify.from", string, "\"Mail Delivery System <MAILER-DAEMON>\"", "", kNone, 1, 200,
+                  "From: header of a notice (the envelope sender is always the null sender).", notice.from),
+        RG_GLOBAL(
+            "notify.subject", string,
+            "\"Delayed, do not resend: your message to {destination} is queued and retried\"", "", kNone, 1,
+            200,
+            "Subject of a notice. Placeholders as notify.template; outside text in it is cleaned and cut.",
+            notice.subject),
+        RG_GLOBAL(
+            "notify.template", string,
+            "\"Your message {queue_id} to {destination} has not been delivered yet.\\n\\nDelayed "
+            "recipient(s):\\n{recipients}\\n\\nThe receiving mail server answered:\\n{reply}\\n\\nThis is "
+            "a problem on the receiving side ({category}). Your message stays in our queue and is retried "
+            "automatically until {expiry}; you do not need to do anything.\\n\\nPlease do not send it "
+            "again: a new copy would not get through any sooner, and a resend of a message that is still "
+            "queued is refused.\\n\\n{escalation}\\n\"",
+            "", kNone, 1, 8000,
+            "Body of a notice (line breaks allowed). Placeholders: {queue_id} {destination} {recipients} "
+            "(one per line) {reply} (quoted, wrapped) {category} {since} {expiry} {escalation} (a sentence) "
+            "{sender}.",
+            notice.body),
+        RG_SETTING(
+            "flush.enabled", boolean, "true", "", kNone, 0, 0,
+            "When a destination in watch or escalate delivers again, ask Postfix to retry its deferred "
+            "mail at once (postqueue -i QUEUE_ID for each).",
+            flush.enabled),
+        RG_SETTING("flush.min_interval", duration, "10m", "duration", kNone, 0, 7 * kDay,
+                   "At most one flush per destination within this time.", flush.min_interval),
+        RG_GLOBAL("flush.max_messages", integer, "1000", "messages", kNone, 1, 100000,
+                  "Queue ids flushed at most per recovery (the rest wait for their normal retry).",
+                  flush_max_messages),
+        RG_SETTING(
+            "flush.probe", boolean, "false", "", kNone, 0, 0,
+            "For an escalated destination, flush one of its queued messages every flush.probe_interval, "
+            "so the episode ends as soon as the remote side is fixed.",
+            flush.probe),
+        RG_SETTING("flush.probe_interval", duration, "30m", "duration", kNone, 30 * kMin, 7 * kDay,
+                   "Time between two probes of one destination (RFC 5321: at least 30 minutes).",
+                   flush.probe_interval),
+        RG_GLOBAL("postfix.sendmail_path", path, "/usr/sbin/sendmail", "", kNone, 1, 4096,
+                  "Postfix's sendmail, which sends notices (sendmail -f '' -t).", postfix.sendmail_path),
+        RG_GLOBAL("postfix.postqueue_path", path, "/usr/sbin/postqueue", "", kNone, 1, 4096,
+                  "Postfix's postqueue, which flushes (postqueue -i QUEUE_ID; Postfix 2.4 or later).",
+                  postfix.postqueue_path),
+        RG_GLOBAL("postfix.config_directory", path, "\"\"", "", kNone, 0, 4096,
+                  "Configuration directory of the Postfix instance (sendmail -C, postqueue -c); empty: the "
+                  "default instance. Postfix lets a user other than root name a directory only when the "
+                  "default main.cf lists it in alternate_config_directories or multi_instance_directories.",
+                  postfix.config_directory),
+        RG_GLOBAL("postfix.maximal_queue_lifetime", duration, "5d", "duration", kNone, kHour, 100 * kDay,
+                  "Postfix's maximal_queue_lifetime: a notice says the message is retried until its arrival "
+                  "plus this.",
+                  postfix.maximal_queue_lifetime),
+        RG_GLOBAL("postfix.command_timeout", duration, "10s", "duration", kNone, kSec, 10 * kMin,
+                  "A sendmail or postqueue run taking longer is killed and counted as failed.",
+                  postfix.command_timeout),
+
         // --- spread detection --------------------------------------------------
         RG_GLOBAL("spread.enabled", boolean, "true", "", kNone, 0, 0,
                   "Tell a local outbound problem from remote ones.", spread.enabled),
@@ -578,6 +644,8 @@ constexpr std::array<std::string_view, 5> kActionPlaceholders = {"domain", "mx",
                                                                  "reply"};
 constexpr std::array<std::string_view, 6> kActionPlaceholdersWithContact = {"domain", "mx",    "category",
                                                                             "since",  "reply", "contact"};
+constexpr std::array<std::string_view, 9> kNoticePlaceholders = {
+    "queue_id", "destination", "recipients", "reply", "category", "since", "expiry", "escalation", "sender"};
 constexpr std::array<std::string_view, 7> kRejectPlaceholders = {
     "recipient", "original", "destination", "reply", "since", "next_retry", "more"};
 
@@ -594,7 +662,7 @@ const Entry* find_entry(std::string_view dotted) noexcept {
 }
 
 std::string_view section_doc(std::string_view section) noexcept {
-    static constexpr std::array<std::pair<std::string_view, std::string_view>, 15> docs = {{
+    static constexpr std::array<std::pair<std::string_view, std::string_view>, 18> docs = {{
         {"ledger", "Shared state of the daemons and the CLI."},
         {"sources", "Where the policy daemon reads Postfix's log."},
         {"ingest", "Batching of log events into the ledger."},
@@ -608,6 +676,9 @@ std::string_view section_doc(std::string_view section) noexcept {
          "Policy answers for new mail to troubled destinations. Verbs: DUNNO, WARN, INFO, PREPEND, "
          "HOLD, DEFER_IF_PERMIT, REJECT; text may use {domain} {mx} {category} {since} {reply} "
          "{contact}."},
+        {"notify", "\"Do not resend\" notices to the local submitter of a deferred message."},
+        {"flush", "Retrying a destination's deferred mail as soon as it delivers again."},
+        {"postfix", "How retryguard runs the local Postfix's sendmail and postqueue."},
         {"spread", "Many destinations failing at once: suspect the local outbound path."},
         {"errors", "What to do when something fails (fail open by default; always counted and logged)."},
         {"log", "Verdict lines in the mail log."},
@@ -623,6 +694,7 @@ std::string_view section_doc(std::string_view section) noexcept {
 
 std::span<const std::string_view> placeholders_for(std::string_view key) noexcept {
     if (key == "reinjection.reject_text") return kRejectPlaceholders;
+    if (key == "notify.template" || key == "notify.subject") return kNoticePlaceholders;
     if (key.starts_with("actions.")) return kActionPlaceholdersWithContact;
     return kActionPlaceholders;
 }
@@ -633,7 +705,7 @@ namespace retryguard::config {
 
 std::string_view key_consumers(std::string_view key) noexcept {
     // Most specific first: a whole key, then its section.
-    static constexpr std::array<std::pair<std::string_view, std::string_view>, 24> kConsumers = {{
+    static constexpr std::array<std::pair<std::string_view, std::string_view>, 27> kConsumers = {{
         {"ledger.retention.prune_interval", "policyd"},
         {"ledger.retention.", "ledger, policyd, cli"},
         {"ledger.", "ledger"},
@@ -649,6 +721,9 @@ std::string_view key_consumers(std::string_view key) noexcept {
         {"reinjection.", "milter"},
         {"actions.", "engine"},
         {"dry_run", "engine"},
+        {"notify.", "policyd"},
+        {"flush.", "policyd"},
+        {"postfix.", "policyd"},
         {"spread.", "engine"},
         {"errors.ledger_unavailable", "milter, policyd"},
         {"errors.", "milter, policyd"},

@@ -105,9 +105,12 @@ Status Ingestor::restore() {
         // before the next effects commit does not hand the lines over again.
         if (auto st = ledger_.apply_verdict_effects({}, outbox_written_); !st) ++stats_.effect_errors;
     }
-    if (auto st = catch_up(); !st) {
+    restoring_ = true;
+    auto replayed = catch_up();
+    restoring_ = false;
+    if (!replayed) {
         restore_failed_ = true;
-        return make_error(st.error().kind, "replaying the engine journal: " + st.error().message);
+        return make_error(replayed.error().kind, "replaying the engine journal: " + replayed.error().message);
     }
     restore_failed_ = false;
     return {};
@@ -206,6 +209,13 @@ void Ingestor::feed(const EngineJournalRecord& r, std::uint64_t seq) {
     } catch (const std::exception& e) {
         ++stats_.engine_errors;
         if (poison_) poison_("journal entry", seq, e.what());
+    }
+    if (observer_) {
+        try {
+            observer_(r, verdicts, restoring_);
+        } catch (const std::exception& e) {
+            if (poison_) poison_("observer of journal entry", seq, e.what());
+        }
     }
     queue(verdicts);
     journal_seq_ = seq;

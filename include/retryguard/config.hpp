@@ -143,6 +143,20 @@ struct Settings {
         PolicyAction watch, escalated, flagged, local_incident;
     } actions;
 
+    // "Do not resend" notices to local submitters (core/actions/).
+    struct Notify {
+        bool enabled = false;
+        std::vector<Category> categories;
+    } notify;
+
+    // Flushing a destination's deferred mail when it delivers again.
+    struct Flush {
+        bool enabled = true;
+        Duration min_interval{0};
+        bool probe = false;
+        Duration probe_interval{0};
+    } flush;
+
     bool dry_run = false;
     std::string contact;  // only destination rules set it; escalation reports carry it
 };
@@ -265,6 +279,23 @@ struct Config {
         std::string verdicts;  // verdict log target ("" = as log.target); see parse_verdict_log_target
         std::string hostname;  // host field of postlog lines ("" = this host's short name)
     } log;
+
+    // The text of a notice (the per-destination switches are in Settings).
+    struct NoticeText {
+        std::string from;
+        std::string subject;
+        std::string body;  // may hold line breaks
+    } notice;
+    std::int64_t flush_max_messages = 0;
+
+    // How retryguard reaches the local Postfix (notices, flushes).
+    struct Postfix {
+        std::string sendmail_path;
+        std::string postqueue_path;
+        std::string config_directory;  // -C / -c DIR; "" = the default instance
+        Duration maximal_queue_lifetime{0};
+        Duration command_timeout{0};
+    } postfix;
 
     struct Metrics {
         bool enabled = true;

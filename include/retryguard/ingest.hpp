@@ -132,6 +132,15 @@ class Ingestor {
     Status sync_flags(TimePoint now);
 
     void set_poison_sink(PoisonSink sink) { poison_ = std::move(sink); }
+    // Sees every journal record as the engine is fed it, with the verdicts the
+    // engine returned for it, before their effects are applied (the actions
+    // planner, core/actions/, plans from these). `replayed`: restore() feeds
+    // the record again after a restart, so what was done about it outside the
+    // ledger may have happened already. What it throws is reported to the
+    // poison sink and ingestion goes on.
+    using Observer = std::function<void(const EngineJournalRecord& record, std::span<const Verdict> verdicts,
+                                        bool replayed)>;
+    void set_observer(Observer observer) { observer_ = std::move(observer); }
     // Receives the verdict outbox at restore() (see above); set it before.
     void set_outbox_sink(OutboxSink sink) { outbox_sink_ = std::move(sink); }
     // Called right after the verdict lines of one effects commit went to the
@@ -172,6 +181,8 @@ class Ingestor {
     Engine engine_;
     VerdictSink sink_;
     PoisonSink poison_;
+    Observer observer_;
+    bool restoring_ = false;  // restore() is replaying the journal
     OutboxSink outbox_sink_;
     std::function<void()> lines_done_;
     IngestStats stats_;

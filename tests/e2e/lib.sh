@@ -470,3 +470,101 @@ e2e_queue_ids() { postqueue -c "$(e2e_etc "${1:-sender}")" -j 2>/dev/null | pyth
 import json, sys
 for line in sys.stdin:
     print(json.loads(line)["queue_id"])'; }
+
+# ---------------------------------------------------------------- instance settings
+
+# e2e_postconf INSTANCE KEY=VALUE...: changes main.cf settings of a started
+# instance (postconf -e) and reloads it.
+e2e_postconf() {
+    local inst=$1 etc
+    shift
+    etc=$(e2e_etc "$inst")
+    postconf -c "$etc" -e "$@" || e2e_fail "postconf -e failed for $inst"
+    postfix -c "$etc" reload >/dev/null 2>&1 || e2e_fail "reload failed for $inst"
+}
+
+# e2e_local_mailboxes INSTANCE LOCALPART...: the started instance delivers
+# LOCALPART@INSTANCE.e2e.test with virtual(8), as user nobody, into the mbox
+# file $(e2e_mailbox INSTANCE LOCALPART), so a test reads what Postfix
+# delivered locally (Return-Path, headers, body).
+e2e_local_mailboxes() {
+    local inst=$1 etc dir u
+    shift
+    etc=$(e2e_etc "$inst")
+    dir=$E2E_DIR/$inst/mail
+    id nobody >/dev/null 2>&1 || e2e_skip "no user nobody"
+    mkdir -p "$dir"
+    chown nobody "$dir"
+    chmod 755 "$dir"
+    : >"$etc/vmailbox"
+    for u in "$@"; do printf '%s@%s.e2e.test %s\n' "$u" "$inst" "$u" >>"$etc/vmailbox"; done
+    grep -q '^virtual ' "$etc/master.cf" ||
+        echo "virtual   unix  -       n       n       -       -       virtual" >>"$etc/master.cf"
+    e2e_postconf "$inst" "virtual_mailbox_domains=$inst.e2e.test" "virtual_mailbox_base=$dir" \
+        "virtual_mailbox_maps=texthash:$etc/vmailbox" "virtual_uid_maps=static:$(id -u nobody)" \
+        "virtual_gid_maps=static:$(id -g nobody)" "virtual_minimum_uid=1"
+}
+
+e2e_mailbox() { echo "$E2E_DIR/$1/mail/$2"; }
+
+# ---------------------------------------------------------------- command proxy
+
+# e2e_start_command_proxy: Postfix lets a user other than root name a
+# configuration directory (sendmail -C, postqueue -c) only when the system's
+# /etc/postfix/main.cf lists it, and the harness never touches the system
+# instance. A daemon that runs as nobody and must run the test instance's
+# sendmail or postqueue is pointed at $E2E_PROXY_DIR/bin/{sendmail,postqueue}:
+# each call hands its arguments and standard input to a helper running as
+# root, which runs /usr/sbin/sendmail or /usr/sbin/postqueue with exactly
+# those (and nothing else), and returns its exit status. Every call is
+# appended to $E2E_PROXY_DIR/calls.log.
+E2E_PROXY_DIR=
+e2e_start_command_proxy() {
+    local name
+    E2E_PROXY_DIR=$E2E_DIR/proxy
+    mkdir -p "$E2E_PROXY_DIR/spool" "$E2E_PROXY_DIR/bin"
+    chmod 755 "$E2E_PROXY_DIR" "$E2E_PROXY_DIR/bin"
+    chmod 1777 "$E2E_PROXY_DIR/spool"
+    : >"$E2E_PROXY_DIR/calls.log"
+    chmod 644 "$E2E_PROXY_DIR/calls.log"
+    for name in sendmail postqueue; do
+        cat >"$E2E_PROXY_DIR/bin/$name" <<PROXY
+#!/bin/bash
+set -u
+spool=$E2E_PROXY_DIR/spool
+id=\$\$.\$RANDOM
+mkdir "\$spool/tmp.\$id" || exit 75
+cat >"\$spool/tmp.\$id/stdin"
+printf '%s\0' $name "\$@" >"\$spool/tmp.\$id/argv"
+mv "\$spool/tmp.\$id" "\$spool/req.\$id"
+for _ in \$(seq 600); do
+    if [ -f "\$spool/req.\$id/rc" ]; then cat "\$spool/req.\$id/out" >&2; exit "\$(cat "\$spool/req.\$id/rc")"; fi
+    sleep 0.05
+done
+exit 75
+PROXY
+        chmod 755 "$E2E_PROXY_DIR/bin/$name"
+    done
+    cat >"$E2E_PROXY_DIR/helper.sh" <<'HELPER'
+#!/bin/bash
+# Runs the requests the proxy scripts leave in SPOOL, as root.
+spool=$1 calls=$2
+while :; do
+    for r in "$spool"/req.*; do
+        [ -d "$r" ] && [ ! -f "$r/rc" ] || continue
+        mapfile -d '' -t a <"$r/argv"
+        case ${a[0]} in sendmail | postqueue) ;; *) echo 64 >"$r/rc"; continue ;; esac
+        printf '%s\n' "$(printf '%q ' "${a[@]}")" >>"$calls"
+        rc=0
+        "/usr/sbin/${a[0]}" "${a[@]:1}" <"$r/stdin" >"$r/out" 2>&1 || rc=$?
+        echo "$rc" >"$r/rc.tmp"
+        mv "$r/rc.tmp" "$r/rc"
+    done
+    sleep 0.05
+done
+HELPER
+    e2e_start_daemon command-proxy bash "$E2E_PROXY_DIR/helper.sh" "$E2E_PROXY_DIR/spool" "$E2E_PROXY_DIR/calls.log"
+}
+
+# e2e_log_epoch LINE: the time stamp of a Postfix log line in seconds since the epoch.
+e2e_log_epoch() { date -d "$(cut -c1-15 <<<"$1")" +%s; }
