@@ -6,12 +6,33 @@
 #include <stdio.h>
 #include <string.h>
 
-static sfsistat cont(SMFICTX* ctx) { (void)ctx; return SMFIS_CONTINUE; }
-static sfsistat on_connect(SMFICTX* ctx, char* h, _SOCK_ADDR* a) { (void)h; (void)a; return cont(ctx); }
-static sfsistat on_args(SMFICTX* ctx, char** argv) { (void)argv; return cont(ctx); }
-static sfsistat on_header(SMFICTX* ctx, char* n, char* v) { (void)n; (void)v; return cont(ctx); }
-static sfsistat on_body(SMFICTX* ctx, unsigned char* b, size_t l) { (void)b; (void)l; return cont(ctx); }
-static sfsistat on_eom(SMFICTX* ctx) { (void)ctx; return SMFIS_ACCEPT; }
+static sfsistat cont(SMFICTX* ctx) {
+    (void)ctx;
+    return SMFIS_CONTINUE;
+}
+static sfsistat on_connect(SMFICTX* ctx, char* h, _SOCK_ADDR* a) {
+    (void)h;
+    (void)a;
+    return cont(ctx);
+}
+static sfsistat on_args(SMFICTX* ctx, char** argv) {
+    (void)argv;
+    return cont(ctx);
+}
+static sfsistat on_header(SMFICTX* ctx, char* n, char* v) {
+    (void)n;
+    (void)v;
+    return cont(ctx);
+}
+static sfsistat on_body(SMFICTX* ctx, unsigned char* b, size_t l) {
+    (void)b;
+    (void)l;
+    return cont(ctx);
+}
+static sfsistat on_eom(SMFICTX* ctx) {
+    (void)ctx;
+    return SMFIS_ACCEPT;
+}
 
 int main(int argc, char** argv) {
     struct smfiDesc d;
@@ -31,7 +52,8 @@ int main(int argc, char** argv) {
         fprintf(stderr, "usage: %s SOCKET-SPEC\n", argv[0]);
         return 2;
     }
-    if (smfi_setconn(argv[1]) != MI_SUCCESS || smfi_register(d) != MI_SUCCESS || smfi_opensocket(1) != MI_SUCCESS)
+    if (smfi_setconn(argv[1]) != MI_SUCCESS || smfi_register(d) != MI_SUCCESS ||
+        smfi_opensocket(1) != MI_SUCCESS)
         return 1;
     return smfi_main() == MI_SUCCESS ? 0 : 1;
 }

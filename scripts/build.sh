@@ -2,16 +2,18 @@
 # build.sh -- configure and build retryguard.
 #   scripts/build.sh                 release build in build/
 #   scripts/build.sh --sanitize      ASan+UBSan build in build-asan/
+#   scripts/build.sh --tsan          ThreadSanitizer build in build-tsan/ (no benchmarks)
 #   scripts/build.sh --fuzz          libFuzzer targets with clang in build-fuzz/
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir=build flags=()
+dir=build flags=(-DRETRYGUARD_WERROR=ON)
 case "${1:-}" in
-  --sanitize) dir=build-asan flags=(-DRETRYGUARD_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug) ;;
-  --fuzz) dir=build-fuzz flags=(-DRETRYGUARD_FUZZ=ON -DRETRYGUARD_SANITIZE=ON -DRETRYGUARD_BENCH=OFF
+  --sanitize) dir=build-asan flags+=(-DRETRYGUARD_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug) ;;
+  --tsan) dir=build-tsan flags+=(-DRETRYGUARD_TSAN=ON -DRETRYGUARD_BENCH=OFF) ;;
+  --fuzz) dir=build-fuzz flags+=(-DRETRYGUARD_FUZZ=ON -DRETRYGUARD_SANITIZE=ON -DRETRYGUARD_BENCH=OFF
                                 -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++) ;;
   "") ;;
-  *) echo "usage: $0 [--sanitize|--fuzz]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--sanitize|--tsan|--fuzz]" >&2; exit 2 ;;
 esac
 gen=()
 command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)

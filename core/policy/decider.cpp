@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "retryguard/policy.hpp"
+#include "retryguard/text.hpp"
 
 namespace retryguard {
 namespace {
@@ -21,21 +22,6 @@ constexpr std::array<std::string_view, kActionKindCount> kActionNames = {
 
 constexpr std::size_t kMaxActionBytes = 512;
 constexpr std::size_t kMaxDomainBytes = 255;
-
-bool iequals(std::string_view a, std::string_view b) noexcept {
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        if (std::toupper(static_cast<unsigned char>(a[i])) != std::toupper(static_cast<unsigned char>(b[i])))
-            return false;
-    }
-    return true;
-}
-
-std::string_view trim(std::string_view s) noexcept {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-    return s;
-}
 
 // Lower-cases `domain` into `buf` and drops one trailing dot; false if it
 // cannot be a domain name (too long or empty).
@@ -64,7 +50,7 @@ std::string_view to_string(ActionKind kind) noexcept {
 }
 
 Result<Decision> parse_action(std::string_view text) {
-    text = trim(text);
+    text = text::trim(text);
     if (text.empty()) return make_error(ErrorKind::invalid_input, "empty action");
     if (text.size() > kMaxActionBytes)
         return make_error(ErrorKind::limit,
@@ -75,7 +61,8 @@ Result<Decision> parse_action(std::string_view text) {
     }
     const auto sp = text.find_first_of(" \t");
     const std::string_view verb = text.substr(0, sp);
-    const std::string_view rest = sp == std::string_view::npos ? std::string_view{} : trim(text.substr(sp));
+    const std::string_view rest =
+        sp == std::string_view::npos ? std::string_view{} : text::trim(text.substr(sp));
     Decision d;
     struct Verb {
         std::string_view name;
@@ -93,7 +80,7 @@ Result<Decision> parse_action(std::string_view text) {
         {"REJECT", ActionKind::reject, true, false},
     };
     for (const Verb& v : kVerbs) {
-        if (!iequals(verb, v.name)) continue;
+        if (!text::iequals(verb, v.name)) continue;
         if (!v.takes_text && !rest.empty())
             return make_error(ErrorKind::invalid_input, std::string(v.name) + " takes no text");
         if (v.needs_text && rest.empty())
@@ -132,7 +119,7 @@ Result<std::shared_ptr<const StaticDestinationDecider::Table>> parse_destination
             const auto nl = text.find('\n');
             std::string_view line = text.substr(0, nl);
             text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-            line = trim(line);
+            line = text::trim(line);
             if (line.empty() || line.front() == '#') continue;
             const auto sp = line.find_first_of(" \t");
             const std::string where = "line " + std::to_string(line_no) + ": ";

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "retryguard/policy_service.hpp"
+#include "retryguard/text.hpp"
 
 namespace retryguard {
 namespace {
@@ -16,15 +17,6 @@ constexpr std::array<std::string_view, kPolicyStageCount> kStageNames = {
     "CONNECT", "EHLO", "HELO", "MAIL", "RCPT", "DATA", "END-OF-MESSAGE", "VRFY", "ETRN", "other"};
 constexpr std::array<std::string_view, kFailOpenReasonCount> kFailOpenNames = {"timeout", "decider_error",
                                                                                "overload"};
-
-bool iequals(std::string_view a, std::string_view b) noexcept {
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        if (std::toupper(static_cast<unsigned char>(a[i])) != std::toupper(static_cast<unsigned char>(b[i])))
-            return false;
-    }
-    return true;
-}
 
 }  // namespace
 
@@ -53,7 +45,7 @@ Result<PolicyStageSet> PolicyStageSet::parse(std::string_view text) {
         if (word.empty()) continue;
         bool found = false;
         for (std::size_t i = 0; i + 1 < kPolicyStageCount; ++i) {
-            if (iequals(word, kStageNames[i])) {
+            if (text::iequals(word, kStageNames[i])) {
                 set.add(static_cast<PolicyStage>(i));
                 found = true;
             }

@@ -9,6 +9,7 @@
 // (that is the classifier's job), never throws, never reads past
 // kMaxReplyLength.
 #include "retryguard/reply.hpp"
+#include "retryguard/text.hpp"
 
 #include <algorithm>
 #include <array>
@@ -26,23 +27,6 @@ bool is_space(char c) noexcept {
     return c == ' ' || c == '\t';
 }
 
-std::string_view trim(std::string_view s) noexcept {
-    while (!s.empty() && (is_space(s.front()) || s.front() == '\r' || s.front() == '\n')) s.remove_prefix(1);
-    while (!s.empty() && (is_space(s.back()) || s.back() == '\r' || s.back() == '\n')) s.remove_suffix(1);
-    return s;
-}
-
-bool starts_with_ci(std::string_view s, std::string_view prefix) noexcept {
-    if (s.size() < prefix.size()) return false;
-    for (std::size_t i = 0; i < prefix.size(); ++i) {
-        char a = s[i], b = prefix[i];
-        if (a >= 'A' && a <= 'Z') a = static_cast<char>(a - 'A' + 'a');
-        if (b >= 'A' && b <= 'Z') b = static_cast<char>(b - 'A' + 'a');
-        if (a != b) return false;
-    }
-    return true;
-}
-
 char lower(char c) noexcept {
     return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
 }
@@ -54,7 +38,7 @@ std::size_t find_ci(std::string_view s, std::string_view needle) noexcept {
     const std::size_t last = s.size() - needle.size();
     for (std::size_t i = 0; i <= last; ++i) {
         if (lower(s[i]) != first) continue;
-        if (starts_with_ci(s.substr(i + 1), needle.substr(1))) return i;
+        if (text::istarts_with(s.substr(i + 1), needle.substr(1))) return i;
     }
     return std::string_view::npos;
 }
@@ -86,7 +70,7 @@ int basic_code(std::string_view s) noexcept {
 }
 
 void append_text(std::string& out, std::string_view piece) {
-    piece = trim(piece);
+    piece = text::trim(piece);
     if (piece.empty()) return;
     if (!out.empty()) out.push_back(' ');
     out.append(piece);
@@ -95,7 +79,7 @@ void append_text(std::string& out, std::string_view piece) {
 // Strips a leading enhanced code equal to (or, when none is known yet, any
 // valid one) from a line's text.
 std::string_view strip_enhanced(std::string_view text, std::optional<EnhancedCode>& enhanced) {
-    text = trim(text);
+    text = text::trim(text);
     std::size_t n = enhanced_code_length(text);
     if (n == 0) return text;
     auto code = parse_enhanced_code(text.substr(0, n));
@@ -104,7 +88,7 @@ std::string_view strip_enhanced(std::string_view text, std::optional<EnhancedCod
         enhanced = code;
     else if (!(*enhanced == *code))
         return text;  // a different code is part of the text
-    return trim(text.substr(n));
+    return text::trim(text.substr(n));
 }
 
 // qmail and some appliances carry the code in the text: "#5.1.1 ..." or
@@ -216,14 +200,14 @@ SmtpStage stage_from_command(std::string_view command) noexcept {
 
 // Splits "... (in reply to X command)" off the end.
 std::string_view take_in_reply_to(std::string_view s, SmtpStage& stage) {
-    s = trim(s);
+    s = text::trim(s);
     static constexpr std::string_view kMarker = "(in reply to ";
     if (s.empty() || s.back() != ')') return s;
     std::size_t pos = s.rfind(kMarker);
     if (pos == std::string_view::npos) return s;
     std::string_view command = s.substr(pos + kMarker.size(), s.size() - 1 - pos - kMarker.size());
     stage = stage_from_command(command);
-    return trim(s.substr(0, pos));
+    return text::trim(s.substr(0, pos));
 }
 
 // A reply as logged on one line (possibly a joined multi-line reply).
@@ -232,10 +216,10 @@ Reply parse_logged_reply(std::string_view text) {
     auto parsed = parse_smtp_reply(text);
     if (parsed.ok()) {
         r = std::move(parsed).value();
-        std::string_view t = trim(text);
+        std::string_view t = text::trim(text);
         r.text = strip_joined_continuations(r.text, r.code, r.enhanced, t.size() > 3 && t[3] == '-');
     } else {
-        r.text = std::string(trim(text));
+        r.text = std::string(text::trim(text));
         r.local = LocalFailure::other;
     }
     return r;
@@ -274,16 +258,16 @@ SmtpStage stage_from_while(std::string_view rest) noexcept {
 // "smtp; 550 5.1.1 ..." / "X-Notes; User ..." / "#5.0.0 smtp;550 ...": drops
 // a leading diagnostic type (RFC 3464 section 2.3.6) and Exchange's status.
 std::string_view strip_diagnostic_type(std::string_view s) noexcept {
-    s = trim(s);
+    s = text::trim(s);
     if (!s.empty() && s[0] == '#') {  // Exchange 2003: "#5.0.0 smtp;550 ..."
         std::size_t n = enhanced_code_length(s.substr(1));
-        if (n) s = trim(s.substr(1 + n));
+        if (n) s = text::trim(s.substr(1 + n));
     }
     std::size_t i = 0;
     while (i < s.size() && i < 32 &&
            ((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || is_digit(s[i]) || s[i] == '-'))
         ++i;
-    if (i > 0 && i < s.size() && s[i] == ';' && !is_digit(s[0])) return trim(s.substr(i + 1));
+    if (i > 0 && i < s.size() && s[i] == ';' && !is_digit(s[0])) return text::trim(s.substr(i + 1));
     return s;
 }
 
@@ -312,8 +296,8 @@ std::optional<Unwrapped> unwrap_foreign(std::string_view s) {
         std::size_t colon = rest.find(": ");
         if (colon == std::string_view::npos) return std::nullopt;
         u.stage = stage_from_command(rest.substr(0, colon));
-        rest = trim(rest.substr(colon + 2));
-        if (starts_with_ci(rest, "host ")) {
+        rest = text::trim(rest.substr(colon + 2));
+        if (text::istarts_with(rest, "host ")) {
             std::size_t end = rest.find("]: ");
             if (end != std::string_view::npos) {
                 std::string_view hp = rest.substr(5, end - 5);
@@ -322,7 +306,7 @@ std::optional<Unwrapped> unwrap_foreign(std::string_view s) {
                     u.host = hp.substr(0, open);
                     u.addr = hp.substr(open + 2);
                 }
-                rest = trim(rest.substr(end + 3));
+                rest = text::trim(rest.substr(end + 3));
             }
         }
         u.inner = rest;
@@ -334,16 +318,16 @@ std::optional<Unwrapped> unwrap_foreign(std::string_view s) {
         std::string_view rest = s.substr(p + 24);
         std::size_t close = rest.rfind('\'');
         if (close != std::string_view::npos) rest = rest.substr(0, close);
-        rest = trim(rest);
+        rest = text::trim(rest);
         if (rest.size() > 2 && rest.front() == '<' && rest.back() == '>')
-            rest = trim(rest.substr(1, rest.size() - 2));
+            rest = text::trim(rest.substr(1, rest.size() - 2));
         u.inner = strip_diagnostic_type(rest);
         return u;
     }
     if (s.size() > 4 && s[0] == '#' && basic_code(s.substr(1)) != 0) {
         std::string_view rest = s.substr(1);
         if (rest.size() >= 2 && rest.substr(rest.size() - 2) == "##") rest.remove_suffix(2);
-        u.inner = trim(rest);
+        u.inner = text::trim(rest);
         return u;
     }
     // qmail-remote: "A does not like recipient. Remote host said: 550 ...
@@ -365,26 +349,26 @@ std::optional<Unwrapped> unwrap_foreign(std::string_view s) {
         std::string_view rest = s.substr(p + 18);
         if (std::size_t g = find_ci(rest, " Giving up on "); g != std::string_view::npos)
             rest = rest.substr(0, g);
-        u.inner = trim(rest);
+        u.inner = text::trim(rest);
         return u;
     }
     // Sendmail transcript: "... while talking to H.: >>> RCPT To:<a> <<< 550 ...".
     if (std::size_t p = s.rfind("<<< "); p != std::string_view::npos && basic_code(s.substr(p + 4)) != 0) {
         std::size_t cmd = s.rfind(">>> ", p);
         if (cmd != std::string_view::npos) u.stage = stage_from_command(s.substr(cmd + 4, p - cmd - 4));
-        u.inner = trim(s.substr(p + 4));
+        u.inner = text::trim(s.substr(p + 4));
         return u;
     }
     // Sendmail: "<a>... Deferred: Connection refused by H." / "Deferred: 451 ...".
     if (std::size_t p = find_ci(s, "Deferred: "); p != std::string_view::npos) {
-        u.inner = trim(s.substr(p + 10));
+        u.inner = text::trim(s.substr(p + 10));
         return u;
     }
     // Sendmail: "<a>... User unknown" (the address, then the reason).
     if (!s.empty() && s[0] == '<') {
         std::size_t p = s.find(">... ");
         if (p != std::string_view::npos && p < 320) {
-            u.inner = trim(s.substr(p + 5));
+            u.inner = text::trim(s.substr(p + 5));
             return u;
         }
     }
@@ -435,15 +419,15 @@ LocalFailure foreign_failure(std::string_view s) noexcept {
 
 Reply parse_reason_impl(std::string_view s, int depth) {
     Reply r;
-    s = trim(s);
+    s = text::trim(s);
 
     // "delivery temporarily suspended: <the reason of the earlier failure>"
     static constexpr std::string_view kSuspended = "delivery temporarily suspended: ";
-    if (depth < 2 && starts_with_ci(s, kSuspended))
+    if (depth < 2 && text::istarts_with(s, kSuspended))
         return parse_reason_impl(s.substr(kSuspended.size()), depth + 1);
 
     // Another MTA's wrapper around the reply (DSN, Exim, Exchange, qmail, Sendmail).
-    if (depth < 3 && !starts_with_ci(s, "host ") && basic_code(s) == 0) {
+    if (depth < 3 && !text::istarts_with(s, "host ") && basic_code(s) == 0) {
         if (auto u = unwrap_foreign(s); u && !u->inner.empty()) {
             Reply inner = parse_reason_impl(u->inner, depth + 1);
             if (inner.stage == SmtpStage::none) inner.stage = u->stage;
@@ -457,7 +441,7 @@ Reply parse_reason_impl(std::string_view s, int depth) {
 
     // "host H[A] said: REPLY (in reply to X command)" and
     // "host H[A] refused to talk to me: REPLY" (greeting).
-    if (starts_with_ci(s, "host ")) {
+    if (text::istarts_with(s, "host ")) {
         std::string_view rest = s.substr(5);
         std::size_t said = rest.find(" said: ");
         std::size_t refused = rest.find(" refused to talk to me: ");
@@ -476,8 +460,8 @@ Reply parse_reason_impl(std::string_view s, int depth) {
     // TLS trouble: "TLS is required, but was not offered by host H[A]",
     // "TLS is required, but host H[A] refused to start TLS: 454 4.7.0 ...",
     // "Cannot start TLS: handshake failure", "Server certificate not verified".
-    if (starts_with_ci(s, "TLS is required") || starts_with_ci(s, "Cannot start TLS") ||
-        starts_with_ci(s, "Server certificate not") ||
+    if (text::istarts_with(s, "TLS is required") || text::istarts_with(s, "Cannot start TLS") ||
+        text::istarts_with(s, "Server certificate not") ||
         (s.find("TLS") != std::string_view::npos &&
          (find_ci(s, "TLS handshake") != std::string_view::npos ||
           find_ci(s, "refused to start TLS") != std::string_view::npos))) {
@@ -507,7 +491,7 @@ Reply parse_reason_impl(std::string_view s, int depth) {
     r.text = std::string(s);
 
     // "connect to H[A]:P: Connection refused" (and timed out, unreachable, ...)
-    if (starts_with_ci(s, "connect to ")) {
+    if (text::istarts_with(s, "connect to ")) {
         std::string_view rest = s.substr(11);
         parse_host_addr(rest, r);
         std::size_t close = rest.find("]:");
@@ -521,14 +505,14 @@ Reply parse_reason_impl(std::string_view s, int depth) {
         return r;
     }
     // "lost connection with H[A] while sending end of data -- message may be sent more than once"
-    if (starts_with_ci(s, "lost connection with ")) {
+    if (text::istarts_with(s, "lost connection with ")) {
         parse_host_addr(s.substr(21), r);
         r.local = LocalFailure::lost_connection;
         r.stage = stage_from_while(s);
         return r;
     }
     // "conversation with H[A] timed out while receiving the initial server greeting"
-    if (starts_with_ci(s, "conversation with ")) {
+    if (text::istarts_with(s, "conversation with ")) {
         parse_host_addr(s.substr(18), r);
         r.local = LocalFailure::conversation_timeout;
         r.stage = stage_from_while(s);
@@ -537,8 +521,8 @@ Reply parse_reason_impl(std::string_view s, int depth) {
     // dns_lookup.c / smtp_addr.c: "Host or domain name not found. Name service
     // error for name=example.com type=MX: Host not found, try again",
     // "Host found but no data record of requested type", "unable to look up host".
-    if (starts_with_ci(s, "Host or domain name not found") || starts_with_ci(s, "Name service error") ||
-        starts_with_ci(s, "unable to look up host") ||
+    if (text::istarts_with(s, "Host or domain name not found") ||
+        text::istarts_with(s, "Name service error") || text::istarts_with(s, "unable to look up host") ||
         find_ci(s, "Name service error for name=") != std::string_view::npos) {
         std::size_t name = find_ci(s, "name=");
         if (name != std::string_view::npos) {
@@ -564,7 +548,7 @@ Reply parse_reason_impl(std::string_view s, int depth) {
         r.local = LocalFailure::transport_unavailable;
         return r;
     }
-    if (starts_with_ci(s, "message expired") || starts_with_ci(s, "expired") ||
+    if (text::istarts_with(s, "message expired") || text::istarts_with(s, "expired") ||
         find_ci(s, "message is too old") != std::string_view::npos) {
         r.local = LocalFailure::expired;
         return r;
@@ -572,8 +556,8 @@ Reply parse_reason_impl(std::string_view s, int depth) {
     // Local deliveries and Postfix's own troubles ("delivered to maildir",
     // "mail for x loops back to myself", "Command died with status 1", "alias
     // database unavailable", "cannot update mailbox ...").
-    if (starts_with_ci(s, "delivered to ") || starts_with_ci(s, "delivered via ") ||
-        starts_with_ci(s, "forwarded as ") || starts_with_ci(s, "discarded")) {
+    if (text::istarts_with(s, "delivered to ") || text::istarts_with(s, "delivered via ") ||
+        text::istarts_with(s, "forwarded as ") || text::istarts_with(s, "discarded")) {
         r.local = LocalFailure::none;
         return r;
     }
@@ -683,7 +667,7 @@ Result<Reply> parse_smtp_reply(std::string_view text) {
         text = text.substr(0, kMaxReplyLength);
         r.truncated = true;
     }
-    std::string_view rest = trim(text);
+    std::string_view rest = text::trim(text);
     if (rest.empty()) return make_error(ErrorKind::invalid_input, "empty reply");
     bool first = true;
     bool last_seen = false;
@@ -692,7 +676,7 @@ Result<Reply> parse_smtp_reply(std::string_view text) {
         std::string_view line = rest.substr(0, eol);
         rest = eol == std::string_view::npos ? std::string_view{} : rest.substr(eol + 1);
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        if (trim(line).empty()) continue;
+        if (text::trim(line).empty()) continue;
         if (last_seen) return make_error(ErrorKind::invalid_input, "text after the last line of the reply");
         int code = basic_code(line);
         if (code == 0) {
@@ -724,7 +708,7 @@ Reply parse_postfix_reason(std::string_view reason, std::string_view dsn) {
         truncated = true;
     }
     Reply r = parse_reason_impl(reason, 0);
-    if (!r.enhanced && !dsn.empty()) r.enhanced = parse_enhanced_code(trim(dsn));
+    if (!r.enhanced && !dsn.empty()) r.enhanced = parse_enhanced_code(text::trim(dsn));
     r.truncated = r.truncated || truncated;
     return r;
 }

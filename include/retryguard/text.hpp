@@ -98,4 +98,14 @@ std::string clip(std::string_view s, std::size_t max_chars);
 // (the renderers' own colours; outside text never holds a raw ESC).
 std::size_t display_width(std::string_view s) noexcept;
 
+// ASCII text helpers, independent of the locale: the protocols' keywords,
+// header names, domains and addresses compare case-insensitively in ASCII
+// only (RFC 5321 2.4, RFC 5322 1.2.2); bytes >= 0x80 are left as they are.
+char ascii_lower(char c) noexcept;
+std::string ascii_lower(std::string_view s);
+bool iequals(std::string_view a, std::string_view b) noexcept;
+bool istarts_with(std::string_view s, std::string_view prefix) noexcept;
+// Without leading and trailing spaces, tabs, CRs and LFs.
+std::string_view trim(std::string_view s) noexcept;
+
 }  // namespace retryguard::text

@@ -75,6 +75,12 @@ for f in /etc/retryguard/retryguard.yaml /usr/share/retryguard/classifier.yaml \
   [ -f "$f" ] || fail "$f missing"
 done
 ls /usr/share/doc/retryguard/README* >/dev/null 2>&1 || fail "README missing from the docs"
+# No build or source path compiled into the shipped programs (debug info goes
+# to the dbgsym package): they must not depend on where they were built.
+for f in /usr/bin/retryguard /usr/sbin/retryguard-milter /usr/sbin/retryguard-policyd; do
+  paths=$(strings "$f" | grep -F -e "$src" -e /build-deb/ -e /obj-x86_64 -e /obj-aarch64 | head -3 || true)
+  [ -z "$paths" ] || fail "$f names a build or source path: $paths"
+done
 cmp -s /etc/retryguard/retryguard.yaml "$src/conf/retryguard.yaml" || fail "installed config is not conf/retryguard.yaml"
 dpkg-query -W -f='${Conffiles}\n' retryguard | grep -q '/etc/retryguard/retryguard.yaml' ||
   fail "/etc/retryguard/retryguard.yaml is not a conffile"

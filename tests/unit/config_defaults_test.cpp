@@ -46,8 +46,9 @@ TEST(ConfigDefaults, FollowTheGuidance) {
     // Reply prefixes count for the fingerprint by default: stripping them would
     // let a reply hash like the message it answers (identity.hpp).
     EXPECT_EQ(g.reinjection.subject_ignore_re, nullptr);
-    auto stripping = cfg::load_string("reinjection:\n  fingerprint:\n    subject_ignore: "
-                                      "'(?i)^\\s*((re|fwd?|aw|wg|tr)(\\[\\d+\\])?\\s*:\\s*)+'\n");
+    auto stripping = cfg::load_string(
+        "reinjection:\n  fingerprint:\n    subject_ignore: "
+        "'(?i)^\\s*((re|fwd?|aw|wg|tr)(\\[\\d+\\])?\\s*:\\s*)+'\n");
     ASSERT_TRUE(stripping.ok()) << (stripping.errors.empty() ? "" : stripping.errors[0].to_string());
     ASSERT_NE(stripping.config->global.reinjection.subject_ignore_re, nullptr);
     std::string subject = "Re: Fwd: RE[2]: quarterly report";

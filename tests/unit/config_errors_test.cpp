@@ -239,10 +239,10 @@ TEST(ConfigErrors, PolicyActionsAndTexts) {
         "t.yaml:2:10: error: bad action 'OK' for 'actions.watch': unknown policy action 'OK' (expected "
         "DUNNO, "
         "WARN, INFO, PREPEND, HOLD, DEFER_IF_PERMIT, REJECT, followed by text where Postfix allows it)");
-    EXPECT_EQ(
-        only_error("reinjection:\n  reject_text: \"queued as {queue_id}\"\n"),
-        "t.yaml:2:16: error: 'reinjection.reject_text': unknown placeholder '{queue_id}' (known: {recipient}, "
-        "{original}, {destination}, {reply}, {since}, {next_retry}, {more})");
+    EXPECT_EQ(only_error("reinjection:\n  reject_text: \"queued as {queue_id}\"\n"),
+              "t.yaml:2:16: error: 'reinjection.reject_text': unknown placeholder '{queue_id}' (known: "
+              "{recipient}, "
+              "{original}, {destination}, {reply}, {since}, {next_retry}, {more})");
     EXPECT_EQ(only_error("reinjection:\n  tag_header: \"X-Resend: yes\"\n"),
               "t.yaml:2:15: error: 'reinjection.tag_header' must be a header field name (printable, no ':' "
               "or space)");
