@@ -116,22 +116,23 @@ Result<json> period_report(Ledger& ledger, const config::Config& config, TimePoi
     // An MX host's escalation over the same deferrals as its domain's (same
     // times, the domain's last reply from that host) is shown with the domain.
     json shown_escalations = json::array();
-    for (const auto& e : esc->at("escalations")) {
-        if (e.at("kind") == "mx") {
-            bool twin = false;
-            for (auto& d : shown_escalations)
-                if (d.at("kind") == "domain" && d.value("status", "") == e.value("status", "") &&
-                    d.at("opened") == e.at("opened") && d.at("closed") == e.at("closed") &&
-                    relay_host(str_or(d, "last_relay", "")) == e.at("name").get<std::string>()) {
-                    d["also_mx"].push_back(e.at("name"));
-                    twin = true;
+    std::vector<bool> twin(esc->at("escalations").size(), false);
+    {
+        auto& all = esc->at("escalations");
+        for (auto& d : all) d["also_mx"] = json::array();
+        for (std::size_t m = 0; m < all.size(); ++m) {
+            if (all[m].at("kind") != "mx") continue;
+            for (auto& d : all)
+                if (d.at("kind") == "domain" && d.value("status", "") == all[m].value("status", "") &&
+                    d.at("opened") == all[m].at("opened") && d.at("closed") == all[m].at("closed") &&
+                    relay_host(str_or(d, "last_relay", "")) == all[m].at("name").get<std::string>()) {
+                    d["also_mx"].push_back(all[m].at("name"));
+                    twin[m] = true;
                     break;
                 }
-            if (twin) continue;
         }
-        json copy = e;
-        copy["also_mx"] = json::array();
-        shown_escalations.push_back(std::move(copy));
+        for (std::size_t k = 0; k < all.size(); ++k)
+            if (!twin[k]) shown_escalations.push_back(std::move(all[k]));
     }
 
     // Flags set, expired and cleared in the period.
