@@ -557,6 +557,47 @@ std::string via_text(const json& via) {
     return out;
 }
 
+// One row's episodes as bars. Episodes of one category closer than two
+// thousandths of the axis merge into one bar (a busy domain has hundreds of
+// short ones, and a bar narrower than a pixel tells nothing), its tooltip
+// saying how many it holds.
+std::string episode_bars(const Axis& axis, const json& episodes, TimePoint now) {
+    struct Bar {
+        std::string category;
+        TimePoint from, to;
+        bool ended = true;
+        std::int64_t count = 0, attempts = 0, messages = 0;
+        std::string reply;
+    };
+    std::string out;
+    std::optional<Bar> cur;
+    auto flush = [&] {
+        if (!cur) return;
+        const std::string title =
+            cur->count == 1 ? fmt::format("{}: {} attempts, {} messages, {}", h(cur->category),
+                                          num(json(cur->attempts)), num(json(cur->messages)), h(cur->reply))
+                            : fmt::format("{}: {} episodes, {} attempts, last reply: {}", h(cur->category),
+                                          num(json(cur->count)), num(json(cur->attempts)), h(cur->reply));
+        out += bar(axis, cur->from, cur->to, category_colour(cur->category), cur->ended, title);
+        cur.reset();
+    };
+    for (const auto& e : episodes) {
+        const std::string category = e.at("category").get<std::string>();
+        const TimePoint a = json_time(e.at("first_deferral")).value_or(now);
+        const TimePoint b = json_time(e.at("ended")).value_or(now);
+        if (cur && (cur->category != category || axis.at(a) - axis.at(cur->to) >= 2.0)) flush();
+        if (!cur) cur = Bar{category, a, b};
+        cur->to = std::max(cur->to, b);
+        cur->ended = cur->ended && !e.at("ended").is_null();
+        ++cur->count;
+        cur->attempts += e.at("attempts").get<std::int64_t>();
+        cur->messages += e.at("messages").get<std::int64_t>();
+        cur->reply = e.at("last_reply").get<std::string>();
+    }
+    flush();
+    return out;
+}
+
 std::string incident_label(const json& i) {
     return fmt::format("local outage ({}), {}", h(i.value("category", "")),
                        plural(i.at("destinations").get<std::size_t>(), "destination", "destinations"));
@@ -775,15 +816,7 @@ std::string render_html_report(const json& doc) {
             state == "escalate" ? "bad" : "", h(name), h(kind), h(state),
             r.at("flagged").get<bool>() ? " &middot; flagged" : "", via_text(r.value("via", json::array())));
         out += strip_open(fmt::format("timeline-{}-{}", kind, name), kind + " " + name, axis);
-        for (const auto& e : r.at("episodes")) {
-            const auto a = json_time(e.at("first_deferral")).value_or(now);
-            const auto b = json_time(e.at("ended")).value_or(now);
-            out += bar(axis, a, b, category_colour(e.at("category").get<std::string>()),
-                       !e.at("ended").is_null(),
-                       fmt::format("{}: {} attempts, {} messages, {}", h(e.at("category").get<std::string>()),
-                                   num(e.at("attempts")), num(e.at("messages")),
-                                   h(e.at("last_reply").get<std::string>())));
-        }
+        out += episode_bars(axis, r.at("episodes"), now);
         out += "</svg>\n";
     }
     out += "</div>\n";

@@ -360,5 +360,32 @@ TEST_F(ReportPeriod, AnEmptyLedgerSaysThereIsNothingToDo) {
               std::string::npos);
 }
 
+TEST_F(ReportPeriod, DenseEpisodesMergeIntoBarsThatSayHowManyTheyHold) {
+    Log log;
+    // Two deferrals then a delivery every 10 minutes for 200 rounds, on an
+    // axis of almost four weeks (an old deferral elsewhere starts it).
+    for (int i = 0; i < 200; ++i) {
+        const TimePoint t = at("2026-11-18T00:00:00Z") + i * 10min;
+        const std::string rcpt = fmt::format("u{}@busy.test", i);
+        log.refused(t, rcpt, "mx.busy.test", "4.2.2", "452 4.2.2 Mailbox full");
+        log.refused(t + 2min, rcpt, "mx.busy.test", "4.2.2", "452 4.2.2 Mailbox full");
+        log.sent(t + 4min, rcpt, "mx.busy.test");
+    }
+    log.refused(at("2026-10-24T00:00:00Z"), "a@old.test", "mx.old.test", "4.2.2", "452 4.2.2 Mailbox full");
+    import(log, kNow);
+    const json doc = period(kNow);
+    ASSERT_EQ(doc.at("timelines").at("rows").size(), 2u) << doc.at("timelines").dump();
+    EXPECT_EQ(doc.at("timelines").at("rows")[1].at("name"), "busy.test");
+    EXPECT_EQ(doc.at("timelines").at("rows")[1].at("episodes").size(), 200u) << "the document keeps them all";
+    const std::string page = report::render_html_report(doc);
+    const auto from = page.find("<svg id=\"timeline-domain-busy.test\"");
+    ASSERT_NE(from, std::string::npos);
+    const std::string row = page.substr(from, page.find("</svg>", from) - from);
+    std::size_t bars = 0;
+    for (auto p = row.find("<rect x="); p != std::string::npos; p = row.find("<rect x=", p + 1)) ++bars;
+    EXPECT_EQ(bars, 2u) << "the axis line and one bar: " << row;
+    EXPECT_NE(row.find("mailbox: 200 episodes, 400 attempts"), std::string::npos) << row;
+}
+
 }  // namespace
 }  // namespace retryguard
