@@ -387,5 +387,25 @@ TEST_F(ReportPeriod, DenseEpisodesMergeIntoBarsThatSayHowManyTheyHold) {
     EXPECT_NE(row.find("mailbox: 200 episodes, 400 attempts"), std::string::npos) << row;
 }
 
+TEST_F(ReportPeriod, AnOutageWithoutDeliveriesEndsAfterTheQuietPeriod) {
+    Log log;
+    for (int i = 0; i < kOutageDomains; ++i) {
+        const std::string d = fmt::format("q{:02}.test", i);
+        for (int k = 0; k < 3; ++k)
+            log.deferred(at("2026-11-15T10:00:00Z") + std::chrono::seconds(20 * i) + k * 30min, "a@" + d,
+                         "none", "4.4.1",
+                         fmt::format("connect to mx.{}[192.0.2.{}]:25: Connection timed out", d, i + 1));
+    }
+    import(log, kNow);
+    const json doc = period(kNow);
+    ASSERT_EQ(doc.at("incidents").size(), 1u) << doc.at("incidents").dump();
+    const json& i = doc.at("incidents")[0];
+    EXPECT_EQ(i.at("destinations"), kOutageDomains);
+    ASSERT_TRUE(i.at("ended").is_string()) << i.dump();
+    // The last deferral (11:04:20) plus spread.quiet_period (2 h).
+    EXPECT_EQ(i.at("ended"), "2026-11-15T13:04:20Z");
+    EXPECT_TRUE(doc.at("timelines").at("rows").empty()) << "its open episodes are the incident's";
+}
+
 }  // namespace
 }  // namespace retryguard
