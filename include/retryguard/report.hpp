@@ -179,11 +179,14 @@ Result<nlohmann::json> incidents(Ledger& ledger, const config::Config& config, T
 // and the ledger's episodes of the period:
 //   "summary": deferrals and episodes by category, destinations deferred and
 //     delivered to, messages in the ledger;
-//   "escalations", "flags" {set, expired, cleared, active}, "incidents";
+//   "escalations" (an MX host's escalation over the same deferrals as its
+//     domain's is listed in the domain's "also_mx"), "flags" {set, expired,
+//     cleared, active}, "incidents";
 //   "timelines": one row per destination worth a look, worst first
 //     (escalated, flagged, watch, escalation closed in the period, open
 //     episode, the rest; the listing's order, then the longest episode), at
-//     most `max_rows` drawn and the rest counted ("not_drawn");
+//     most `max_rows` drawn and the rest counted ("not_drawn"); an MX host
+//     that answered for one domain only is drawn with it ("via");
 //   "folded": what is not drawn because it needs nothing: destinations whose
 //     episodes were only greylisting that ended in a delivery, single
 //     deferrals followed by a delivery, and episodes of an incident's class
