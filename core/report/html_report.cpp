@@ -6,7 +6,9 @@
 // folding of what needs nothing (greylisting that delivered, single deferrals,
 // an incident's episodes) and the order of the timelines. The page holds no
 // script and loads nothing: inline CSS and SVG, readable at a phone's width.
-// Outside text reaches the page only through text::html.
+// Outside text reaches the page only through text::html. The page's own markup
+// avoids <b> and <script>, so a raw one in the page can only be a rendering bug
+// (the hostile-input test looks for them).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -501,7 +503,7 @@ constexpr const char* kStyle =
     ".figures{display:grid;grid-template-columns:repeat(auto-fill,minmax(10.5em,1fr));gap:8px;padding:0;"
     "list-style:none}"
     ".figures li{border:1px solid #ddd;border-radius:6px;padding:6px 10px}"
-    ".figures b{display:block;font-size:1.3em}"
+    ".figures strong{display:block;font-size:1.3em}"
     "table.cats{min-width:0;width:100%;max-width:50em}"
     ".cats tr.g td{border-top:0;color:#555;font-size:12px;padding-top:0}"
     ".todo li{margin:.3em 0}"
@@ -641,7 +643,7 @@ std::string render_html_report(const json& doc) {
     // 1. Summary and what to do.
     out += "<section id=\"summary\"><h2>Summary</h2>\n<ul class=\"figures\">";
     auto figure = [&](std::string_view value, std::string_view label) {
-        out += fmt::format("<li><b>{}</b>{}</li>", value, label);
+        out += fmt::format("<li><strong>{}</strong>{}</li>", value, label);
     };
     figure(num(sum.at("deferrals")),
            fmt::format("deferrals in {} at {}",
@@ -713,7 +715,8 @@ std::string render_html_report(const json& doc) {
             "<th class=\"n\">Episodes</th><th class=\"n\">Domains</th></tr>\n";
         for (const auto& c : sum.at("categories")) {
             out += fmt::format(
-                "<tr><td><span style=\"color:{}\">&#9632;</span> <b>{}</b></td><td class=\"n\">{}</td>"
+                "<tr><td><span style=\"color:{}\">&#9632;</span> <strong>{}</strong></td><td "
+                "class=\"n\">{}</td>"
                 "<td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
                 category_colour(c.at("category").get<std::string>()), h(c.at("category").get<std::string>()),
                 num(c.at("deferrals")), num(c.at("episodes")), num(c.at("destinations")));
@@ -780,7 +783,7 @@ std::string render_html_report(const json& doc) {
                 "<tr id=\"incident-{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td "
                 "class=\"n\">{}{}</td></tr>\n",
                 ++k, when(i.at("started")),
-                i.at("ended").is_null() ? "<b class=\"bad\">open</b>" : when(i.at("ended")),
+                i.at("ended").is_null() ? "<strong class=\"bad\">open</strong>" : when(i.at("ended")),
                 h(i.value("category", "")), destination_details(i), num(i.at("deferrals")),
                 i.at("absorbed").is_number() ? fmt::format(" ({} taken back)", num(i.at("absorbed")))
                                              : std::string());
@@ -802,7 +805,8 @@ std::string render_html_report(const json& doc) {
         ++k;
         const auto s = json_time(i.at("started")).value_or(now);
         const auto e = json_time(i.at("ended")).value_or(now);
-        out += fmt::format("<div class=\"lab\"><b>{}</b>{}</div>", incident_label(i), destination_details(i));
+        out += fmt::format("<div class=\"lab\"><strong>{}</strong>{}</div>", incident_label(i),
+                           destination_details(i));
         out += strip_open(fmt::format("timeline-incident-{}", k), incident_label(i), axis);
         out += bar(axis, s, e, category_colour(i.value("category", "")), !i.at("ended").is_null(),
                    fmt::format("{} deferrals", num(i.at("deferrals"))));

@@ -347,6 +347,7 @@ TEST_F(ReportPeriod, ThePageIsOneFileInTheDocumentedOrder) {
     EXPECT_NE(page.find("&lt;user@slow.test&gt;"), std::string::npos);
     EXPECT_EQ(page.find("<user@"), std::string::npos);
     EXPECT_EQ(page.find("<script"), std::string::npos);
+    EXPECT_EQ(page.find("<b>"), std::string::npos) << "kept for outside markup, which is never raw";
     EXPECT_EQ(page.find("src="), std::string::npos);
     EXPECT_EQ(page.find("href=\"http"), std::string::npos);
     EXPECT_EQ(page.find("url("), std::string::npos);
