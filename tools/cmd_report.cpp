@@ -1,5 +1,6 @@
-// cmd_report.cpp -- `retryguard report --html FILE`: one self-contained HTML
-// page with timelines, categories over time, escalations and flags. Glue only.
+// cmd_report.cpp -- `retryguard report --html FILE`: the period report (what
+// went wrong in the last N days and what to do) as one self-contained HTML
+// page, built by report::html_report. Glue only.
 #include <fstream>
 
 #include "report_common.hpp"
@@ -12,10 +13,12 @@ void add_report_command(CLI::App& app) {
         int days = 30;
     };
     auto c = std::make_shared<Opt>();
-    auto* cmd = app.add_subcommand("report", "Write a self-contained HTML report");
+    auto* cmd = app.add_subcommand("report", "Write the period report as one self-contained HTML page");
     add_report_options(cmd, *c);
     cmd->add_option("--html", c->html, "Output file")->required();
-    cmd->add_option("--days", c->days, "Ended episodes from the last N days")->check(CLI::Range(1, 3650));
+    cmd->add_option("--days", c->days,
+                    "The period: the last N days (escalations closed, flags, incidents, episodes)")
+        ->check(CLI::Range(1, 3650));
     cmd->callback([c] {
         auto now = report_now("report", *c);
         if (!now) return void(exit_code() = kExitUsage);

@@ -1,5 +1,6 @@
 // report.cpp -- builds the reporting documents from the ledger and the config
-// and renders them for people. It reads; it never decides policy, and it never
+// and renders them for people (the HTML page is html_report.cpp, the incidents
+// of a period incidents.cpp). It reads; it never decides policy, and it never
 // writes to the ledger (prune and flag clearing are the callers' explicit acts).
 #include "retryguard/report.hpp"
 
@@ -12,15 +13,17 @@
 #include <map>
 #include <set>
 
+#include "report/report_internal.hpp"
 #include "retryguard/ingest.hpp"
 #include "retryguard/postfix_wiring.hpp"
 #include "retryguard/reply.hpp"
 #include "retryguard/text.hpp"
 
 namespace retryguard::report {
-namespace {
 
 using nlohmann::json;
+
+namespace detail {
 
 json time_or_null(const std::optional<TimePoint>& t) {
     return t ? json(format_rfc3339(*t)) : json(nullptr);
@@ -33,15 +36,80 @@ std::optional<TimePoint> json_time(const json& j) {
     return *t;
 }
 
-std::string when_or_dash(const json& j, TimePoint now) {
-    auto t = json_time(j);
-    return t ? format_when(*t, now) : std::string("-");
-}
-
-std::string str_or(const json& j, std::string_view key, std::string_view fallback = "-") {
+std::string str_or(const json& j, std::string_view key, std::string_view fallback) {
     auto it = j.find(key);
     if (it == j.end() || !it->is_string() || it->get<std::string>().empty()) return std::string(fallback);
     return it->get<std::string>();
+}
+
+std::string grouped(std::size_t n) {
+    std::string digits = std::to_string(n), out;
+    for (std::size_t i = 0; i < digits.size(); ++i) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+        out += digits[i];
+    }
+    return out;
+}
+
+std::string primary_category(CategorySet set) {
+    auto cats = categories_in(set);
+    for (auto c : cats)
+        if (c != Category::unknown) return std::string(to_string(c));
+    return cats.empty() ? std::string() : std::string(to_string(cats.front()));
+}
+
+std::optional<json> saved_engine(Ledger& ledger) {
+    auto saved = ledger.get_state("engine");
+    if (!saved || !*saved) return std::nullopt;
+    auto view = describe_saved_state(**saved);
+    if (!view) return std::nullopt;
+    json e = json::parse(view->engine_json, nullptr, false);
+    if (e.is_discarded() || !e.is_object()) return std::nullopt;
+    return e;
+}
+
+json open_incident(const json& e) {
+    if (!e.contains("incident") || !e["incident"].is_object()) return nullptr;
+    const auto& i = e["incident"];
+    return json{{"category", i.value("category", "")},
+                {"started", i.contains("started") && i["started"].is_number_integer()
+                                ? json(format_rfc3339(from_micros(i["started"].get<std::int64_t>())))
+                                : json(nullptr)},
+                {"destinations", i.value("destinations", json::array())},
+                {"recovered", i.contains("recovered") && i["recovered"].is_array() ? i["recovered"].size()
+                                                                                   : std::size_t{0}},
+                {"deferrals", i.value("deferrals", std::int64_t{0})},
+                {"absorbed", i.value("absorbed", std::int64_t{0})}};
+}
+
+Result<std::vector<DestinationEpisodes>> read_period(Ledger& ledger, TimePoint from, TimePoint to) {
+    auto list = ledger.list_destinations(DestinationFilter{});
+    if (!list) return list.error();
+    std::vector<DestinationEpisodes> out;
+    for (auto& d : *list) {
+        auto h = ledger.episode_history(d.kind, d.name, from, to);
+        if (!h) return h.error();
+        DestinationEpisodes de{std::move(d), std::move(*h)};
+        if (de.destination.episode) de.episodes.push_back(*de.destination.episode);
+        if (!de.episodes.empty()) out.push_back(std::move(de));
+    }
+    return out;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::grouped;
+using detail::json_time;
+using detail::primary_category;
+using detail::saved_engine;
+using detail::str_or;
+using detail::time_or_null;
+
+std::string when_or_dash(const json& j, TimePoint now) {
+    auto t = json_time(j);
+    return t ? format_when(*t, now) : std::string("-");
 }
 
 std::string colour(const RenderOptions& ro, std::string_view code, std::string_view text) {
@@ -65,13 +133,6 @@ std::string flag_key_for(DestinationKind kind, std::string_view name) {
     return fmt::format("{}:{}", kind == DestinationKind::relay ? "mx" : "domain", name);
 }
 
-std::string primary_category(CategorySet set) {
-    auto cats = categories_in(set);
-    for (auto c : cats)
-        if (c != Category::unknown) return std::string(to_string(c));
-    return cats.empty() ? std::string() : std::string(to_string(cats.front()));
-}
-
 json categories_json(CategorySet set) {
     json a = json::array();
     for (auto c : categories_in(set)) a.push_back(std::string(to_string(c)));
@@ -93,27 +154,6 @@ void put_page(json& doc, const char* key, json rows, const Page& p) {
     doc["offset"] = p.offset;
     doc["limit"] = p.limit ? json(*p.limit) : json(nullptr);
     doc[key] = std::move(shown);
-}
-
-// 23481 -> "23,481"
-std::string grouped(std::size_t n) {
-    std::string digits = std::to_string(n), out;
-    for (std::size_t i = 0; i < digits.size(); ++i) {
-        if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-        out += digits[i];
-    }
-    return out;
-}
-
-// The engine's saved state as JSON (nullopt when none is saved or it cannot be read).
-std::optional<json> saved_engine(Ledger& ledger) {
-    auto saved = ledger.get_state("engine");
-    if (!saved || !*saved) return std::nullopt;
-    auto view = describe_saved_state(**saved);
-    if (!view) return std::nullopt;
-    json e = json::parse(view->engine_json, nullptr, false);
-    if (e.is_discarded() || !e.is_object()) return std::nullopt;
-    return e;
 }
 
 }  // namespace
@@ -339,19 +379,6 @@ json destination_json(const DestinationInfo& d, const Flag* flag) {
     return j;
 }
 
-void sort_worst_first(std::vector<DestinationInfo>& v) {
-    std::stable_sort(v.begin(), v.end(), [](const DestinationInfo& a, const DestinationInfo& b) {
-        int ra = state_rank(a.state), rb = state_rank(b.state);
-        if (ra != rb) return ra < rb;
-        auto fa = a.episode ? std::optional<TimePoint>(a.episode->first_deferral) : std::nullopt;
-        auto fb = b.episode ? std::optional<TimePoint>(b.episode->first_deferral) : std::nullopt;
-        if (fa.has_value() != fb.has_value()) return fa.has_value();
-        if (fa && *fa != *fb) return *fa < *fb;
-        if (a.kind != b.kind) return a.kind == DestinationKind::domain;
-        return a.name < b.name;
-    });
-}
-
 }  // namespace
 
 namespace {
@@ -525,19 +552,7 @@ Result<json> status(Ledger& ledger, const StatusInputs& in, TimePoint now) {
             auto e = json::parse(view->engine_json);
             if (e.contains("now") && e["now"].is_number_integer())
                 engine_now = format_rfc3339(from_micros(e["now"].get<std::int64_t>()));
-            if (e.contains("incident") && e["incident"].is_object()) {
-                const auto& i = e["incident"];
-                incident = json{
-                    {"category", i.value("category", "")},
-                    {"started", i.contains("started") && i["started"].is_number_integer()
-                                    ? json(format_rfc3339(from_micros(i["started"].get<std::int64_t>())))
-                                    : json(nullptr)},
-                    {"destinations", i.value("destinations", json::array())},
-                    {"recovered", i.contains("recovered") && i["recovered"].is_array() ? i["recovered"].size()
-                                                                                       : std::size_t{0}},
-                    {"deferrals", i.value("deferrals", std::int64_t{0})},
-                    {"absorbed", i.value("absorbed", std::int64_t{0})}};
-            }
+            incident = detail::open_incident(e);
         } catch (const std::exception& ex) {
             doc["engine_state_error"] = ex.what();
         }
@@ -1282,189 +1297,6 @@ std::string render_queue(const json& raw, const RenderOptions& ro) {
 }
 
 // ---------------------------------------------------------------------------
-
-namespace {
-std::string html_escape(std::string_view s) {
-    return text::html(s);
-}
-// Our own multi-line text (the escalation note): line breaks kept, each line
-// rendered as HTML text.
-std::string html_lines(std::string_view s) {
-    std::string out;
-    std::size_t pos = 0;
-    while (pos <= s.size()) {
-        std::size_t nl = s.find('\n', pos);
-        if (nl == std::string_view::npos) nl = s.size();
-        out += text::html(s.substr(pos, nl - pos));
-        if (nl < s.size()) out += '\n';
-        pos = nl + 1;
-    }
-    return out;
-}
-const char* category_colour(Category c) {
-    switch (c) {
-        case Category::receiver_config: return "#d62728";
-        case Category::receiver_system: return "#ff7f0e";
-        case Category::greylisting: return "#2ca02c";
-        case Category::rate_limited: return "#bcbd22";
-        case Category::policy: return "#9467bd";
-        case Category::network: return "#1f77b4";
-        case Category::routing: return "#17becf";
-        case Category::local: return "#8c564b";
-        default: return "#7f7f7f";
-    }
-}
-}  // namespace
-
-Result<std::string> html_report(Ledger& ledger, const config::Config& config, TimePoint now, int days) {
-    auto list = ledger.list_destinations(DestinationFilter{});
-    if (!list) return list.error();
-    auto v = std::move(*list);
-    sort_worst_first(v);
-    // The time axis: from the oldest deferral shown to now.
-    TimePoint from = now - std::chrono::hours(24 * days);
-    struct Row {
-        const DestinationInfo* d;
-        std::vector<Episode> episodes;
-    };
-    std::vector<Row> rows;
-    TimePoint lo = now, hi = now;
-    for (const auto& d : v) {
-        Row r{&d, {}};
-        auto h = ledger.episode_history(d.kind, d.name, from, now);
-        if (!h) return h.error();
-        r.episodes = std::move(*h);
-        if (d.episode) r.episodes.push_back(*d.episode);
-        if (r.episodes.empty()) continue;
-        for (const auto& e : r.episodes) {
-            lo = std::min(lo, e.first_deferral);
-            hi = std::max(hi, e.ended.value_or(e.last_deferral));
-        }
-        rows.push_back(std::move(r));
-    }
-    if (hi <= lo) hi = lo + std::chrono::minutes(1);
-    const double width = 900, label = 260;
-    auto x = [&](TimePoint t) {
-        return label + (width - label - 10) * static_cast<double>((t - lo).count()) /
-                           static_cast<double>((hi - lo).count());
-    };
-    std::string out;
-    out +=
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>retryguard report</title>\n";
-    out +=
-        "<style>body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;font-size:13px}"
-        "h2{margin-top:1.5em}.escalate{color:#b00;font-weight:bold}pre{background:#f6f6f6;padding:8px;white-"
-        "space:pre-wrap}</style>\n";
-    out += "</head><body>\n";
-    out += fmt::format("<h1>retryguard report</h1><p>Generated {} &middot; timelines from {} to {}</p>\n",
-                       html_escape(format_local(now)), html_escape(format_local(lo)),
-                       html_escape(format_local(hi)));
-
-    // Escalations.
-    auto esc = escalations(ledger, config, now);
-    if (!esc) return esc.error();
-    out += "<h2>Escalations</h2>\n";
-    if (esc->at("escalations").empty()) out += "<p>None.</p>\n";
-    for (const auto& e : esc->at("escalations"))
-        out += fmt::format("<h3 class=\"escalate\">{} {}</h3><p>Contact: {}</p><pre>{}</pre>\n",
-                           html_escape(e.at("kind").get<std::string>()),
-                           html_escape(e.at("name").get<std::string>()),
-                           html_escape(str_or(e, "contact", "(none configured)")),
-                           html_lines(e.at("note").get<std::string>()));
-
-    // Flags.
-    auto fl = ledger.list_flags(std::nullopt, now, false);
-    if (!fl) return fl.error();
-    out += "<h2>Active flags</h2>\n";
-    if (fl->empty()) {
-        out += "<p>None.</p>\n";
-    } else {
-        out += "<table><tr><th>Destination</th><th>Set</th><th>Expires</th><th>Reason</th></tr>\n";
-        for (const auto& f : *fl)
-            out += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                               html_escape(f.destination), html_escape(format_local(f.set_at)),
-                               f.expires_at ? html_escape(format_local(*f.expires_at)) : "-",
-                               html_escape(f.reason));
-        out += "</table>\n";
-    }
-
-    // Timelines: one SVG per destination, one bar per episode coloured by category.
-    out += "<h2>Deferral timelines</h2>\n";
-    for (const auto& r : rows) {
-        std::string id = fmt::format("timeline-{}-{}", kind_name(r.d->kind), r.d->name);
-        out += fmt::format(
-            "<svg id=\"{}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"28\" "
-            "role=\"img\" aria-label=\"{}\">",
-            html_escape(id), width, html_escape(id));
-        std::string state = r.d->state.empty() ? "none" : r.d->state;
-        out += fmt::format("<text x=\"0\" y=\"18\" font-size=\"12\" fill=\"{}\">{} {} ({})</text>",
-                           state == "escalate" ? "#b00" : "#222", kind_name(r.d->kind),
-                           html_escape(r.d->name), html_escape(state));
-        out +=
-            fmt::format("<line x1=\"{}\" y1=\"14\" x2=\"{}\" y2=\"14\" stroke=\"#ddd\"/>", label, width - 10);
-        for (const auto& e : r.episodes) {
-            auto cats = categories_in(e.categories);
-            Category c = cats.empty() ? Category::unknown : cats.front();
-            for (auto k : cats)
-                if (k != Category::unknown) {
-                    c = k;
-                    break;
-                }
-            double x1 = x(e.first_deferral), x2 = x(e.ended.value_or(e.ended ? *e.ended : now));
-            if (x2 - x1 < 3) x2 = x1 + 3;
-            out += fmt::format(
-                "<rect x=\"{:.1f}\" y=\"6\" width=\"{:.1f}\" height=\"16\" fill=\"{}\" opacity=\"{}\">"
-                "<title>{}: {} attempts, {} messages, {}</title></rect>",
-                x1, x2 - x1, category_colour(c), e.ended ? "0.5" : "0.9", html_escape(to_string(c)),
-                e.attempts, e.messages, html_escape(e.last_reply));
-        }
-        out += "</svg><br>\n";
-    }
-    out += "<p>";
-    for (Category c :
-         {Category::receiver_config, Category::receiver_system, Category::greylisting, Category::rate_limited,
-          Category::policy, Category::network, Category::routing, Category::local, Category::unknown})
-        out += fmt::format("<span style=\"color:{}\">&#9632;</span> {} &nbsp; ", category_colour(c),
-                           html_escape(to_string(c)));
-    out += "(faded: ended episodes)</p>\n";
-
-    // Categories over time: episodes started per category per hour bucket of the span.
-    out += "<h2>Categories over time</h2>\n";
-    const int nb = 24;
-    std::map<Category, std::vector<int>> counts;
-    int maxc = 1;
-    for (const auto& r : rows)
-        for (const auto& e : r.episodes)
-            for (auto c : categories_in(e.categories)) {
-                auto& vec = counts[c];
-                vec.resize(nb, 0);
-                auto i = static_cast<int>((nb - 1) * static_cast<double>((e.first_deferral - lo).count()) /
-                                          static_cast<double>((hi - lo).count()));
-                maxc = std::max(maxc, ++vec[std::clamp(i, 0, nb - 1)]);
-            }
-    out += fmt::format(
-        "<svg id=\"categories-over-time\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" "
-        "height=\"{}\">",
-        width, 30 * counts.size() + 10);
-    int row = 0;
-    for (const auto& [c, vec] : counts) {
-        double y = 10 + 30 * row++;
-        out += fmt::format("<text x=\"0\" y=\"{}\" font-size=\"12\">{}</text>", y + 14,
-                           html_escape(to_string(c)));
-        double bw = (width - label - 10) / nb;
-        for (int i = 0; i < nb; ++i)
-            if (vec[i] > 0) {
-                double h = 24.0 * vec[i] / maxc;
-                out += fmt::format(
-                    "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\">"
-                    "<title>{} episodes</title></rect>",
-                    label + i * bw, y + 24 - h, bw - 1, h, category_colour(c), vec[i]);
-            }
-    }
-    out += "</svg>\n</body></html>\n";
-    return out;
-}
 
 // ---------------------------------------------------------------------------
 

@@ -155,9 +155,51 @@ Result<nlohmann::json> queue(std::string_view postqueue_json, const Classifier& 
 std::string render_queue(const nlohmann::json& doc, const RenderOptions& ro);
 
 // ---------------------------------------------------------------------------
-// One self-contained HTML page (no external resources): per-destination
-// deferral timelines as inline SVG (ended episodes from episode_history within
-// `days` plus the open one), categories over time, escalations and flags.
+// Local-outbound incidents of a period: times when deferrals of one class
+// spread over many unrelated destinations at once, so the sending side's own
+// path was the suspect (docs/guidance.md). The open one comes from the rules
+// engine's saved state, exactly as `status` shows it (its destinations are
+// the engine's spread keys). Ended ones are not kept by the engine: they are
+// rebuilt from the ledger's episodes with the engine's spread rule
+// (config spread.*: so many destinations opening an episode of the class
+// within the window; ended when half that many delivered again or none was
+// hit for the quiet period), never more of them than the engine counted
+// (verdict local_outbound_suspected). The mail log's local_outbound_* verdict
+// lines stay the authority on their exact times.
+// {"now", "from", "incidents": [{category, started, ended (null: open),
+//   destinations (count), destination_names[], deferrals, absorbed (null when
+//   rebuilt), source ("engine" | "ledger")}]} oldest first.
+Result<nlohmann::json> incidents(Ledger& ledger, const config::Config& config, TimePoint now, Duration since);
+
+// ---------------------------------------------------------------------------
+// The period report: what went wrong in the last `days` and what to do about
+// it, as one document the HTML page is rendered from. Built from the
+// documents above (escalations with their notes, open and closed in the
+// period; flags; incidents; the destinations listing's worst-first order)
+// and the ledger's episodes of the period:
+//   "summary": deferrals and episodes by category, destinations deferred and
+//     delivered to, messages in the ledger;
+//   "escalations" (an MX host's escalation over the same deferrals as its
+//     domain's is listed in the domain's "also_mx"), "flags" {set, expired,
+//     cleared, active}, "incidents";
+//   "timelines": one row per destination worth a look, worst first
+//     (escalated, flagged, watch, escalation closed in the period, open
+//     episode, the rest; the listing's order, then the longest episode), at
+//     most `max_rows` drawn and the rest counted ("not_drawn"); an MX host
+//     that answered for one domain only is drawn with it ("via");
+//   "folded": what is not drawn because it needs nothing: destinations whose
+//     episodes were only greylisting that ended in a delivery, single
+//     deferrals followed by a delivery, and episodes of an incident's class
+//     inside that incident (shown once, as the incident).
+inline constexpr std::size_t kReportTimelineRows = 40;
+Result<nlohmann::json> period_report(Ledger& ledger, const config::Config& config, TimePoint now,
+                                     int days = 30, std::size_t max_rows = kReportTimelineRows);
+
+// One self-contained HTML page of the period report (no script, nothing loaded
+// from outside; inline CSS and SVG that fit a phone's width), in this order:
+// summary with what to do, deferrals by category, escalations with their
+// notes, flags, incidents, timelines on one date axis, categories over time.
+std::string render_html_report(const nlohmann::json& period);
 Result<std::string> html_report(Ledger& ledger, const config::Config& config, TimePoint now, int days = 30);
 
 // ---------------------------------------------------------------------------

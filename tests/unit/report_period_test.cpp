@@ -1,0 +1,412 @@
+// report_period_test.cpp -- the period report and its HTML page (core/report
+// html_report.cpp, incidents.cpp) over a ledger fed a synthetic month through
+// the real ingest path: a local outage becomes one incident row with its
+// destinations folded in, greylisting that delivered and single deferrals
+// become counts, escalations (open and closed) come with their notes, the
+// timelines are worst first and capped with the rest counted, and the page is
+// one file with no script and nothing loaded from outside.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "retryguard/config_engine.hpp"
+#include "retryguard/ingest.hpp"
+#include "retryguard/report.hpp"
+
+namespace retryguard {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+TimePoint at(const char* s) {
+    auto t = report::parse_rfc3339(s);
+    EXPECT_TRUE(t.ok()) << s;
+    return t ? *t : TimePoint{};
+}
+
+// Postfix 3.7 smtp lines of a synthetic relay, in time order when taken.
+class Log {
+  public:
+    void deferred(TimePoint t, std::string_view rcpt, std::string_view relay, std::string_view dsn,
+                  std::string_view reason) {
+        add(t, fmt::format("{}: to=<{}>, relay={}, delay=1, delays=0/0/0.5/0.5, dsn={}, status=deferred ({})",
+                           qid(rcpt), rcpt, relay, dsn, reason));
+    }
+    void refused(TimePoint t, std::string_view rcpt, std::string_view host, std::string_view dsn,
+                 std::string_view reply) {
+        deferred(t, rcpt, fmt::format("{}[192.0.2.7]:25", host), dsn,
+                 fmt::format("host {}[192.0.2.7] said: {} (in reply to RCPT TO command)", host, reply));
+    }
+    void sent(TimePoint t, std::string_view rcpt, std::string_view host) {
+        add(t, fmt::format("{}: to=<{}>, relay={}[192.0.2.7]:25, delay=1, delays=0/0/0.5/0.5, dsn=2.0.0, "
+                           "status=sent (250 2.0.0 Ok: queued as 4F2A)",
+                           qid(rcpt), rcpt, host));
+    }
+    // The lines up to `until`, in time order.
+    std::vector<std::string> lines_until(TimePoint until) {
+        std::stable_sort(lines_.begin(), lines_.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
+        std::vector<std::string> out;
+        for (const auto& [t, l] : lines_)
+            if (t <= until) out.push_back(l);
+        return out;
+    }
+
+  private:
+    // One message per recipient: its queue id is derived from the address.
+    std::string qid(std::string_view rcpt) {
+        auto it = std::find(rcpts_.begin(), rcpts_.end(), rcpt);
+        if (it == rcpts_.end()) it = rcpts_.insert(rcpts_.end(), std::string(rcpt));
+        return fmt::format("{:011X}", 0xA0000000ULL + static_cast<unsigned long long>(it - rcpts_.begin()));
+    }
+    void add(TimePoint t, std::string text) {
+        const auto secs = std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
+        std::time_t tt = static_cast<std::time_t>(secs);
+        std::tm tm{};
+        gmtime_r(&tt, &tm);
+        char stamp[32];
+        std::strftime(stamp, sizeof stamp, "%b %d %H:%M:%S", &tm);
+        lines_.emplace_back(
+            t, fmt::format("{} relay1 postfix/smtp[{}]: {}", stamp, 2000 + lines_.size() % 50, text));
+    }
+    std::vector<std::pair<TimePoint, std::string>> lines_;
+    std::vector<std::string> rcpts_;
+};
+
+constexpr int kOutageDomains = 14;  // spread.min_destinations is 10
+
+// The month: two receiver-config outages (one closed after escalating, one
+// open and escalated), a local network outage over 14 domains, greylisting
+// and single deferrals that delivered, and a receiver-system episode of three
+// deferrals that ended.
+Log month() {
+    Log log;
+    const std::string cfg_reply =
+        "451 4.3.5 <user@{}>: Recipient address rejected: Server configuration error";
+    for (TimePoint t = at("2026-11-10T00:00:00Z"); t <= at("2026-11-11T12:00:00Z"); t += 30min)
+        log.refused(t, "user@x-closed.test", "mx.x-closed.test", "4.3.5",
+                    fmt::format(fmt::runtime(cfg_reply), "x-closed.test"));
+    log.sent(at("2026-11-11T12:30:00Z"), "user@x-closed.test", "mx.x-closed.test");
+    for (TimePoint t = at("2026-11-18T10:00:00Z"); t <= at("2026-11-20T11:00:00Z"); t += 1h)
+        log.refused(t, "user@esc-open.test", "mx.esc-open.test", "4.3.5",
+                    fmt::format(fmt::runtime(cfg_reply), "esc-open.test"));
+    for (int i = 0; i < kOutageDomains; ++i) {
+        const std::string d = fmt::format("o{:02}.test", i);
+        for (int k = 0; k < 3; ++k)
+            log.deferred(at("2026-11-15T10:00:00Z") + std::chrono::seconds(20 * i) + k * 30min, "a@" + d,
+                         "none", "4.4.1",
+                         fmt::format("connect to mx.{}[192.0.2.{}]:25: Connection timed out", d, i + 1));
+        log.sent(at("2026-11-15T11:30:00Z") + std::chrono::seconds(10 * i), "a@" + d, "mx." + d);
+    }
+    for (int i = 1; i <= 3; ++i) {
+        const std::string d = fmt::format("g{}.test", i);
+        log.refused(
+            at("2026-11-12T09:00:00Z") + i * 1min, "a@" + d, "mx." + d, "4.7.1",
+            "450 4.7.1 <a@" + d + ">: Recipient address rejected: Greylisted, see http://postgrey.example/");
+        log.sent(at("2026-11-12T09:06:00Z") + i * 1min, "a@" + d, "mx." + d);
+    }
+    for (int i = 1; i <= 2; ++i) {
+        const std::string d = fmt::format("b{}.test", i);
+        log.refused(at("2026-11-13T08:00:00Z") + i * 1min, "a@" + d, "mx." + d, "4.2.2",
+                    "452 4.2.2 <a@" + d + ">: Mailbox full");
+        log.sent(at("2026-11-13T09:00:00Z") + i * 1min, "a@" + d, "mx." + d);
+    }
+    for (int k = 0; k < 3; ++k)
+        log.refused(at("2026-11-14T08:00:00Z") + k * 40min, "user@slow.test", "mx.slow.test", "4.3.0",
+                    "451 4.3.0 <user@slow.test>: Temporary system problem");
+    log.sent(at("2026-11-14T10:30:00Z"), "user@slow.test", "mx.slow.test");
+    log.sent(at("2026-11-19T10:00:00Z"), "x@ok.test", "mx.ok.test");
+    return log;
+}
+
+class ReportPeriod : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        dir_ = fs::temp_directory_path() / fmt::format("rg-period-{}-{}", ::getpid(), counter_++);
+        fs::create_directories(dir_);
+        auto l = open_ledger("sqlite:" + (dir_ / "ledger.db").string());
+        ASSERT_TRUE(l.ok()) << l.error().message;
+        ledger_ = std::move(*l);
+        config_ = config::defaults();
+    }
+    void TearDown() override {
+        ledger_.reset();
+        fs::remove_all(dir_);
+    }
+
+    // Feeds the lines up to `until` through the ingest path, as an import does.
+    void import(Log log, TimePoint until) {
+        auto classifier = Classifier::load();
+        ASSERT_TRUE(classifier.ok()) << classifier.error().message;
+        Ingestor ingestor(*ledger_, std::make_shared<const Classifier>(std::move(*classifier)),
+                          config::to_engine_settings(config_));
+        LogParserOptions o;
+        o.year = 2026;
+        o.local_time = false;
+        LogParser parser(o);
+        const auto lines = log.lines_until(until);
+        ASSERT_TRUE(ingestor.ingest_lines(parser, lines, std::nullopt).ok());
+        ASSERT_TRUE(ingestor.advance(until).ok());
+        ASSERT_TRUE(ingestor.save().ok());
+    }
+
+    json period(TimePoint now, std::size_t rows = report::kReportTimelineRows) {
+        auto doc = report::period_report(*ledger_, *config_, now, 30, rows);
+        EXPECT_TRUE(doc.ok()) << doc.error().message;
+        return doc ? *doc : json();
+    }
+
+    static std::vector<std::string> row_names(const json& doc) {
+        std::vector<std::string> out;
+        for (const auto& r : doc.at("timelines").at("rows"))
+            out.push_back(r.at("kind").get<std::string>() + ":" + r.at("name").get<std::string>());
+        return out;
+    }
+
+    fs::path dir_;
+    std::unique_ptr<Ledger> ledger_;
+    std::shared_ptr<const config::Config> config_;
+    static inline int counter_ = 0;
+};
+
+const TimePoint kNow = at("2026-11-20T12:00:00Z");
+
+TEST_F(ReportPeriod, AnEndedOutageIsOneIncidentWithItsDestinationsFoldedIn) {
+    import(month(), kNow);
+    const json doc = period(kNow);
+    ASSERT_EQ(doc.at("incidents").size(), 1u) << doc.at("incidents").dump();
+    const json& i = doc.at("incidents")[0];
+    EXPECT_EQ(i.at("category"), "network");
+    EXPECT_EQ(i.at("source"), "ledger") << "ended: rebuilt from the episodes";
+    EXPECT_EQ(i.at("destinations"), kOutageDomains);
+    EXPECT_EQ(i.at("destination_names")[0], "o00.test");
+    EXPECT_EQ(i.at("deferrals"), 3 * kOutageDomains);
+    const TimePoint started = at(i.at("started").get<std::string>().c_str());
+    EXPECT_GE(started, at("2026-11-15T10:00:00Z"));
+    EXPECT_LE(started, at("2026-11-15T10:05:00Z"));
+    ASSERT_TRUE(i.at("ended").is_string());
+    const TimePoint ended = at(i.at("ended").get<std::string>().c_str());
+    EXPECT_GE(ended, at("2026-11-15T11:30:00Z")) << "ended by the deliveries that resumed";
+    EXPECT_LE(ended, at("2026-11-15T11:35:00Z"));
+    for (const auto& name : row_names(doc)) EXPECT_EQ(name.find(":o"), std::string::npos) << name;
+    EXPECT_EQ(doc.at("folded").at("incident_destinations"), kOutageDomains);
+    // The same through `incidents`.
+    auto only = report::incidents(*ledger_, *config_, kNow, std::chrono::hours(24 * 30));
+    ASSERT_TRUE(only.ok());
+    EXPECT_EQ(only->at("incidents"), doc.at("incidents"));
+}
+
+TEST_F(ReportPeriod, AnOpenOutageIsTheEnginesIncident) {
+    const TimePoint mid = at("2026-11-15T10:45:00Z");
+    import(month(), mid);
+    const json doc = period(mid);
+    ASSERT_EQ(doc.at("incidents").size(), 1u) << doc.at("incidents").dump();
+    const json& i = doc.at("incidents")[0];
+    EXPECT_EQ(i.at("source"), "engine");
+    EXPECT_TRUE(i.at("ended").is_null());
+    EXPECT_GE(i.at("destinations").get<int>(), 10);
+    EXPECT_GT(i.at("absorbed").get<int>(), 0);
+    const std::string page = report::render_html_report(doc);
+    EXPECT_NE(page.find("A local-outbound incident (network) is open since"), std::string::npos);
+}
+
+TEST_F(ReportPeriod, NoIncidentWhereTheEngineOpenedNone) {
+    Log log;
+    // Many domains with a network deferral each, but hours apart: no spread.
+    for (int i = 0; i < 20; ++i) {
+        const std::string d = fmt::format("n{:02}.test", i);
+        log.deferred(at("2026-11-10T00:00:00Z") + i * 3h, "a@" + d, "none", "4.4.1",
+                     "connect to mx." + d + "[192.0.2.1]:25: Connection timed out");
+        log.sent(at("2026-11-10T00:20:00Z") + i * 3h, "a@" + d, "mx." + d);
+    }
+    import(log, kNow);
+    const json doc = period(kNow);
+    EXPECT_TRUE(doc.at("incidents").empty()) << doc.at("incidents").dump();
+    EXPECT_EQ(doc.at("folded").at("single_deferrals"), 20);
+}
+
+TEST_F(ReportPeriod, HarmlessPatternsAreCountsNotRows) {
+    import(month(), kNow);
+    const json doc = period(kNow);
+    EXPECT_EQ(doc.at("folded").at("greylisted"), 3);
+    EXPECT_EQ(doc.at("folded").at("single_deferrals"), 2);
+    for (const auto& name : row_names(doc)) {
+        EXPECT_EQ(name.find(":g"), std::string::npos) << name;
+        EXPECT_EQ(name.find(":b"), std::string::npos) << name;
+    }
+    const std::string page = report::render_html_report(doc);
+    EXPECT_NE(page.find("3 destinations greylisted and delivered; 2 single deferrals resolved"),
+              std::string::npos);
+}
+
+TEST_F(ReportPeriod, TimelinesAreWorstFirstAndSayWhatTheyLeaveOut) {
+    import(month(), kNow);
+    const json doc = period(kNow);
+    const auto names = row_names(doc);
+    auto pos = [&](const std::string& n) {
+        return static_cast<std::size_t>(std::find(names.begin(), names.end(), n) - names.begin());
+    };
+    ASSERT_LT(pos("domain:esc-open.test"), names.size()) << doc.at("timelines").dump();
+    ASSERT_LT(pos("domain:x-closed.test"), names.size());
+    ASSERT_LT(pos("domain:slow.test"), names.size());
+    EXPECT_LT(pos("domain:esc-open.test"), pos("domain:x-closed.test")) << "escalated now first";
+    EXPECT_LT(pos("domain:x-closed.test"), pos("domain:slow.test")) << "then escalated in the period";
+    EXPECT_EQ(doc.at("timelines").at("rows")[0].at("why"), "escalated");
+    EXPECT_EQ(doc.at("timelines").at("not_drawn"), 0);
+    EXPECT_EQ(doc.at("timelines").at("total"), names.size());
+
+    ASSERT_GE(names.size(), 3u);
+    const json capped = period(kNow, 1);
+    ASSERT_EQ(capped.at("timelines").at("rows").size(), 1u);
+    EXPECT_EQ(capped.at("timelines").at("not_drawn"), names.size() - 1);
+    EXPECT_EQ(row_names(capped)[0], names[0]);
+    const std::string page = report::render_html_report(capped);
+    EXPECT_NE(
+        page.find(fmt::format("{} more destinations not drawn; see <code>retryguard destinations</code>",
+                              names.size() - 1)),
+        std::string::npos);
+}
+
+TEST_F(ReportPeriod, EscalationsOpenAndClosedInThePeriodComeWithTheirNotes) {
+    import(month(), kNow);
+    const json doc = period(kNow);
+    std::map<std::string, json> by_name;
+    for (const auto& e : doc.at("escalations"))
+        if (e.at("kind") == "domain") by_name[e.at("name").get<std::string>()] = e;
+    ASSERT_TRUE(by_name.count("esc-open.test")) << doc.at("escalations").dump();
+    ASSERT_TRUE(by_name.count("x-closed.test")) << doc.at("escalations").dump();
+    EXPECT_EQ(by_name["esc-open.test"].at("status"), "open");
+    EXPECT_EQ(by_name["x-closed.test"].at("status"), "closed");
+    for (const auto& [name, e] : by_name)
+        EXPECT_NE(e.at("note").get<std::string>().find("Mail to " + name + " has been deferred"),
+                  std::string::npos)
+            << e.dump();
+    // The MX host's escalation over the same deferrals is named with its domain, not repeated.
+    // (x-closed.test sorts after its MX host's engine key "mx:mx.x-closed.test".)
+    EXPECT_EQ(by_name["esc-open.test"].at("also_mx"), json::array({"mx.esc-open.test"}));
+    EXPECT_EQ(by_name["x-closed.test"].at("also_mx"), json::array({"mx.x-closed.test"}));
+    for (const auto& e : doc.at("escalations")) EXPECT_EQ(e.at("kind"), "domain") << e.dump();
+    const std::string page = report::render_html_report(doc);
+    EXPECT_NE(page.find("Subject: Mail to x-closed.test has been deferred"), std::string::npos);
+    EXPECT_NE(page.find("esc-open.test (and mx mx.esc-open.test)"), std::string::npos);
+    EXPECT_NE(page.find("is escalated: send <a href=\"#escalation-"), std::string::npos);
+}
+
+TEST_F(ReportPeriod, SummaryCountsDeferralsByCategoryOncePerDeferral) {
+    import(month(), kNow);
+    const json doc = period(kNow);
+    std::map<std::string, std::int64_t> by;
+    for (const auto& c : doc.at("summary").at("categories"))
+        by[c.at("category").get<std::string>()] = c.at("deferrals").get<std::int64_t>();
+    EXPECT_EQ(by["network"], 3 * kOutageDomains);
+    EXPECT_EQ(by["greylisting"], 3);
+    EXPECT_EQ(by["receiver-system"], 3);
+    EXPECT_EQ(by["receiver-config"], 73 + 50);
+    std::int64_t total = 0;
+    for (const auto& [c, n] : by) total += n;
+    EXPECT_EQ(doc.at("summary").at("deferrals"), total);
+    EXPECT_GE(doc.at("summary").at("destinations_delivered").get<int>(), kOutageDomains + 6);
+}
+
+TEST_F(ReportPeriod, ThePageIsOneFileInTheDocumentedOrder) {
+    import(month(), kNow);
+    const std::string page = report::render_html_report(period(kNow));
+    EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
+    std::size_t last = 0;
+    for (const char* id : {"summary", "folded", "deferrals-by-category", "escalations", "flags", "incidents",
+                           "timelines", "categories-over-time"}) {
+        const auto p = page.find(fmt::format("id=\"{}\"", id));
+        ASSERT_NE(p, std::string::npos) << id;
+        EXPECT_GT(p, last) << id << " out of order";
+        last = p;
+    }
+    EXPECT_NE(page.find("<details><summary>14 destinations</summary><ul><li>o00.test</li>"),
+              std::string::npos);
+    EXPECT_NE(page.find("<svg id=\"timeline-incident-1\""), std::string::npos);
+    EXPECT_NE(page.find("<svg id=\"timeline-domain-esc-open.test\" viewBox="), std::string::npos);
+    EXPECT_EQ(page.find("<svg id=\"timeline-mx-mx.esc-open.test\""), std::string::npos)
+        << "drawn with its domain";
+    EXPECT_NE(page.find("via mx.esc-open.test"), std::string::npos);
+    EXPECT_NE(page.find("name=\"viewport\""), std::string::npos);
+    EXPECT_NE(page.find("@media (max-width:640px)"), std::string::npos);
+    EXPECT_NE(page.find("<div class=\"axis\"><span style=\"left:"), std::string::npos) << "a date axis";
+    EXPECT_TRUE(std::regex_search(page, std::regex("<span style=\"left:[0-9.]+%\">Nov [0-9]{2}</span>")))
+        << "ticks carry dates";
+    // Reply text is escaped; no script, nothing from outside.
+    EXPECT_NE(page.find("&lt;user@slow.test&gt;"), std::string::npos);
+    EXPECT_EQ(page.find("<user@"), std::string::npos);
+    EXPECT_EQ(page.find("<script"), std::string::npos);
+    EXPECT_EQ(page.find("<b>"), std::string::npos) << "kept for outside markup, which is never raw";
+    EXPECT_EQ(page.find("src="), std::string::npos);
+    EXPECT_EQ(page.find("href=\"http"), std::string::npos);
+    EXPECT_EQ(page.find("url("), std::string::npos);
+}
+
+TEST_F(ReportPeriod, AnEmptyLedgerSaysThereIsNothingToDo) {
+    const std::string page = report::render_html_report(period(kNow));
+    EXPECT_NE(page.find("Nothing needs doing"), std::string::npos);
+    EXPECT_NE(page.find("None in the period."), std::string::npos);
+    EXPECT_NE(page.find("0 destinations greylisted and delivered; 0 single deferrals resolved"),
+              std::string::npos);
+}
+
+TEST_F(ReportPeriod, DenseEpisodesMergeIntoBarsThatSayHowManyTheyHold) {
+    Log log;
+    // Two deferrals then a delivery every 10 minutes for 200 rounds, on an
+    // axis of almost four weeks (an old deferral elsewhere starts it).
+    for (int i = 0; i < 200; ++i) {
+        const TimePoint t = at("2026-11-18T00:00:00Z") + i * 10min;
+        const std::string rcpt = fmt::format("u{}@busy.test", i);
+        log.refused(t, rcpt, "mx.busy.test", "4.2.2", "452 4.2.2 Mailbox full");
+        log.refused(t + 2min, rcpt, "mx.busy.test", "4.2.2", "452 4.2.2 Mailbox full");
+        log.sent(t + 4min, rcpt, "mx.busy.test");
+    }
+    log.refused(at("2026-10-24T00:00:00Z"), "a@old.test", "mx.old.test", "4.2.2", "452 4.2.2 Mailbox full");
+    import(log, kNow);
+    const json doc = period(kNow);
+    ASSERT_EQ(doc.at("timelines").at("rows").size(), 2u) << doc.at("timelines").dump();
+    EXPECT_EQ(doc.at("timelines").at("rows")[1].at("name"), "busy.test");
+    EXPECT_EQ(doc.at("timelines").at("rows")[1].at("episodes").size(), 200u) << "the document keeps them all";
+    const std::string page = report::render_html_report(doc);
+    const auto from = page.find("<svg id=\"timeline-domain-busy.test\"");
+    ASSERT_NE(from, std::string::npos);
+    const std::string row = page.substr(from, page.find("</svg>", from) - from);
+    std::size_t bars = 0;
+    for (auto p = row.find("<rect x="); p != std::string::npos; p = row.find("<rect x=", p + 1)) ++bars;
+    EXPECT_EQ(bars, 2u) << "the axis line and one bar: " << row;
+    EXPECT_NE(row.find("mailbox: 200 episodes, 400 attempts"), std::string::npos) << row;
+}
+
+TEST_F(ReportPeriod, AnOutageWithoutDeliveriesEndsAfterTheQuietPeriod) {
+    Log log;
+    for (int i = 0; i < kOutageDomains; ++i) {
+        const std::string d = fmt::format("q{:02}.test", i);
+        for (int k = 0; k < 3; ++k)
+            log.deferred(at("2026-11-15T10:00:00Z") + std::chrono::seconds(20 * i) + k * 30min, "a@" + d,
+                         "none", "4.4.1",
+                         fmt::format("connect to mx.{}[192.0.2.{}]:25: Connection timed out", d, i + 1));
+    }
+    import(log, kNow);
+    const json doc = period(kNow);
+    ASSERT_EQ(doc.at("incidents").size(), 1u) << doc.at("incidents").dump();
+    const json& i = doc.at("incidents")[0];
+    EXPECT_EQ(i.at("destinations"), kOutageDomains);
+    ASSERT_TRUE(i.at("ended").is_string()) << i.dump();
+    // The last deferral (11:04:20) plus spread.quiet_period (2 h).
+    EXPECT_EQ(i.at("ended"), "2026-11-15T13:04:20Z");
+    EXPECT_TRUE(doc.at("timelines").at("rows").empty()) << "its open episodes are the incident's";
+}
+
+}  // namespace
+}  // namespace retryguard
