@@ -138,7 +138,8 @@ class LedgerStore final : public PendingStore {
         auto ms =
             std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
         if (!r) {
-            ++filter_errors_;
+            // with a stream, counted once per failure of the stream (stream_failed)
+            if (!stream_) ++filter_errors_;
             if (!failing_)
                 log_(Severity::warning,
                      fmt::format("identity filter: rebuild failed, every message is looked up until one "
@@ -182,16 +183,21 @@ class LedgerStore final : public PendingStore {
             stream_failed(st.error());
             return false;
         }
-        return rebuild();
+        if (rebuild()) return true;
+        stream_failed(make_error(ErrorKind::unavailable, "the scan after the mark failed"));
+        return false;
     }
+    // Counted and logged once per failure, not per retry: a Redis down for an
+    // hour is one error, as it is one state of the filter.
     void stream_failed(const Error& e) {
         filter_.invalidate();
-        ++filter_errors_;
-        if (!stream_failing_)
+        if (!stream_failing_) {
+            ++filter_errors_;
             log_(Severity::warning,
                  fmt::format("identity filter: change stream failed, every message is looked up until it is "
                              "read again: {}",
                              e.message));
+        }
         stream_failing_ = true;
     }
     void follow_loop() {
