@@ -133,8 +133,10 @@ class LedgerStore final : public PendingStore {
   private:
     bool rebuild() {
         auto t0 = std::chrono::steady_clock::now();
-        auto r = filter_.rebuild(
-            [this](const IdentityFilter::Visitor& v) { return ledger_->for_each_open_identity(v); });
+        // with a stream, on its connection: the lookups keep theirs to themselves
+        auto r = filter_.rebuild([this](const IdentityFilter::Visitor& v) {
+            return stream_ ? stream_->scan(v) : ledger_->for_each_open_identity(v);
+        });
         auto ms =
             std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
         if (!r) {

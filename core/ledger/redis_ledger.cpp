@@ -305,13 +305,27 @@ class RedisLedger final : public Ledger {
 
     Status record_identities(std::span<const MessageIdentity> identities) override {
         if (auto st = check_identities(identities); !st) return counters_.count(std::move(st));
-        return status(run<int>([&] {
-            for (const auto& id : identities) store_identity(id);
-            return 0;
-        }));
+        // The milter's writer hands over its records in batches: one round trip
+        // per chunk, not per record (each record one EVALSHA, atomic on its
+        // own; a failure leaves the earlier ones recorded, as before), and the
+        // connection lock released between chunks so lookups are not held up.
+        constexpr std::size_t kChunk = 200;
+        for (std::size_t from = 0; from < identities.size(); from += kChunk) {
+            const auto chunk = identities.subspan(from, std::min(kChunk, identities.size() - from));
+            auto st = status(run<int>([&] {
+                std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> calls;
+                calls.reserve(chunk.size());
+                for (const auto& id : chunk) calls.push_back(identity_call(id));
+                eval_pipelined("record_identity", calls);
+                return 0;
+            }));
+            if (!st) return st;
+        }
+        return {};
     }
 
-    void store_identity(const MessageIdentity& id) {
+    // record_identity's KEYS and ARGV for one message.
+    std::pair<std::vector<std::string>, std::vector<std::string>> identity_call(const MessageIdentity& id) {
         {
             std::vector<std::string> args = {P_,
                                              ttl(options_.message_ttl),
@@ -327,7 +341,7 @@ class RedisLedger final : public Ledger {
                 args.push_back(a);
                 args.push_back(domain_of(a));
             }
-            eval("record_identity", {P_ + "msg:" + id.queue_id}, args);
+            return {{P_ + "msg:" + id.queue_id}, std::move(args)};
         }
     }
 
@@ -383,7 +397,7 @@ class RedisLedger final : public Ledger {
         do {
             keys.clear();
             auto page = run<int>([&] {
-                auto r = eval("open_identities", {P_ + "open-msgs"}, {P_, cursor, "1000"});
+                auto r = eval("open_identities", {P_ + "open-msgs"}, {P_, cursor, "500"});
                 if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
                     r->element[1]->type != REDIS_REPLY_ARRAY)
                     throw Failure{
@@ -994,6 +1008,77 @@ class RedisLedger final : public Ledger {
         return reply;
     }
 
+    // Many EVALSHA calls of one script in pipelined chunks: every reply is read
+    // (the connection stays in step) before the first error is thrown. Calls the
+    // server no longer knows the script for (restart, SCRIPT FLUSH) are sent
+    // again one by one with eval().
+    void eval_pipelined(
+        std::string_view name,
+        const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>>& calls) {
+        std::size_t index = 0;
+        const auto& scripts = redis_scripts();
+        while (index < scripts.size() && scripts[index].name != name) ++index;
+        if (index == scripts.size())
+            throw Failure{make_error(ErrorKind::internal, "ledger (redis): no script " + std::string(name))};
+        std::size_t next = 0;
+        if (shas_[index].empty() && !calls.empty()) {  // the first call loads the script
+            eval(name, calls[0].first, calls[0].second);
+            next = 1;
+        }
+        constexpr std::size_t kChunk = 1000;
+        std::vector<std::size_t> again;
+        std::optional<Error> failed;
+        while (next < calls.size()) {
+            const std::size_t end = std::min(calls.size(), next + kChunk);
+            connect_locked();
+            SigpipeGuard no_sigpipe;
+            std::vector<std::string> argv;
+            std::vector<const char*> ptrs;
+            std::vector<std::size_t> lens;
+            for (std::size_t i = next; i < end; ++i) {
+                const auto& [keys, args] = calls[i];
+                argv.clear();
+                argv.push_back("EVALSHA");
+                argv.push_back(shas_[index]);
+                argv.push_back(std::to_string(keys.size()));
+                argv.insert(argv.end(), keys.begin(), keys.end());
+                argv.insert(argv.end(), args.begin(), args.end());
+                ptrs.clear();
+                lens.clear();
+                for (const auto& a : argv) {
+                    ptrs.push_back(a.data());
+                    lens.push_back(a.size());
+                }
+                if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), ptrs.data(), lens.data()) !=
+                    REDIS_OK)
+                    throw Failure{make_error(ErrorKind::internal, "ledger (redis): out of memory")};
+            }
+            for (std::size_t i = next; i < end; ++i) {
+                void* raw = nullptr;
+                if (redisGetReply(ctx_, &raw) != REDIS_OK || !raw) {
+                    // as in call_once: the connection is unusable
+                    std::string why = ctx_->errstr;
+                    redisFree(ctx_);
+                    ctx_ = nullptr;
+                    back_off(std::chrono::steady_clock::now());
+                    auto msg = "ledger (redis): " + location() + ": " + why;
+                    options_.warn(msg);
+                    throw Failure{make_error(ErrorKind::unavailable, msg)};
+                }
+                ReplyPtr reply(static_cast<redisReply*>(raw));
+                if (reply->type != REDIS_REPLY_ERROR) continue;
+                std::string msg(reply->str, reply->len);
+                if (msg.find("NOSCRIPT") != std::string::npos)
+                    again.push_back(i);
+                else if (!failed)
+                    failed = make_error(ErrorKind::io, "ledger (redis): " + msg);
+            }
+            next = end;
+        }
+        if (failed) throw Failure{std::move(*failed)};
+        for (std::size_t i : again) eval(name, calls[i].first, calls[i].second);
+    }
+
     std::string host_;
     int port_;
     int db_;
@@ -1051,6 +1136,7 @@ class RedisIdentityStream final : public IdentityStream {
         }
         return {};
     }
+    Status scan(const Visitor& f) override { return conn_->for_each_open_identity(f); }
     // The connection's command timeout is raised by this much, so that a read
     // waiting this long is not taken for a Redis that does not answer.
     static constexpr std::chrono::milliseconds kMaxWait{1000};

@@ -331,6 +331,9 @@ class IdentityStream {
     // have been missed (the stream was trimmed past the reader, Redis restarted
     // or cannot be reached): mark() and scan again.
     virtual Status read(std::chrono::milliseconds wait, const Visitor& f) = 0;
+    // Ledger::for_each_open_identity on the stream's own connection: a scan of
+    // many messages then never holds up the lookups on the ledger's.
+    virtual Status scan(const Visitor& f) = 0;
 };
 
 class Ledger {

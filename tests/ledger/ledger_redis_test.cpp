@@ -94,6 +94,38 @@ TEST(LedgerRedis, ScriptsForgottenByTheServerAreSentAgain) {
     EXPECT_EQ((*rs)[0].attempts, 2);
 }
 
+// The milter's batches go out pipelined (more than one chunk here); a server
+// that forgot the script answers NOSCRIPT to each, and each is sent again.
+TEST(LedgerRedis, PipelinedIdentityBatchesSurviveAForgottenScript) {
+    auto* server = RedisServer::shared();
+    RETRYGUARD_REQUIRE_REDIS(server);
+    auto l = open_ledger(options_for(*server, "rgpipe:"));
+    ASSERT_TRUE(l.ok());
+    auto batch = [](int from, int n) {
+        std::vector<MessageIdentity> ids;
+        for (int i = from; i < from + n; ++i)
+            ids.push_back({"PL" + std::to_string(i),
+                           "<pl" + std::to_string(i) + "@x>",
+                           "",
+                           "s@x",
+                           {"r@d.test"},
+                           at(i)});
+        return ids;
+    };
+    ASSERT_TRUE((*l)->record_identities(batch(0, 2500)).ok());
+    RawRedis raw(server->port());
+    freeReplyObject(raw.cmd("SCRIPT FLUSH"));
+    ASSERT_TRUE((*l)->record_identities(batch(2500, 10)).ok());
+    for (int i : {0, 999, 1000, 2499, 2500, 2509}) {
+        auto m = (*l)->find_messages_by_message_id("<pl" + std::to_string(i) + "@x>");
+        ASSERT_TRUE(m.ok());
+        EXPECT_EQ(m->size(), 1u) << i;
+    }
+    std::size_t listed = 0;
+    ASSERT_TRUE((*l)->for_each_open_identity([&](std::string_view, std::string_view) { ++listed; }).ok());
+    EXPECT_EQ(listed, 2510u);
+}
+
 TEST(LedgerRedis, ServerGoneFailsOpenQuicklyAndRecovers) {
     RETRYGUARD_REQUIRE_REDIS(RedisServer::shared());
     RedisServer server;  // private: this test stops it
@@ -291,9 +323,8 @@ TEST(LedgerRedis, IdentitiesWrittenOnOneConnectionReachAnotherConnectionsFilter)
     auto stream = (*b)->open_identity_stream();
     ASSERT_TRUE(stream.ok()) << stream.error().message;
     ASSERT_TRUE((*stream)->mark().ok());
-    IdentityFilter filter;
-    auto built =
-        filter.rebuild([&](const IdentityFilter::Visitor& v) { return (*b)->for_each_open_identity(v); });
+    IdentityFilter filter;  // scanned as the milter scans: on the stream's connection
+    auto built = filter.rebuild([&](const IdentityFilter::Visitor& v) { return (*stream)->scan(v); });
     ASSERT_TRUE(built.ok()) << built.error().message;
     EXPECT_EQ(*built, 2u);  // S0's Message-ID and fingerprint
     EXPECT_TRUE(filter.may_have_copy("<s0@x>", ""));
