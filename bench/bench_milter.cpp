@@ -464,13 +464,15 @@ int main(int argc, char** argv) {
         stop_all();
         return 1;
     }
-    // what the milter said about its ledger and filter (its start and stop lines)
+    // what the milter said about its ledger and filter (its start and stop lines,
+    // warnings, and a sanitizer's report when RETRYGUARD_MILTER is a sanitizer build)
     stop_processes();
     if (FILE* f = std::fopen((g_dir + "/retryguard-milter.stderr").c_str(), "r")) {
         char line[1024];
         while (std::fgets(line, sizeof line, f))
             if (std::strstr(line, "identity filter") || std::strstr(line, "lookups_filtered") ||
                 std::strstr(line, "warning") || std::strstr(line, "ledger (redis)") ||
+                std::strstr(line, "Sanitizer") || std::strstr(line, "runtime error") ||
                 std::strstr(line, "starting"))
                 std::printf("milter: %s", line);
         std::fclose(f);

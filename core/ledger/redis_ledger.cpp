@@ -12,6 +12,7 @@
 #include <charconv>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 
@@ -310,15 +311,30 @@ class RedisLedger final : public Ledger {
         // own; a failure leaves the earlier ones recorded, as before), and the
         // connection lock released between chunks so lookups are not held up.
         constexpr std::size_t kChunk = 200;
+        bool retried = false;
         for (std::size_t from = 0; from < identities.size(); from += kChunk) {
             const auto chunk = identities.subspan(from, std::min(kChunk, identities.size() - from));
-            auto st = status(run<int>([&] {
-                std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> calls;
-                calls.reserve(chunk.size());
-                for (const auto& id : chunk) calls.push_back(identity_call(id));
-                eval_pipelined("record_identity", calls);
-                return 0;
-            }));
+            auto send = [&] {
+                return status(run<int>([&] {
+                    std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> calls;
+                    calls.reserve(chunk.size());
+                    for (const auto& id : chunk) calls.push_back(identity_call(id));
+                    eval_pipelined("record_identity", calls);
+                    return 0;
+                }));
+            };
+            auto st = send();
+            if (!st && st.error().kind == ErrorKind::unavailable && !retried) {
+                // One stall past ledger.redis.timeout would fail every later
+                // chunk of the batch during the reconnect back-off: wait that
+                // out once and send the chunk again (recording an identity a
+                // second time changes nothing). Redis down fails again at once.
+                retried = true;
+                std::this_thread::sleep_for(
+                    std::min(options_.reconnect_min, std::chrono::milliseconds(1000)) +
+                    std::chrono::milliseconds(10));
+                st = send();
+            }
             if (!st) return st;
         }
         return {};
