@@ -1,7 +1,9 @@
 // bench_milter.cpp -- retryguard-milter through the milter protocol, against a
 // no-op libmilter milter (bench/noop_milter.c) built in the same run: messages
-// per second and end-of-message latency, with a SQLite ledger holding
-// RETRYGUARD_BENCH_LEDGER_MESSAGES (default 100000) deferred messages.
+// per second and end-of-message latency, with a ledger holding
+// RETRYGUARD_BENCH_LEDGER_MESSAGES (default 100000) deferred messages: SQLite,
+// or with RETRYGUARD_BENCH_LEDGER=redis a redis-server of its own on
+// 127.0.0.1 (a free port, no persistence), stopped at the end.
 // The client side of the milter protocol is written here (what Postfix's
 // smtpd/cleanup do), so nothing but the two milters is measured.
 // Never used outside the benchmark; binds nothing but unix sockets in a temp dir.
@@ -9,6 +11,7 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <libmilter/mfdef.h>
+#include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -41,6 +44,7 @@ struct Milter {
     pid_t pid = -1;
 };
 std::vector<Milter> g_milters;  // [0] = no-op reference, [1] = retryguard
+pid_t g_redis = -1;             // the Redis mode's server
 std::atomic<std::uint64_t> g_seq{0};
 std::string g_dir;
 
@@ -256,7 +260,10 @@ void wait_socket(const std::string& path) {
 // The ledger as a busy sender's would look: N messages recorded by the milter,
 // each deferred once by its receiver.
 void populate(const std::string& spec, std::size_t n) {
-    auto ledger = open_ledger(spec);
+    LedgerOptions o;
+    o.spec = spec;
+    o.command_timeout = std::chrono::seconds(30);  // a batch of 5000 events is one Redis script
+    auto ledger = open_ledger(o);
     if (!ledger) throw std::runtime_error(ledger.error().message);
     auto t0 = std::chrono::steady_clock::now();
     TimePoint base =
@@ -298,7 +305,39 @@ void populate(const std::string& spec, std::size_t n) {
                 s ? static_cast<long long>(s->messages) : -1LL);
 }
 
-void stop_all() {
+// A loopback port nobody holds now (redis-server cannot be given port 0).
+int free_loopback_port() {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    socklen_t len = sizeof a;
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+        throw std::runtime_error("no free loopback port");
+    ::close(fd);
+    return ntohs(a.sin_port);
+}
+
+// Starts redis-server on 127.0.0.1:port, without persistence; returns when a
+// ledger can talk to it.
+void start_redis(int port) {
+    std::string bin = "/usr/bin/redis-server";
+    if (const char* e = std::getenv("RETRYGUARD_REDIS_SERVER")) bin = e;
+    g_redis = spawn({bin, "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                     "no", "--dir", g_dir, "--logfile", g_dir + "/redis.log"},
+                    g_dir + "/redis.log");
+    for (int i = 0; i < 200; ++i) {
+        auto l = open_ledger(fmt::format("redis://127.0.0.1:{}", port));
+        if (l && (*l)->stats()) return;
+        usleep(25000);
+    }
+    throw std::runtime_error("redis-server did not start (see " + g_dir + "/redis.log)");
+}
+
+void stop_processes() {
+    // the milters first: the retryguard milter writes its queued records at stop
     for (auto& m : g_milters)
         if (m.pid > 0) {
             kill(m.pid, SIGTERM);
@@ -306,6 +345,16 @@ void stop_all() {
             waitpid(m.pid, &st, 0);
             m.pid = -1;
         }
+    if (g_redis > 0) {
+        kill(g_redis, SIGTERM);
+        int st;
+        waitpid(g_redis, &st, 0);
+        g_redis = -1;
+    }
+}
+
+void stop_all() {
+    stop_processes();
     if (!g_dir.empty()) fs::remove_all(g_dir);
 }
 
@@ -352,8 +401,18 @@ int main(int argc, char** argv) {
     chmod(g_dir.c_str(), 0755);
     std::string user = "";
     if (geteuid() == 0) user = "nobody";
+    const char* backend = std::getenv("RETRYGUARD_BENCH_LEDGER");
+    const bool redis = backend && std::string_view(backend) == "redis";
     try {
         std::string spec = "sqlite:" + g_dir + "/ledger.db";
+        std::vector<std::string> ledger_args = {"-o", "ledger.sqlite.path=" + g_dir + "/ledger.db"};
+        if (redis) {
+            const int port = free_loopback_port();
+            start_redis(port);
+            spec = fmt::format("redis://127.0.0.1:{}", port);
+            ledger_args = {"-o", "ledger.backend=redis", "-o",
+                           fmt::format("ledger.redis.address=127.0.0.1:{}", port)};
+        }
         populate(spec, n);
         if (!user.empty()) {
             passwd* pw = getpwnam(user.c_str());
@@ -372,12 +431,11 @@ int main(int argc, char** argv) {
                                          "-o",
                                          "milter.socket_mode=0666",
                                          "-o",
-                                         "ledger.sqlite.path=" + g_dir + "/ledger.db",
-                                         "-o",
                                          "log.target=stderr"};
+        args.insert(args.end(), ledger_args.begin(), ledger_args.end());
         if (!user.empty())
             args.insert(args.end(), {"-o", "milter.user=" + user, "-o", "milter.group=nogroup"});
-        g_milters[1].pid = spawn(args, "/dev/null");
+        g_milters[1].pid = spawn(args, g_dir + "/retryguard-milter.stderr");
         wait_socket(g_milters[0].socket);
         wait_socket(g_milters[1].socket);
     } catch (const std::exception& e) {
@@ -406,9 +464,23 @@ int main(int argc, char** argv) {
         stop_all();
         return 1;
     }
+    // what the milter said about its ledger and filter (its start and stop lines,
+    // warnings, and a sanitizer's report when RETRYGUARD_MILTER is a sanitizer build)
+    stop_processes();
+    if (FILE* f = std::fopen((g_dir + "/retryguard-milter.stderr").c_str(), "r")) {
+        char line[1024];
+        while (std::fgets(line, sizeof line, f))
+            if (std::strstr(line, "identity filter") || std::strstr(line, "lookups_filtered") ||
+                std::strstr(line, "warning") || std::strstr(line, "ledger (redis)") ||
+                std::strstr(line, "Sanitizer") || std::strstr(line, "runtime error") ||
+                std::strstr(line, "starting"))
+                std::printf("milter: %s", line);
+        std::fclose(f);
+    }
     stop_all();
-    std::printf("\nretryguard-milter against the no-op milter (ledger: %zu deferred messages), %d rounds\n",
-                n, rounds);
+    std::printf(
+        "\nretryguard-milter against the no-op milter (ledger: %s, %zu deferred messages), %d rounds\n",
+        redis ? "redis" : "sqlite", n, rounds);
     for (int t : {1, 4}) {
         std::string k = "/threads:" + std::to_string(t);
         const auto& a = reporter.rate["retryguard" + k];

@@ -72,6 +72,24 @@ void IdentityFilter::add(std::string_view message_id, std::string_view fingerpri
     }
 }
 
+void IdentityFilter::add_normalised(std::string_view message_id, std::string_view fingerprint) {
+    const Keys k = keys_of_normalised(message_id, fingerprint);
+    std::lock_guard lock(mu_);
+    try {
+        insert(keys_, rebuilding_ ? &added_during_rebuild_ : nullptr, k);
+    } catch (...) {
+        ready_ = false;
+        lost_during_rebuild_ = rebuilding_;
+    }
+}
+
+void IdentityFilter::invalidate() {
+    std::lock_guard lock(mu_);
+    ready_ = false;
+    // a rebuild running now may have read the ledger before the lost keys
+    if (rebuilding_) lost_during_rebuild_ = true;
+}
+
 Result<std::size_t> IdentityFilter::rebuild(const Scan& scan) {
     {
         std::lock_guard lock(mu_);
@@ -103,7 +121,9 @@ Result<std::size_t> IdentityFilter::rebuild(const Scan& scan) {
     std::lock_guard lock(mu_);
     rebuilding_ = false;
     if (st && lost_during_rebuild_)
-        st = make_error(ErrorKind::internal, "identity filter: a key could not be kept (out of memory)");
+        st = make_error(
+            ErrorKind::internal,
+            "identity filter: keys were lost while it ran (out of memory, or the change stream broke)");
     if (st) {
         try {
             fresh.insert(added_during_rebuild_.begin(), added_during_rebuild_.end());

@@ -315,6 +315,11 @@ Status Ledger::for_each_open_identity(
                       "ledger (" + std::string(backend()) + "): cannot list its identities");
 }
 
+Result<std::unique_ptr<IdentityStream>> Ledger::open_identity_stream() {
+    return make_error(ErrorKind::unavailable,
+                      "ledger (" + std::string(backend()) + "): has no stream of identity changes");
+}
+
 Result<std::unique_ptr<Ledger>> open_ledger(const LedgerOptions& options) {
     std::string_view spec = trim(options.spec);
     if (spec.empty()) return make_error(ErrorKind::config, "ledger: empty backend spec");

@@ -12,6 +12,8 @@
 #include <charconv>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <thread>
+#include <tuple>
 #include <unordered_map>
 
 #include "ledger/internal.hpp"
@@ -304,13 +306,42 @@ class RedisLedger final : public Ledger {
 
     Status record_identities(std::span<const MessageIdentity> identities) override {
         if (auto st = check_identities(identities); !st) return counters_.count(std::move(st));
-        return status(run<int>([&] {
-            for (const auto& id : identities) store_identity(id);
-            return 0;
-        }));
+        // The milter's writer hands over its records in batches: one round trip
+        // per chunk, not per record (each record one EVALSHA, atomic on its
+        // own; a failure leaves the earlier ones recorded, as before), and the
+        // connection lock released between chunks so lookups are not held up.
+        constexpr std::size_t kChunk = 200;
+        bool retried = false;
+        for (std::size_t from = 0; from < identities.size(); from += kChunk) {
+            const auto chunk = identities.subspan(from, std::min(kChunk, identities.size() - from));
+            auto send = [&] {
+                return status(run<int>([&] {
+                    std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> calls;
+                    calls.reserve(chunk.size());
+                    for (const auto& id : chunk) calls.push_back(identity_call(id));
+                    eval_pipelined("record_identity", calls);
+                    return 0;
+                }));
+            };
+            auto st = send();
+            if (!st && st.error().kind == ErrorKind::unavailable && !retried) {
+                // One stall past ledger.redis.timeout would fail every later
+                // chunk of the batch during the reconnect back-off: wait that
+                // out once and send the chunk again (recording an identity a
+                // second time changes nothing). Redis down fails again at once.
+                retried = true;
+                std::this_thread::sleep_for(
+                    std::min(options_.reconnect_min, std::chrono::milliseconds(1000)) +
+                    std::chrono::milliseconds(10));
+                st = send();
+            }
+            if (!st) return st;
+        }
+        return {};
     }
 
-    void store_identity(const MessageIdentity& id) {
+    // record_identity's KEYS and ARGV for one message.
+    std::pair<std::vector<std::string>, std::vector<std::string>> identity_call(const MessageIdentity& id) {
         {
             std::vector<std::string> args = {P_,
                                              ttl(options_.message_ttl),
@@ -326,7 +357,7 @@ class RedisLedger final : public Ledger {
                 args.push_back(a);
                 args.push_back(domain_of(a));
             }
-            eval("record_identity", {P_ + "msg:" + id.queue_id}, args);
+            return {{P_ + "msg:" + id.queue_id}, std::move(args)};
         }
     }
 
@@ -366,6 +397,71 @@ class RedisLedger final : public Ledger {
                 c.message_state = message_state_from_string(f(10)).value_or(MessageState::incoming);
                 c.matched_by_message_id = f(11) == "1";
                 out.push_back(std::move(c));
+            }
+            return out;
+        });
+    }
+
+    // Pages through <prefix>open-msgs (open_identities.lua), one script call
+    // per page under the connection lock, f called outside it: lookups wait
+    // for at most one page.
+    bool can_list_identities() const noexcept override { return true; }
+    Status for_each_open_identity(
+        const std::function<void(std::string_view message_id, std::string_view fingerprint)>& f) override {
+        std::string cursor = "0";
+        std::vector<std::string> keys;
+        do {
+            keys.clear();
+            auto page = run<int>([&] {
+                auto r = eval("open_identities", {P_ + "open-msgs"}, {P_, cursor, "500"});
+                if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+                    r->element[1]->type != REDIS_REPLY_ARRAY)
+                    throw Failure{
+                        make_error(ErrorKind::io, "ledger (redis): malformed open_identities reply")};
+                cursor = str(r->element[0]);
+                const redisReply* list = r->element[1];
+                for (std::size_t i = 0; i < list->elements; ++i) keys.push_back(str(list->element[i]));
+                return 0;
+            });
+            if (!page) return page.error();
+            for (std::size_t i = 0; i + 1 < keys.size(); i += 2) f(keys[i], keys[i + 1]);
+        } while (cursor != "0");
+        return {};
+    }
+
+    Result<std::unique_ptr<IdentityStream>> open_identity_stream() override;
+
+    // The stream's end now: {id of the newest entry ("0-0" when none), its seq (0 when none)}.
+    Result<std::pair<std::string, std::uint64_t>> stream_tail() {
+        return run<std::pair<std::string, std::uint64_t>>([&] {
+            auto r = call({"XREVRANGE", P_ + "identities-stream", "+", "-", "COUNT", "1"});
+            std::pair<std::string, std::uint64_t> tail{"0-0", 0};
+            if (r->type == REDIS_REPLY_ARRAY && r->elements == 1) tail = stream_entry(r->element[0], nullptr);
+            return tail;
+        });
+    }
+
+    // Entries after `after` (waiting up to `wait` for one), as {id, seq, Message-ID, fingerprint}.
+    struct StreamEntry {
+        std::string id;
+        std::uint64_t seq = 0;
+        std::string message_id, fingerprint;
+    };
+    Result<std::vector<StreamEntry>> stream_read(const std::string& after, std::chrono::milliseconds wait) {
+        return run<std::vector<StreamEntry>>([&] {
+            std::vector<StreamEntry> out;
+            auto r = call({"XREAD", "COUNT", "1000", "BLOCK",
+                           std::to_string(std::max<std::int64_t>(1, wait.count())), "STREAMS",
+                           P_ + "identities-stream", after});
+            // nil: nothing within `wait`; else [[key, [[id, [field, value, ...]], ...]]]
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 1) return out;
+            const redisReply* per_key = r->element[0];
+            if (per_key->type != REDIS_REPLY_ARRAY || per_key->elements != 2) return out;
+            const redisReply* entries = per_key->element[1];
+            for (std::size_t i = 0; entries->type == REDIS_REPLY_ARRAY && i < entries->elements; ++i) {
+                StreamEntry e;
+                std::tie(e.id, e.seq) = stream_entry(entries->element[i], &e);
+                out.push_back(std::move(e));
             }
             return out;
         });
@@ -729,6 +825,27 @@ class RedisLedger final : public Ledger {
         return P_ + "dest:" + std::string(to_string(kind)) + ":" + std::string(name);
     }
 
+    // One stream entry [id, [field, value, ...]]: its id and seq; its keys into *e.
+    static std::pair<std::string, std::uint64_t> stream_entry(const redisReply* entry, StreamEntry* e) {
+        if (entry->type != REDIS_REPLY_ARRAY || entry->elements != 2 ||
+            entry->element[1]->type != REDIS_REPLY_ARRAY)
+            throw Failure{make_error(ErrorKind::io, "ledger (redis): malformed identity stream entry")};
+        std::pair<std::string, std::uint64_t> out{str(entry->element[0]), 0};
+        const redisReply* fields = entry->element[1];
+        for (std::size_t i = 0; i + 1 < fields->elements; i += 2) {
+            const std::string name = str(fields->element[i]);
+            if (name == "s")
+                out.second = static_cast<std::uint64_t>(to_int(str(fields->element[i + 1])));
+            else if (e && name == "m")
+                e->message_id = str(fields->element[i + 1]);
+            else if (e && name == "f")
+                e->fingerprint = str(fields->element[i + 1]);
+        }
+        if (out.second == 0)
+            throw Failure{make_error(ErrorKind::io, "ledger (redis): identity stream entry without seq")};
+        return out;
+    }
+
     static std::string position_json(const FollowerPosition& p) {
         nlohmann::json j = {{"device", p.device}, {"inode", p.inode},
                             {"offset", p.offset}, {"head_fingerprint", p.head_fingerprint},
@@ -907,6 +1024,77 @@ class RedisLedger final : public Ledger {
         return reply;
     }
 
+    // Many EVALSHA calls of one script in pipelined chunks: every reply is read
+    // (the connection stays in step) before the first error is thrown. Calls the
+    // server no longer knows the script for (restart, SCRIPT FLUSH) are sent
+    // again one by one with eval().
+    void eval_pipelined(
+        std::string_view name,
+        const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>>& calls) {
+        std::size_t index = 0;
+        const auto& scripts = redis_scripts();
+        while (index < scripts.size() && scripts[index].name != name) ++index;
+        if (index == scripts.size())
+            throw Failure{make_error(ErrorKind::internal, "ledger (redis): no script " + std::string(name))};
+        std::size_t next = 0;
+        if (shas_[index].empty() && !calls.empty()) {  // the first call loads the script
+            eval(name, calls[0].first, calls[0].second);
+            next = 1;
+        }
+        constexpr std::size_t kChunk = 1000;
+        std::vector<std::size_t> again;
+        std::optional<Error> failed;
+        while (next < calls.size()) {
+            const std::size_t end = std::min(calls.size(), next + kChunk);
+            connect_locked();
+            SigpipeGuard no_sigpipe;
+            std::vector<std::string> argv;
+            std::vector<const char*> ptrs;
+            std::vector<std::size_t> lens;
+            for (std::size_t i = next; i < end; ++i) {
+                const auto& [keys, args] = calls[i];
+                argv.clear();
+                argv.push_back("EVALSHA");
+                argv.push_back(shas_[index]);
+                argv.push_back(std::to_string(keys.size()));
+                argv.insert(argv.end(), keys.begin(), keys.end());
+                argv.insert(argv.end(), args.begin(), args.end());
+                ptrs.clear();
+                lens.clear();
+                for (const auto& a : argv) {
+                    ptrs.push_back(a.data());
+                    lens.push_back(a.size());
+                }
+                if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), ptrs.data(), lens.data()) !=
+                    REDIS_OK)
+                    throw Failure{make_error(ErrorKind::internal, "ledger (redis): out of memory")};
+            }
+            for (std::size_t i = next; i < end; ++i) {
+                void* raw = nullptr;
+                if (redisGetReply(ctx_, &raw) != REDIS_OK || !raw) {
+                    // as in call_once: the connection is unusable
+                    std::string why = ctx_->errstr;
+                    redisFree(ctx_);
+                    ctx_ = nullptr;
+                    back_off(std::chrono::steady_clock::now());
+                    auto msg = "ledger (redis): " + location() + ": " + why;
+                    options_.warn(msg);
+                    throw Failure{make_error(ErrorKind::unavailable, msg)};
+                }
+                ReplyPtr reply(static_cast<redisReply*>(raw));
+                if (reply->type != REDIS_REPLY_ERROR) continue;
+                std::string msg(reply->str, reply->len);
+                if (msg.find("NOSCRIPT") != std::string::npos)
+                    again.push_back(i);
+                else if (!failed)
+                    failed = make_error(ErrorKind::io, "ledger (redis): " + msg);
+            }
+            next = end;
+        }
+        if (failed) throw Failure{std::move(*failed)};
+        for (std::size_t i : again) eval(name, calls[i].first, calls[i].second);
+    }
+
     std::string host_;
     int port_;
     int db_;
@@ -923,6 +1111,70 @@ class RedisLedger final : public Ledger {
     std::vector<std::string> shas_;
     Counters counters_;
 };
+
+// The milter's reader of <prefix>identities-stream (record_identity.lua,
+// ingest.lua), on a connection of its own: XREAD BLOCK would hold the shared
+// one. Entries carry consecutive seq numbers; one that does not follow the
+// last one read means entries were lost (trimmed by MAXLEN before they were
+// read, or a Redis restarted without its data), reported as an error so the
+// reader scans again.
+class RedisIdentityStream final : public IdentityStream {
+  public:
+    explicit RedisIdentityStream(std::unique_ptr<RedisLedger> conn) : conn_(std::move(conn)) {}
+    Status mark() override {
+        marked_ = false;
+        auto tail = conn_->stream_tail();
+        if (!tail) return tail.error();
+        last_id_ = tail->first;
+        last_seq_ = tail->second;
+        marked_ = true;
+        return {};
+    }
+    Status read(std::chrono::milliseconds wait, const Visitor& f) override {
+        if (!marked_) return make_error(ErrorKind::internal, "identity stream: read before mark");
+        auto entries = conn_->stream_read(last_id_, std::min(wait, kMaxWait));
+        if (!entries) {
+            marked_ = false;
+            return entries.error();
+        }
+        for (const auto& e : *entries) {
+            // last_seq_ 0: the stream was empty at the mark, any seq may come first
+            if (last_seq_ != 0 && e.seq != last_seq_ + 1) {
+                marked_ = false;
+                return make_error(ErrorKind::unavailable, "ledger (redis): identity stream skipped from " +
+                                                              std::to_string(last_seq_) + " to " +
+                                                              std::to_string(e.seq) +
+                                                              " (trimmed, or Redis lost its data)");
+            }
+            last_id_ = e.id;
+            last_seq_ = e.seq;
+            f(e.message_id, e.fingerprint);
+        }
+        return {};
+    }
+    Status scan(const Visitor& f) override { return conn_->for_each_open_identity(f); }
+    // The connection's command timeout is raised by this much, so that a read
+    // waiting this long is not taken for a Redis that does not answer.
+    static constexpr std::chrono::milliseconds kMaxWait{1000};
+
+  private:
+    std::unique_ptr<RedisLedger> conn_;
+    std::string last_id_ = "0-0";
+    std::uint64_t last_seq_ = 0;
+    bool marked_ = false;
+};
+
+Result<std::unique_ptr<IdentityStream>> RedisLedger::open_identity_stream() {
+    try {
+        LedgerOptions o = options_;
+        o.command_timeout += RedisIdentityStream::kMaxWait;
+        auto conn = std::make_unique<RedisLedger>(host_, port_, db_, unix_, o);
+        conn->try_first_connect();
+        return std::unique_ptr<IdentityStream>(new RedisIdentityStream(std::move(conn)));
+    } catch (const std::exception& e) {
+        return make_error(ErrorKind::internal, std::string("ledger (redis): ") + e.what());
+    }
+}
 
 }  // namespace
 

@@ -131,6 +131,9 @@ return r
 -- Returns  {applied, duplicates, fresh, journal_seq} (fresh: a string of '1'/'0',
 --          one per event; journal_seq: the seq of the journal entry 'B' .. the fresh
 --          events' parts, appended to <prefix>journal; 0 when none was fresh)
+-- XADD '*' and SSCAN are not deterministic: Redis 5 and 6 then need effects
+-- replication (Redis 7 always uses it; the call is a no-op there).
+if redis.replicate_commands then redis.replicate_commands() end
 local P = ARGV[1]
 local MTTL, KTTL, STTL = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local E = tonumber(ARGV[7])
@@ -173,12 +176,26 @@ local function index(kind, value, q)
   redis.call('EXPIRE', k, MTTL)
 end
 
+-- The milters' identity filters (docs/milter.md, "identity filter on Redis"):
+-- a message with a new identity is listed in <prefix>open-msgs and the key goes
+-- to the change stream, as record_identity.lua does.
+local function identity_written(q, kind, value)
+  redis.call('SADD', P .. 'open-msgs', q)
+  long(P .. 'open-msgs')
+  local seq = redis.call('INCR', P .. 'identities-seq')
+  long(P .. 'identities-seq')
+  redis.call('XADD', P .. 'identities-stream', 'MAXLEN', '~', 100000, '*', 's', seq,
+             kind == 'mid' and 'm' or 'f', value)
+  long(P .. 'identities-stream')
+end
+
 local function set_identity(k, q, field, kind, value)
   local old = redis.call('HGET', k, field)
   if old == value then return end
   if not blank(old) then redis.call('SREM', P .. kind .. ':' .. old, q) end
   redis.call('HSET', k, field, value)
   index(kind, value, q)
+  identity_written(q, kind, value)
 end
 
 local function set_state(q, t, state, finishes)
@@ -460,6 +477,34 @@ if first ~= 0 then
 end
 return first
 )lua"},
+        {"open_identities", R"lua(-- open_identities.lua -- one page of the identities of unfinished messages, for
+-- the milters' identity filters (Ledger::for_each_open_identity). The scripts
+-- that write an identity (record_identity.lua, ingest.lua) list its message in
+-- <prefix>open-msgs; a message is taken off the list here, by the first scan
+-- after it finished or expired, so the writers never need to.
+--
+-- KEYS[1]  <prefix>open-msgs (set of queue ids)
+-- ARGV[1]  key prefix; ARGV[2] SSCAN cursor ('0' to start); ARGV[3] page size
+-- Returns  {next cursor ('0' = done), flat array of Message-ID, fingerprint per open message}
+--          (either may be '')
+-- XADD '*' and SSCAN are not deterministic: Redis 5 and 6 then need effects
+-- replication (Redis 7 always uses it; the call is a no-op there).
+if redis.replicate_commands then redis.replicate_commands() end
+local P = ARGV[1]
+local PENDING = {incoming = true, active = true, deferred = true, hold = true}
+local page = redis.call('SSCAN', KEYS[1], ARGV[2], 'COUNT', tonumber(ARGV[3]))
+local out = {}
+for _, q in ipairs(page[2]) do
+  local m = redis.call('HMGET', P .. 'msg:' .. q, 'state', 'finished', 'message_id', 'fingerprint')
+  if m[1] and PENDING[m[1]] and (not m[2] or m[2] == '') and ((m[3] or '') ~= '' or (m[4] or '') ~= '') then
+    out[#out + 1] = m[3] or ''
+    out[#out + 1] = m[4] or ''
+  else
+    redis.call('SREM', KEYS[1], q)
+  end
+end
+return {page[1], out}
+)lua"},
         {"prune", R"lua(-- prune.lua -- one bounded pass of retention: finished and stale messages,
 -- old episodes and flags, idle destinations, old event keys. The client calls it
 -- until it reports nothing more to do, so Redis is never blocked for long.
@@ -536,6 +581,13 @@ return {messages, recipients, episodes, flags, seen, more}
 -- ARGV[4]  queue id; ARGV[5] normalised Message-ID ('' = none); ARGV[6] fingerprint ('' = none)
 -- ARGV[7]  sender ('' = none); ARGV[8] time (us); then pairs: recipient address, its domain
 -- Returns  the number of recipients newly recorded
+--
+-- Also lists the message in <prefix>open-msgs and appends its keys to
+-- <prefix>identities-stream (see open_identities.lua and docs/milter.md, "identity
+-- filter on Redis"), so every milter of the fleet learns them within milliseconds.
+-- XADD '*' and SSCAN are not deterministic: Redis 5 and 6 then need effects
+-- replication (Redis 7 always uses it; the call is a no-op there).
+if redis.replicate_commands then redis.replicate_commands() end
 local P, MTTL, KTTL = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local q, mid, fp, sender, t = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 if (#ARGV - 8) % 2 ~= 0 then return redis.error_reply('record_identity: bad argument count') end
@@ -559,6 +611,17 @@ local function identity(field, kind, value, old)
 end
 identity('message_id', 'mid', mid, cur[3])
 identity('fingerprint', 'fp', fp, cur[4])
+if not blank(mid) or not blank(fp) then
+  redis.call('SADD', P .. 'open-msgs', q)
+  redis.call('EXPIRE', P .. 'open-msgs', KTTL)
+  -- seq: consecutive numbers, so a reader sees a change it missed (a trimmed
+  -- stream, a Redis restarted without its data) as a gap; 100000 entries as
+  -- in ingest.lua
+  local seq = redis.call('INCR', P .. 'identities-seq')
+  redis.call('EXPIRE', P .. 'identities-seq', KTTL)
+  redis.call('XADD', P .. 'identities-stream', 'MAXLEN', '~', 100000, '*', 's', seq, 'm', mid, 'f', fp)
+  redis.call('EXPIRE', P .. 'identities-stream', KTTL)
+end
 if not blank(sender) then redis.call('HSET', k, 'sender', sender) end
 redis.call('EXPIRE', k, MTTL)
 redis.call('ZADD', P .. 'msgs', (cur[1] and num(cur[1]) > num(t)) and cur[1] or t, q)

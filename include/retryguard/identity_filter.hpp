@@ -9,7 +9,8 @@
 // Complete only while every key the ledger gains either is add()ed after its
 // write, or is read by a rebuild: keys written by another process (the log
 // follower's `message-id=` lines, another milter) arrive with the next
-// rebuild. Never throws; thread-safe.
+// rebuild, or sooner from the ledger's change stream where it has one
+// (add_normalised; invalidate when the stream broke). Never throws; thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -39,6 +40,13 @@ class IdentityFilter {
     bool may_have_copy(std::string_view message_id, std::string_view fingerprint) const;
     // A message the ledger now holds (call after the write).
     void add(std::string_view message_id, std::string_view fingerprint);
+    // A message's keys as the ledger stores them (Message-ID already
+    // normalised): what Ledger::open_identity_stream reports.
+    void add_normalised(std::string_view message_id, std::string_view fingerprint);
+    // Keys may have been missed (a change stream broke): not ready, every
+    // message may have a copy, until a rebuild that starts after this call
+    // succeeds.
+    void invalidate();
     // Replaces the set with the keys scan reports, plus every key added while
     // it ran. On error the filter is no longer ready (keys the scan would have
     // brought may be missing) until a rebuild succeeds. Returns the keys held.

@@ -315,6 +315,27 @@ struct LedgerCounters {
 
 // ---------------------------------------------------------------------------
 
+// Identity changes as the ledger's writers make them (Ledger::open_identity_stream):
+// the normalised Message-ID or the fingerprint of each identity written, by any
+// process. Used by one thread at a time.
+class IdentityStream {
+  public:
+    using Visitor = std::function<void(std::string_view message_id, std::string_view fingerprint)>;
+    virtual ~IdentityStream() = default;
+    // Reading starts after the newest change recorded now. Call before a full
+    // scan (Ledger::for_each_open_identity): a key written after the mark is
+    // read by read(), a key written before it is in the scan.
+    virtual Status mark() = 0;
+    // Waits up to `wait` for changes after the last one read (or the mark),
+    // calls f once per change and moves past them. An error means changes may
+    // have been missed (the stream was trimmed past the reader, Redis restarted
+    // or cannot be reached): mark() and scan again.
+    virtual Status read(std::chrono::milliseconds wait, const Visitor& f) = 0;
+    // Ledger::for_each_open_identity on the stream's own connection: a scan of
+    // many messages then never holds up the lookups on the ledger's.
+    virtual Status scan(const Visitor& f) = 0;
+};
+
 class Ledger {
   public:
     virtual ~Ledger() = default;
@@ -356,11 +377,18 @@ class Ledger {
     // message not yet finished, i.e. every message find_pending_copies could
     // match (either may be empty): the milter's identity filter is built from
     // it. A backend that cannot list them cheaply answers ErrorKind::unavailable
-    // and the milter asks it about every message instead (SQLite lists; Redis
-    // does not, its lookup being one round trip).
+    // and the milter asks it about every message instead (SQLite scans its
+    // messages; Redis pages through the set of unfinished messages its
+    // writers keep, open_identities.lua).
     virtual bool can_list_identities() const noexcept { return false; }
     virtual Status for_each_open_identity(
         const std::function<void(std::string_view message_id, std::string_view fingerprint)>& f);
+    // The identities other processes write, as they write them (Redis: a stream
+    // every identity write appends to), so that an identity filter built from
+    // for_each_open_identity stays complete between scans. On its own
+    // connection: a read may wait. ErrorKind::unavailable where there is none
+    // (SQLite: the filter is rebuilt from scans only).
+    virtual Result<std::unique_ptr<IdentityStream>> open_identity_stream();
 
     // Reads for `retryguard explain` and the rules engine.
     virtual Result<std::optional<MessageInfo>> get_message(std::string_view queue_id) = 0;

@@ -426,6 +426,81 @@ TEST_P(LedgerContract, OpenIdentitiesListEveryMessageALookupCouldMatch) {
     EXPECT_EQ(seen, (std::set<std::string>{"m f1@client.example", "f fp-f1", "f fp-f2", "m f3@x"}));
 }
 
+// Finished messages leave the listing (Redis drops them from its list of open
+// messages lazily, while paging: more than one page here), and a message listed
+// once stays listed while it is open.
+TEST_P(LedgerContract, FinishedMessagesLeaveTheOpenIdentitiesOverManyPages) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    if (!l->can_list_identities()) GTEST_SKIP() << "backend is asked about every message";
+    constexpr int kMessages = 2500;
+    std::vector<MessageIdentity> ids;
+    for (int i = 0; i < kMessages; ++i)
+        ids.push_back({"P" + std::to_string(i),
+                       "<p" + std::to_string(i) + "@x>",
+                       "fp-p" + std::to_string(i),
+                       "s@x",
+                       {"r@d.test"},
+                       at(10)});
+    ASSERT_TRUE(l->record_identities(ids).ok());
+    auto listed = [&] {
+        std::set<std::string> seen;
+        auto st = l->for_each_open_identity([&](std::string_view mid, std::string_view fp) {
+            seen.insert(std::string(mid) + "|" + std::string(fp));
+        });
+        EXPECT_TRUE(st.ok()) << st.error().message;
+        return seen;
+    };
+    auto first = listed();
+    EXPECT_EQ(first.size(), static_cast<std::size_t>(kMessages));
+    EXPECT_TRUE(first.contains("p0@x|fp-p0"));
+    EXPECT_TRUE(first.contains("p2499@x|fp-p2499"));
+    // every third message finishes: removed from the queue or delivered
+    std::vector<IngestItem> done;
+    for (int i = 0; i < kMessages; i += 3) done.push_back(removed("P" + std::to_string(i), 20));
+    ingest(*l, done);
+    for (int pass = 0; pass < 2; ++pass) {  // the second pass reads what the first left
+        auto now = listed();
+        EXPECT_EQ(now.size(), static_cast<std::size_t>(kMessages - (kMessages + 2) / 3)) << "pass " << pass;
+        EXPECT_FALSE(now.contains("p0@x|fp-p0"));
+        EXPECT_FALSE(now.contains("p2499@x|fp-p2499"));
+        EXPECT_TRUE(now.contains("p1@x|fp-p1"));
+        EXPECT_TRUE(now.contains("p2498@x|fp-p2498"));
+    }
+    // a Message-ID learnt from the log for a message the milter did not record
+    ingest(*l, {message_id("LOG1", 30, "<log1@x>")});
+    EXPECT_TRUE(listed().contains("log1@x|"));
+}
+
+// What the milters' filters read between scans: every key written after the
+// mark, by any connection to the same store, normalised as the ledger stores
+// it. SQLite has no stream (its milter rescans) and must say so.
+TEST_P(LedgerContract, IdentityStreamBringsEveryKeyWrittenAfterItsMark) {
+    auto reader = open();
+    auto writer = open();
+    ASSERT_TRUE(reader && writer);
+    ASSERT_TRUE(writer->record_identity({"W0", "<w0@x>", "fp-w0", "s@x", {"r@d.test"}, at(1)}).ok());
+    auto stream = reader->open_identity_stream();
+    if (!stream) {
+        EXPECT_EQ(stream.error().kind, ErrorKind::unavailable);
+        EXPECT_EQ(reader->backend(), "sqlite");
+        return;
+    }
+    ASSERT_TRUE((*stream)->mark().ok());
+    ASSERT_TRUE(writer->record_identity({"W1", "<w1@X>", "fp-w1", "s@x", {"r@d.test"}, at(2)}).ok());
+    ingest(*writer, {message_id("W2", 3, "<w2@x>")});
+    std::set<std::string> seen;
+    for (int i = 0; i < 50 && seen.size() < 3; ++i) {
+        auto st =
+            (*stream)->read(std::chrono::milliseconds(100), [&](std::string_view mid, std::string_view fp) {
+                if (!mid.empty()) seen.insert("m " + std::string(mid));
+                if (!fp.empty()) seen.insert("f " + std::string(fp));
+            });
+        ASSERT_TRUE(st.ok()) << st.error().message;
+    }
+    EXPECT_EQ(seen, (std::set<std::string>{"m w1@x", "f fp-w1", "m w2@x"}));  // not W0: before the mark
+}
+
 TEST_P(LedgerContract, IdentitiesRecordedInABatchAreAllFound) {
     auto l = open();
     ASSERT_TRUE(l);

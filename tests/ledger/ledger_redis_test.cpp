@@ -1,8 +1,10 @@
 // The ledger contract on the Redis backend (a private redis-server per test
 // process), plus what only Redis has: fail-open when the server goes away,
-// the EVALSHA -> EVAL fallback, and a TTL on every key. Label: redis.
+// the EVALSHA -> EVAL fallback, a TTL on every key, and the stream of identity
+// changes that keeps the milters' identity filters current. Label: redis.
 #include "ledger/ledger_contract.hpp"
 #include "ledger/redis_server.hpp"
+#include "retryguard/identity_filter.hpp"
 
 namespace retryguard::ledger_test {
 namespace {
@@ -90,6 +92,38 @@ TEST(LedgerRedis, ScriptsForgottenByTheServerAreSentAgain) {
     auto rs = (*l)->get_recipients("Q1");
     ASSERT_TRUE(rs.ok() && rs->size() == 1);
     EXPECT_EQ((*rs)[0].attempts, 2);
+}
+
+// The milter's batches go out pipelined (more than one chunk here); a server
+// that forgot the script answers NOSCRIPT to each, and each is sent again.
+TEST(LedgerRedis, PipelinedIdentityBatchesSurviveAForgottenScript) {
+    auto* server = RedisServer::shared();
+    RETRYGUARD_REQUIRE_REDIS(server);
+    auto l = open_ledger(options_for(*server, "rgpipe:"));
+    ASSERT_TRUE(l.ok());
+    auto batch = [](int from, int n) {
+        std::vector<MessageIdentity> ids;
+        for (int i = from; i < from + n; ++i)
+            ids.push_back({"PL" + std::to_string(i),
+                           "<pl" + std::to_string(i) + "@x>",
+                           "",
+                           "s@x",
+                           {"r@d.test"},
+                           at(i)});
+        return ids;
+    };
+    ASSERT_TRUE((*l)->record_identities(batch(0, 2500)).ok());
+    RawRedis raw(server->port());
+    freeReplyObject(raw.cmd("SCRIPT FLUSH"));
+    ASSERT_TRUE((*l)->record_identities(batch(2500, 10)).ok());
+    for (int i : {0, 999, 1000, 2499, 2500, 2509}) {
+        auto m = (*l)->find_messages_by_message_id("<pl" + std::to_string(i) + "@x>");
+        ASSERT_TRUE(m.ok());
+        EXPECT_EQ(m->size(), 1u) << i;
+    }
+    std::size_t listed = 0;
+    ASSERT_TRUE((*l)->for_each_open_identity([&](std::string_view, std::string_view) { ++listed; }).ok());
+    EXPECT_EQ(listed, 2510u);
 }
 
 TEST(LedgerRedis, ServerGoneFailsOpenQuicklyAndRecovers) {
@@ -260,6 +294,158 @@ TEST(LedgerRedis, AuthenticatesWithThePasswordFromTheConfiguration) {
     auto seen = (*acl)->get_message("Q1");
     ASSERT_TRUE(seen.ok()) << seen.error().message;
     EXPECT_TRUE(seen->has_value());
+}
+
+// Reads the stream until `until` holds or about five seconds passed (a bound
+// for a failing test, not a timing assertion); the last read's status.
+template <typename Pred>
+Status read_until(IdentityStream& stream, IdentityFilter& filter, Pred until) {
+    Status st;
+    for (int i = 0; i < 50 && !until(); ++i) {
+        st = stream.read(std::chrono::milliseconds(100),
+                         [&](std::string_view mid, std::string_view fp) { filter.add_normalised(mid, fp); });
+        if (!st) return st;
+    }
+    return st;
+}
+
+// The fleet case: host A's milter records a message and A's follower learns
+// another Message-ID from the log; host B's identity filter, built from its own
+// connection's scan and fed by its own stream connection, learns both keys
+// without a rescan.
+TEST(LedgerRedis, IdentitiesWrittenOnOneConnectionReachAnotherConnectionsFilter) {
+    auto* server = RedisServer::shared();
+    RETRYGUARD_REQUIRE_REDIS(server);
+    auto a = open_ledger(options_for(*server, "rgstream1:"));
+    auto b = open_ledger(options_for(*server, "rgstream1:"));
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_TRUE((*a)->record_identity({"S0", "<s0@x>", "fp-s0", "s@x", {"r@d.test"}, at(1)}).ok());
+    auto stream = (*b)->open_identity_stream();
+    ASSERT_TRUE(stream.ok()) << stream.error().message;
+    ASSERT_TRUE((*stream)->mark().ok());
+    IdentityFilter filter;  // scanned as the milter scans: on the stream's connection
+    auto built = filter.rebuild([&](const IdentityFilter::Visitor& v) { return (*stream)->scan(v); });
+    ASSERT_TRUE(built.ok()) << built.error().message;
+    EXPECT_EQ(*built, 2u);  // S0's Message-ID and fingerprint
+    EXPECT_TRUE(filter.may_have_copy("<s0@x>", ""));
+    EXPECT_FALSE(filter.may_have_copy("<s1@X>", ""));
+    EXPECT_FALSE(filter.may_have_copy("", "fp-s1"));
+    EXPECT_FALSE(filter.may_have_copy("<s2@x>", ""));
+
+    ASSERT_TRUE((*a)->record_identity({"S1", "<s1@X>", "fp-s1", "s@x", {"r@d.test"}, at(2)}).ok());
+    ASSERT_TRUE((*a)->ingest(std::vector<IngestItem>{message_id("S2", 3, "<s2@x>")}, std::nullopt).ok());
+    auto st = read_until(**stream, filter, [&] {
+        return filter.may_have_copy("<s1@x>", "") && filter.may_have_copy("", "fp-s1") &&
+               filter.may_have_copy("<s2@x>", "");
+    });
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    EXPECT_TRUE(filter.may_have_copy("<s1@X>", ""));
+    EXPECT_TRUE(filter.may_have_copy("", "fp-s1"));
+    EXPECT_TRUE(filter.may_have_copy("<s2@x>", ""));
+    EXPECT_TRUE(filter.ready());
+    EXPECT_FALSE(filter.may_have_copy("<never@x>", "fp-never"));  // still a filter
+    // and B's own lookup then finds A's copy
+    PendingCopyQuery q;
+    q.message_id = "<s1@x>";
+    q.recipients = {"r@d.test"};
+    auto found = (*b)->find_pending_copies(q);
+    ASSERT_TRUE(found.ok());
+    ASSERT_EQ(found->size(), 1u);
+    EXPECT_EQ((*found)[0].queue_id, "S1");
+}
+
+// Entries the reader never saw (trimmed, or lost with a Redis that restarted
+// without its data) must not be skipped silently: the read fails, so the
+// milter stops trusting its filter and scans again.
+TEST(LedgerRedis, LostIdentityStreamEntriesAreReportedNotSkipped) {
+    auto* server = RedisServer::shared();
+    RETRYGUARD_REQUIRE_REDIS(server);
+    const std::string prefix = "rgstream2:";
+    auto a = open_ledger(options_for(*server, prefix));
+    ASSERT_TRUE(a.ok());
+    auto stream = (*a)->open_identity_stream();
+    ASSERT_TRUE(stream.ok());
+    ASSERT_TRUE((*stream)->mark().ok());
+    IdentityFilter filter;
+    ASSERT_TRUE(filter.rebuild([](const IdentityFilter::Visitor&) { return Status{}; }).ok());
+    ASSERT_TRUE((*a)->record_identity({"T1", "<t1@x>", "", "s@x", {"r@d.test"}, at(1)}).ok());
+    ASSERT_TRUE(read_until(**stream, filter, [&] { return filter.may_have_copy("<t1@x>", ""); }).ok());
+    ASSERT_TRUE(filter.may_have_copy("<t1@x>", ""));
+
+    // T2 and T3 are trimmed away before the reader gets to them
+    ASSERT_TRUE((*a)->record_identity({"T2", "<t2@x>", "", "s@x", {"r@d.test"}, at(2)}).ok());
+    ASSERT_TRUE((*a)->record_identity({"T3", "<t3@x>", "", "s@x", {"r@d.test"}, at(3)}).ok());
+    RawRedis raw(server->port());
+    ASSERT_TRUE(raw.c && !raw.c->err);
+    freeReplyObject(raw.cmd("XTRIM %s MAXLEN 0", (prefix + "identities-stream").c_str()));
+    ASSERT_TRUE((*a)->record_identity({"T4", "<t4@x>", "", "s@x", {"r@d.test"}, at(4)}).ok());
+    auto st = read_until(**stream, filter, [] { return false; });
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.error().message.find("skipped"), std::string::npos) << st.error().message;
+    // a read without a new mark is refused, not resumed past the gap
+    EXPECT_FALSE((*stream)->read(std::chrono::milliseconds(1), [](auto, auto) {}).ok());
+
+    // marked again, it reads on; the scan holds what was lost
+    ASSERT_TRUE((*stream)->mark().ok());
+    ASSERT_TRUE(
+        filter.rebuild([&](const IdentityFilter::Visitor& v) { return (*a)->for_each_open_identity(v); })
+            .ok());
+    EXPECT_TRUE(filter.may_have_copy("<t2@x>", ""));
+    EXPECT_TRUE(filter.may_have_copy("<t3@x>", ""));
+    ASSERT_TRUE((*a)->record_identity({"T5", "<t5@x>", "", "s@x", {"r@d.test"}, at(5)}).ok());
+    ASSERT_TRUE(read_until(**stream, filter, [&] { return filter.may_have_copy("<t5@x>", ""); }).ok());
+    EXPECT_TRUE(filter.may_have_copy("<t5@x>", ""));
+
+    // the whole prefix lost (a Redis restarted without persistence): the
+    // numbering starts again at 1, which is not the next one
+    for (const char* key : {"identities-stream", "identities-seq"})
+        freeReplyObject(raw.cmd("DEL %s", (prefix + key).c_str()));
+    // (a new stream's first id comes from the clock: one millisecond on, it is
+    // past the last id read, as it always is after a real restart)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE((*a)->record_identity({"T6", "<t6@x>", "", "s@x", {"r@d.test"}, at(6)}).ok());
+    st = read_until(**stream, filter, [] { return false; });
+    ASSERT_FALSE(st.ok());
+}
+
+// A stream reader whose Redis went away says so (the milter then looks every
+// message up) and works again once marked after Redis is back.
+TEST(LedgerRedis, AnIdentityStreamWhoseServerWentAwayFailsAndRecovers) {
+    RETRYGUARD_REQUIRE_REDIS(RedisServer::shared());
+    RedisServer server;  // private: this test stops it
+    ASSERT_TRUE(server.running());
+    auto o = options_for(server, "rgstream3:");
+    o.connect_timeout = std::chrono::milliseconds(100);
+    o.command_timeout = std::chrono::milliseconds(100);
+    o.reconnect_min = std::chrono::milliseconds(50);
+    o.reconnect_max = std::chrono::milliseconds(200);
+    o.warn = [](std::string_view) {};
+    auto l = open_ledger(o);
+    ASSERT_TRUE(l.ok());
+    auto stream = (*l)->open_identity_stream();
+    ASSERT_TRUE(stream.ok());
+    ASSERT_TRUE((*stream)->mark().ok());
+    server.stop();
+    auto st = (*stream)->read(std::chrono::milliseconds(50), [](auto, auto) {});
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.error().kind, ErrorKind::unavailable) << st.error().message;
+    ASSERT_TRUE(server.start());
+    bool marked = false;
+    for (int i = 0; i < 100 && !marked; ++i) {
+        marked = (*stream)->mark().ok();
+        if (!marked) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_TRUE(marked);
+    bool recorded = false;  // the ledger's own connection reconnects after its back-off
+    for (int i = 0; i < 100 && !recorded; ++i) {
+        recorded = (*l)->record_identity({"U1", "<u1@x>", "", "s@x", {"r@d.test"}, at(1)}).ok();
+        if (!recorded) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_TRUE(recorded);
+    IdentityFilter filter;
+    ASSERT_TRUE(filter.rebuild([](const IdentityFilter::Visitor&) { return Status{}; }).ok());
+    ASSERT_TRUE(read_until(**stream, filter, [&] { return filter.may_have_copy("<u1@x>", ""); }).ok());
+    EXPECT_TRUE(filter.may_have_copy("<u1@x>", ""));
 }
 
 }  // namespace

@@ -76,7 +76,8 @@ check 'stopping: counters: messages=18 accepted=13 refused=3 held=1 discarded=1 
 check 'identity filter: 0 keys read in [0-9]+ ms'
 
 # Second milter: its ledger (Redis) does not answer. Every message is accepted
-# and each fail-open is logged and counted.
+# and each fail-open is logged and counted; its identity filter is not used
+# (its change stream cannot be read), which is one filter error, logged once.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$RETRYGUARD_MILTER" "${milter_conf[@]}" -o "milter.socket=unix:$dir/failopen.sock" \
     -o ledger.backend=redis -o "ledger.redis.address=127.0.0.1:$port" 2>"$dir/failopen.stderr" &
@@ -92,7 +93,9 @@ printf '%s\n%s\n' "$out" "$log"
 [ "$rc" = 0 ] || { echo "FAIL: miltertest (fail open) exited $rc" >&2; exit 1; }
 grep -q "failopen: all checks passed" <<<"$out"
 check 'retryguard/milter\[[0-9]+\]: FO0000001: verdict=accept path=smtp failopen=ledger-error detail='
-check 'stopping: counters: messages=3 accepted=3 refused=0 .* failopen_ledger=3 .* lookups_filtered=0 filter_errors=0'
+check 'stopping: counters: messages=3 accepted=3 refused=0 .* failopen_ledger=3 .* lookups_filtered=0 filter_errors=1 '
+[ "$(grep -c 'identity filter: change stream failed' <<<"$log")" = 1 ] ||
+    { echo "FAIL: the stream failure is not logged exactly once" >&2; exit 1; }
 
 # A start that fails after the socket exists (here the ledger cannot be
 # opened: read-only, or below a regular file, where its directory cannot be

@@ -18,6 +18,9 @@
 -- Returns  {applied, duplicates, fresh, journal_seq} (fresh: a string of '1'/'0',
 --          one per event; journal_seq: the seq of the journal entry 'B' .. the fresh
 --          events' parts, appended to <prefix>journal; 0 when none was fresh)
+-- XADD '*' and SSCAN are not deterministic: Redis 5 and 6 then need effects
+-- replication (Redis 7 always uses it; the call is a no-op there).
+if redis.replicate_commands then redis.replicate_commands() end
 local P = ARGV[1]
 local MTTL, KTTL, STTL = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local E = tonumber(ARGV[7])
@@ -60,12 +63,26 @@ local function index(kind, value, q)
   redis.call('EXPIRE', k, MTTL)
 end
 
+-- The milters' identity filters (docs/milter.md, "identity filter on Redis"):
+-- a message with a new identity is listed in <prefix>open-msgs and the key goes
+-- to the change stream, as record_identity.lua does.
+local function identity_written(q, kind, value)
+  redis.call('SADD', P .. 'open-msgs', q)
+  long(P .. 'open-msgs')
+  local seq = redis.call('INCR', P .. 'identities-seq')
+  long(P .. 'identities-seq')
+  redis.call('XADD', P .. 'identities-stream', 'MAXLEN', '~', 100000, '*', 's', seq,
+             kind == 'mid' and 'm' or 'f', value)
+  long(P .. 'identities-stream')
+end
+
 local function set_identity(k, q, field, kind, value)
   local old = redis.call('HGET', k, field)
   if old == value then return end
   if not blank(old) then redis.call('SREM', P .. kind .. ':' .. old, q) end
   redis.call('HSET', k, field, value)
   index(kind, value, q)
+  identity_written(q, kind, value)
 end
 
 local function set_state(q, t, state, finishes)

@@ -6,6 +6,13 @@
 -- ARGV[4]  queue id; ARGV[5] normalised Message-ID ('' = none); ARGV[6] fingerprint ('' = none)
 -- ARGV[7]  sender ('' = none); ARGV[8] time (us); then pairs: recipient address, its domain
 -- Returns  the number of recipients newly recorded
+--
+-- Also lists the message in <prefix>open-msgs and appends its keys to
+-- <prefix>identities-stream (see open_identities.lua and docs/milter.md, "identity
+-- filter on Redis"), so every milter of the fleet learns them within milliseconds.
+-- XADD '*' and SSCAN are not deterministic: Redis 5 and 6 then need effects
+-- replication (Redis 7 always uses it; the call is a no-op there).
+if redis.replicate_commands then redis.replicate_commands() end
 local P, MTTL, KTTL = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local q, mid, fp, sender, t = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 if (#ARGV - 8) % 2 ~= 0 then return redis.error_reply('record_identity: bad argument count') end
@@ -29,6 +36,17 @@ local function identity(field, kind, value, old)
 end
 identity('message_id', 'mid', mid, cur[3])
 identity('fingerprint', 'fp', fp, cur[4])
+if not blank(mid) or not blank(fp) then
+  redis.call('SADD', P .. 'open-msgs', q)
+  redis.call('EXPIRE', P .. 'open-msgs', KTTL)
+  -- seq: consecutive numbers, so a reader sees a change it missed (a trimmed
+  -- stream, a Redis restarted without its data) as a gap; 100000 entries as
+  -- in ingest.lua
+  local seq = redis.call('INCR', P .. 'identities-seq')
+  redis.call('EXPIRE', P .. 'identities-seq', KTTL)
+  redis.call('XADD', P .. 'identities-stream', 'MAXLEN', '~', 100000, '*', 's', seq, 'm', mid, 'f', fp)
+  redis.call('EXPIRE', P .. 'identities-stream', KTTL)
+end
 if not blank(sender) then redis.call('HSET', k, 'sender', sender) end
 redis.call('EXPIRE', k, MTTL)
 redis.call('ZADD', P .. 'msgs', (cur[1] and num(cur[1]) > num(t)) and cur[1] or t, q)
