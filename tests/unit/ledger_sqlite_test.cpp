@@ -146,6 +146,84 @@ TEST(LedgerSqlite, PruneCutInsideABatchKeepsItsNewerKeys) {
     EXPECT_EQ(again->applied, 2u);  // no longer recognised as replays
 }
 
+// Bulk mode into an empty ledger keeps rows between batches and defers the
+// secondary indexes; another process writing the same file meanwhile must not
+// be overwritten or missed, and the indexes are back when bulk mode ends.
+TEST(LedgerSqlite, BulkModeIntoAnEmptyLedgerGivesTheSameLedgerDespiteAnotherWriter) {
+    const std::vector<IngestItem> first = {client("M1", 10), queue_active("M1", 11, "s@x.test"),
+                                           deferred("M1", 12, "r@d.test"), deferred("M1", 13, "q@e.test")};
+    const std::vector<IngestItem> other = {client("M2", 20), queue_active("M2", 21, "s@x.test"),
+                                           sent("M2", 22, "r@d.test"), removed("M2", 23),
+                                           deferred("M1", 24, "q@e.test")};
+    const std::vector<IngestItem> second = {deferred("M1", 30, "r@d.test"), client("M2", 31),
+                                            deferred("M3", 32, "p@d.test"), sent("M1", 33, "q@e.test")};
+    const std::vector<std::string> ids = {"M1", "M2", "M3"};
+    std::string expected;
+    {
+        auto ref = open_ledger("sqlite:" + db_path("bulk-ref"));
+        ASSERT_TRUE(ref.ok());
+        for (const auto* part : {&first, &other, &second})
+            ASSERT_TRUE((*ref)->ingest(*part, std::nullopt).ok());
+        expected = full_dump(**ref, ids);
+    }
+    const std::string path = db_path("bulk");
+    auto bulk = open_ledger("sqlite:" + path);
+    ASSERT_TRUE(bulk.ok());
+    (*bulk)->set_bulk_mode(true);
+    ASSERT_TRUE((*bulk)->ingest(first, std::nullopt).ok());
+    {
+        auto writer = open_ledger("sqlite:" + path);
+        ASSERT_TRUE(writer.ok());
+        ASSERT_TRUE((*writer)->ingest(other, std::nullopt).ok());
+    }
+    ASSERT_TRUE((*bulk)->ingest(second, std::nullopt).ok());
+    (*bulk)->set_bulk_mode(false);
+    EXPECT_EQ(full_dump(**bulk, ids), expected);
+
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(
+        sqlite3_prepare_v2(db,
+                           "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'index' AND name IN "
+                           "('messages_message_id', 'messages_fingerprint_queued', 'messages_finished', "
+                           "'messages_updated', 'recipients_address')",
+                           -1, &st, nullptr),
+        SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int(st, 0), 5) << "the deferred indexes are built when bulk mode ends";
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
+// An import killed while bulk mode had dropped the indexes: the next opening builds them.
+TEST(LedgerSqlite, IndexesDroppedByAnInterruptedBulkImportAreBuiltAtOpening) {
+    const std::string path = db_path("bulk-killed");
+    {
+        auto l = open_ledger("sqlite:" + path);
+        ASSERT_TRUE(l.ok());
+    }
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "DROP INDEX recipients_address; DROP INDEX messages_message_id", nullptr,
+                           nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+    auto l = open_ledger("sqlite:" + path);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db,
+                                 "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'index' AND name IN "
+                                 "('messages_message_id', 'recipients_address')",
+                                 -1, &st, nullptr),
+              SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int(st, 0), 2);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
 // A milter opens the ledger with a short busy timeout for its lookups, but
 // opening needs the write lock once (schema check): started while the policy
 // daemon writes a batch, it waits for it instead of exiting "database is locked".
