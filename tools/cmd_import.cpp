@@ -33,13 +33,8 @@ struct ImportOptions {
 
 // The engine state is saved every 50 batches, or sooner once this many lines
 // went in (the save trims the engine journal, which holds every event until then).
-// A large state (it grows with the destinations the engine tracks: 2 MiB for a
-// month of a relay with 20k domains) is saved less often: at most once per
-// (state bytes / kStateBytesPerLine) lines, so that saving costs a bounded share of
-// the import whatever the ledger's size (the journal it trims grows instead).
 constexpr std::uint64_t kSaveEveryBatches = 50;
 constexpr std::uint64_t kSaveEveryLines = 100000;
-constexpr std::uint64_t kStateBytesPerLine = 32;
 
 // Default lines per ledger transaction. SQLite: each transaction rewrites every
 // B-tree page it touches, and queue ids spread a batch's messages over the
@@ -169,9 +164,7 @@ int run_import(const ImportOptions& opt) {
                 return false;
             }
             // Saving now and then keeps the engine journal (replayed after a crash) short.
-            const std::uint64_t min_lines = ingestor.saved_state_bytes() / kStateBytesPerLine;
-            if ((++batches_since_save >= kSaveEveryBatches || lines_since_save >= kSaveEveryLines) &&
-                lines_since_save >= min_lines) {
+            if (++batches_since_save >= kSaveEveryBatches || lines_since_save >= kSaveEveryLines) {
                 batches_since_save = lines_since_save = 0;
                 auto sv = ingestor.save();
                 emit();

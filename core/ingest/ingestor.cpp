@@ -343,7 +343,6 @@ Status Ingestor::save() {
            {"verdict_seq", verdict_seq_},
            {"engine", json::binary(std::vector<std::uint8_t>(engine_bytes.begin(), engine_bytes.end()))}};
     const std::vector<std::uint8_t> bytes = json::to_cbor(j);
-    saved_state_bytes_ = bytes.size();
     return ledger_.save_engine_state(
         kStateKey, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), journal_seq_,
         outbox_written_);

@@ -447,11 +447,6 @@ class SqliteLedger final : public Ledger {
             exec(on ? "PRAGMA cache_size=-65536" : "PRAGMA cache_size=-16000");
             exec(on ? "PRAGMA wal_autocheckpoint=65536" : "PRAGMA wal_autocheckpoint=1000");
         });
-        bulk_ = on;
-        dests_.clear();
-        written_ids_.clear();
-        data_version_ = kNoVersion;
-        if (!on) bulk_fresh_ = false;
         if (on && !indexes_deferred_) {
             auto st = guard([&] {
                 exec("BEGIN IMMEDIATE");
@@ -460,17 +455,11 @@ class SqliteLedger final : public Ledger {
                         "SELECT NOT EXISTS(SELECT 1 FROM messages) AND NOT EXISTS(SELECT 1 FROM recipients)");
                     const bool empty = q.row() && q.col(0) != 0;
                     q.run();
-                    {  // the writes of other connections from now on drop bulk_fresh_
-                        Query v = stmt("PRAGMA data_version");
-                        data_version_ = v.row() ? v.col(0) : -1;
-                        v.run();
-                    }
                     if (empty)
                         for (const auto& index : kSecondaryIndexes)
                             exec(("DROP INDEX IF EXISTS " + std::string(index.name)).c_str());
                     exec("COMMIT");
                     indexes_deferred_ = empty;
-                    bulk_fresh_ = empty;
                 } catch (...) {
                     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
                     throw;
@@ -522,7 +511,7 @@ class SqliteLedger final : public Ledger {
             result = {};
             journal_.assign(kJournalBatchTag);
             clear_rows();
-            check_bulk_caches();
+            dests_.clear();
             load_seen(batch);
             for (const auto& item : batch) {
                 Op op = plan(item);
@@ -550,7 +539,7 @@ class SqliteLedger final : public Ledger {
             }
         });
         clear_rows();
-        if (!st || !bulk_) dests_.clear();  // a rolled-back batch leaves them ahead of the table
+        dests_.clear();
         if (!st) return counters_.count(Result<IngestResult>(st.error()));
         counters_.events += result.applied;
         counters_.duplicates += result.duplicates;
@@ -998,7 +987,6 @@ class SqliteLedger final : public Ledger {
     }
 
     Result<PruneResult> prune(const RetentionPolicy& policy, TimePoint now) override {
-        dests_.clear();  // bulk mode's kept rows: prune deletes destinations
         PruneResult r;
         auto st = write([&] {
             r = {};
@@ -1450,46 +1438,33 @@ class SqliteLedger final : public Ledger {
 
     // The row of `queue_id`, created (as the first INSERT of one of its events
     // would) when the table has none; `updated` raised to t.
-    // The table's row of queue_id into row; false when there is none.
-    bool select_message(const std::string& queue_id, MessageRow& row) {
-        Query q = stmt(
-            "SELECT id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint, sender, "
-            "size, nrcpt, arrival, state, updated, finished FROM messages WHERE queue_id = ?");
-        q.text(queue_id);
-        if (!q.row()) return false;
-        load_message(q, row);
-        return true;
-    }
-
-    static void load_message(const Query& q, MessageRow& row) {
-        row.id = q.col(0);
-        row.first_queue_id = q.str(1);
-        row.previous_queue_id = opt_str(q, 2);
-        row.next_queue_id = opt_str(q, 3);
-        row.message_id = opt_str(q, 4);
-        row.fingerprint = opt_str(q, 5);
-        row.sender = opt_str(q, 6);
-        row.size = q.col(7);
-        row.nrcpt = q.col(8);
-        row.arrival = opt_i64(q, 9);
-        row.state = q.str(10);
-        row.updated = q.col(11);
-        row.finished = opt_i64(q, 12);
-    }
-
     MessageRow& message_row(const std::string& queue_id, std::int64_t t) {
         auto it = msg_index_.find(queue_id);
         if (it == msg_index_.end()) {
             MessageRow row;
+            Query q = stmt(
+                "SELECT id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint, "
+                "sender, "
+                "size, nrcpt, arrival, state, updated, finished FROM messages WHERE queue_id = ?");
+            q.text(queue_id);
             row.queue_id = queue_id;
-            // Into a ledger that was empty, a queue id this import never wrote has no row.
-            const bool known_new = bulk_fresh_ && !written_ids_.contains(std::hash<std::string>{}(queue_id));
-            if (known_new || !select_message(queue_id, row)) {
+            if (q.row()) {
+                row.id = q.col(0);
+                row.first_queue_id = q.str(1);
+                row.previous_queue_id = opt_str(q, 2);
+                row.next_queue_id = opt_str(q, 3);
+                row.message_id = opt_str(q, 4);
+                row.fingerprint = opt_str(q, 5);
+                row.sender = opt_str(q, 6);
+                row.size = q.col(7);
+                row.nrcpt = q.col(8);
+                row.arrival = opt_i64(q, 9);
+                row.state = q.str(10);
+                row.updated = q.col(11);
+                row.finished = opt_i64(q, 12);
+            } else {
                 row.first_queue_id = queue_id;
                 row.updated = t;
-                // No row in the table, so none of its recipients either: each one
-                // is written with its message's row (same batch).
-                if (known_new) rcpts_loaded_.insert(queue_id);
             }
             it = msg_index_.emplace(queue_id, msgs_.size()).first;
             msgs_.push_back(std::move(row));
@@ -1726,12 +1701,10 @@ class SqliteLedger final : public Ledger {
             opt_int(q, m.arrival);
             q.text(m.state).i64(m.updated);
             opt_int(q, m.finished);
-            if (m.id == 0) {
+            if (m.id == 0)
                 q.text(m.queue_id).run();
-                if (bulk_fresh_) written_ids_.insert(std::hash<std::string>{}(m.queue_id));
-            } else {
+            else
                 q.i64(m.id).run();
-            }
         }
         for (const RecipientRow& r : rcpts_) {
             if (!r.dirty) continue;
@@ -1777,7 +1750,6 @@ class SqliteLedger final : public Ledger {
         std::int64_t ep_attempts = 0, ep_messages = 0, ep_categories = 0, updated = 0;
         std::string ep_last_reply, ep_last_relay;
         std::unordered_set<std::string> episode_messages;  // known to be in episode_messages
-        bool dirty = false;                                // changed since the last flush
     };
 
     static std::optional<std::int64_t> max_opt(std::optional<std::int64_t> a, std::int64_t b) {
@@ -1815,7 +1787,6 @@ class SqliteLedger final : public Ledger {
     void record_deferral(const char* kind, const std::string& name, const std::string& message,
                          const Op& op) {
         auto& row = destination_row(kind, name);
-        row.dirty = true;
         if (!row.episode_messages.contains(message)) {
             Query q = stmt("INSERT OR IGNORE INTO episode_messages(kind, name, queue_id) VALUES(?, ?, ?)");
             q.text(kind).text(name).text(message).run();
@@ -1834,7 +1805,6 @@ class SqliteLedger final : public Ledger {
 
     void record_success(const char* kind, const std::string& name, std::int64_t t) {
         auto& row = destination_row(kind, name);
-        row.dirty = true;
         if (row.ep_first) {
             Query q = stmt(
                 "INSERT INTO episodes(kind, name, first_deferral, last_deferral, ended, attempts, messages, "
@@ -1856,9 +1826,7 @@ class SqliteLedger final : public Ledger {
     }
 
     void flush_destinations() {
-        for (auto& [key, row] : dests_) {
-            if (!row.dirty) continue;
-            row.dirty = false;
+        for (const auto& [key, row] : dests_) {
             auto tab = key.find('\t');
             Query q = stmt(
                 "INSERT INTO destinations(kind, name, last_success, last_deferral, ep_first, ep_last, "
@@ -1882,29 +1850,7 @@ class SqliteLedger final : public Ledger {
             q.i64(row.ep_attempts).i64(row.ep_messages).i64(row.ep_categories).text(row.ep_last_reply);
             q.text(row.ep_last_relay).i64(row.updated).run();
         }
-        if (!bulk_) dests_.clear();
-    }
-
-    // Bulk mode keeps destination rows from batch to batch, and into a ledger
-    // that was empty skips looking up queue ids it never wrote (written_ids_):
-    // both hold only while no other connection writes. SQLite's data_version
-    // changes when another connection commits; then both are dropped.
-    void check_bulk_caches() {
-        if (!bulk_) {
-            dests_.clear();
-            return;
-        }
-        Query q = stmt("PRAGMA data_version");
-        const std::int64_t version = q.row() ? q.col(0) : -1;
-        q.run();
-        if (version != data_version_) {
-            dests_.clear();
-            if (data_version_ != kNoVersion) {
-                bulk_fresh_ = false;
-                written_ids_.clear();
-            }
-            data_version_ = version;
-        }
+        dests_.clear();
     }
 
     std::string path_;
@@ -1923,11 +1869,6 @@ class SqliteLedger final : public Ledger {
     std::vector<std::pair<std::int64_t, std::uint64_t>> fresh_keys_;
     std::string seen_blob_;
     bool indexes_deferred_ = false;  // bulk mode dropped kSecondaryIndexes (see set_bulk_mode)
-    bool bulk_ = false;              // set_bulk_mode(true)
-    bool bulk_fresh_ = false;        // bulk mode into an empty ledger, no other writer since
-    static constexpr std::int64_t kNoVersion = -2;
-    std::int64_t data_version_ = kNoVersion;       // PRAGMA data_version at the last batch (bulk mode)
-    std::unordered_set<std::size_t> written_ids_;  // hashes of the queue ids bulk mode inserted
     std::mutex mutex_;
     Counters counters_;
     // Read-only connections for read_concurrent; idle ones are kept up to a

@@ -147,8 +147,6 @@ class Ingestor {
     const IngestStats& stats() const noexcept { return stats_; }
 
     std::uint64_t journal_seq() const noexcept { return journal_seq_; }
-    // Size of the engine state the last save() wrote (0 before one).
-    std::size_t saved_state_bytes() const noexcept { return saved_state_bytes_; }
     std::uint64_t verdict_seq() const noexcept { return verdict_seq_; }
 
     static constexpr std::string_view kStateKey = "engine";
@@ -184,7 +182,6 @@ class Ingestor {
     std::vector<PendingVerdict> pending_;
     bool restore_failed_ = false;
     bool need_catch_up_ = false;  // a ledger call failed: the journal may hold entries not fed
-    std::size_t saved_state_bytes_ = 0;
 };
 
 // A saved engine state (the Ingestor's kStateKey value) for readers such as

@@ -146,9 +146,9 @@ TEST(LedgerSqlite, PruneCutInsideABatchKeepsItsNewerKeys) {
     EXPECT_EQ(again->applied, 2u);  // no longer recognised as replays
 }
 
-// Bulk mode into an empty ledger keeps rows between batches and defers the
-// secondary indexes; another process writing the same file meanwhile must not
-// be overwritten or missed, and the indexes are back when bulk mode ends.
+// Bulk mode into an empty ledger defers the secondary indexes; another process
+// writing the same file meanwhile must not be overwritten or missed, and the
+// indexes are back when bulk mode ends.
 TEST(LedgerSqlite, BulkModeIntoAnEmptyLedgerGivesTheSameLedgerDespiteAnotherWriter) {
     const std::vector<IngestItem> first = {client("M1", 10), queue_active("M1", 11, "s@x.test"),
                                            deferred("M1", 12, "r@d.test"), deferred("M1", 13, "q@e.test")};
