@@ -46,7 +46,8 @@ IngestItem sample() {
     e.dsn = "4.3.5";
     e.status = DeliveryStatus::deferred;
     e.delay = 1.5;
-    e.reason = std::string("host said: 451 4.3.5 \xc3\x28 config\0error", 39);
+    static const char kReason[] = "host said: 451 4.3.5 \xc3\x28 config\0error";  // not UTF-8, a NUL inside
+    e.reason = std::string(kReason, sizeof kReason - 1);
     Reply r;
     r.code = 451;
     r.enhanced = EnhancedCode{4, 3, 5};
