@@ -82,6 +82,7 @@ redis_cpu() {  # user+sys seconds of the running redis-server
 }
 
 rate() { awk -v l="$1" -v s="$2" 'BEGIN { if (s > 0) printf "%.0f", l / s; else print "inf" }'; }
+us_per_line() { awk -v l="$1" -v s="$2" 'BEGIN { printf "%.1f", s * 1e6 / l }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "inf" }'; }
 row() { printf '%-30s %9s %9s %12s %12s %10s %14s\n' "$@"; }
 
@@ -95,7 +96,7 @@ for scale in $scales; do
 
   read -r p_wall p_cpu p_rss < <(measure pflogsumm "$log")
   row "command" "wall s" "cpu s" "lines/s wall" "peak RSS KiB" "vs pflog" "note"
-  row "pflogsumm > /dev/null" "$p_wall" "$p_cpu" "$(rate "$lines" "$p_wall")" "$p_rss" "1.00" ""
+  row "pflogsumm > /dev/null" "$p_wall" "$p_cpu" "$(rate "$lines" "$p_wall")" "$p_rss" "1.00" "$(us_per_line "$lines" "$p_cpu") cpu us/line"
   for which in ${before:+before} after; do
     bin=$cli label="import"
     [ "$which" = before ] && bin=$before label="import (before)"
@@ -110,7 +111,7 @@ for scale in $scales; do
         paste -sd' ' | awk '{ printf "%d", ($1 - $2) * $3 }')
     fi
     row "$label, SQLite" "$s_wall" "$s_cpu" "$(rate "$lines" "$s_wall")" "$s_rss" \
-      "$(ratio "$p_wall" "$s_wall")" "ledger $((db_bytes / 1048576)) MiB, $((used_bytes / 1048576)) in use"
+      "$(ratio "$p_wall" "$s_wall")" "ledger $((db_bytes / 1048576)) MiB, $((used_bytes / 1048576)) in use, $(us_per_line "$lines" "$s_cpu") cpu us/line"
     if [ "$redis" = 1 ]; then
       start_redis
       r0=$(redis_cpu)

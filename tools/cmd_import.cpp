@@ -205,6 +205,9 @@ int run_import(const ImportOptions& opt) {
         fmt::print(stderr, "retryguard import: saving engine state: {}\n", saved.error().message);
         rc = kExitAttention;
     }
+    // Ends bulk mode now (SQLite: builds the indexes an import into an empty
+    // ledger deferred), so that its cost is part of the import.
+    rt->ledger->set_bulk_mode(false);
     const auto& s = ingestor.stats();
     fmt::print(stderr, "retryguard import: {} lines, {} events, {} new, {} already known, {} verdicts\n",
                s.lines, s.events, s.applied, s.duplicates, s.verdicts);

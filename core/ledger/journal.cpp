@@ -13,16 +13,37 @@ namespace retryguard {
 namespace {
 
 constexpr char kEventV1 = 'E';
+// The same fields as kEventV1 with integers and lengths as varints (LEB128,
+// signed ones zigzag-encoded): about half the bytes, which the ledger writes
+// with every batch and deletes at the next state save.
+constexpr char kEventV2 = 'V';
 constexpr char kTickV1 = 'T';
 constexpr char kClearFlagV1 = 'C';
 
+// Fixed: integers and lengths as 8 bytes little-endian; compact: varints.
 class Writer {
   public:
-    explicit Writer(char tag) { out_.push_back(tag); }
-    void u64(std::uint64_t v) {
-        for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    explicit Writer(char tag, bool compact = false, std::string out = {})
+        : out_(std::move(out)), compact_(compact) {
+        out_.push_back(tag);
     }
-    void i64(std::int64_t v) { u64(static_cast<std::uint64_t>(v)); }
+    void u64(std::uint64_t v) {
+        if (compact_) {
+            while (v >= 0x80) {
+                out_.push_back(static_cast<char>((v & 0x7f) | 0x80));
+                v >>= 7;
+            }
+            out_.push_back(static_cast<char>(v));
+            return;
+        }
+        fixed64(v);
+    }
+    void i64(std::int64_t v) {
+        if (compact_)
+            u64((static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63));
+        else
+            u64(static_cast<std::uint64_t>(v));
+    }
     void byte(unsigned v) { out_.push_back(static_cast<char>(v & 0xff)); }
     void str(std::string_view s) {
         u64(s.size());
@@ -31,27 +52,47 @@ class Writer {
     void f64(double d) {
         std::uint64_t v;
         std::memcpy(&v, &d, sizeof v);
-        u64(v);
+        fixed64(v);
     }
     std::string take() { return std::move(out_); }
 
   private:
+    void fixed64(std::uint64_t v) {
+        for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    }
     std::string out_;
+    bool compact_;
 };
 
 class Reader {
   public:
-    explicit Reader(std::string_view in) : in_(in) {}
+    explicit Reader(std::string_view in, bool compact = false) : in_(in), compact_(compact) {}
     bool ok() const { return ok_; }
     bool done() const { return in_.empty(); }
     std::uint64_t u64() {
+        if (!compact_) return fixed64();
+        std::uint64_t v = 0;
+        for (int shift = 0; shift < 64; shift += 7) {
+            if (in_.empty()) return fail();
+            const auto b = static_cast<unsigned char>(in_.front());
+            in_.remove_prefix(1);
+            v |= std::uint64_t{b & 0x7fu} << shift;
+            if (!(b & 0x80)) return v;
+        }
+        return fail();
+    }
+    std::uint64_t fixed64() {
         if (in_.size() < 8) return fail();
         std::uint64_t v = 0;
         for (int i = 0; i < 8; ++i) v |= std::uint64_t{static_cast<unsigned char>(in_[i])} << (8 * i);
         in_.remove_prefix(8);
         return v;
     }
-    std::int64_t i64() { return static_cast<std::int64_t>(u64()); }
+    std::int64_t i64() {
+        const std::uint64_t v = u64();
+        if (!compact_) return static_cast<std::int64_t>(v);
+        return static_cast<std::int64_t>((v >> 1) ^ (~(v & 1) + 1));
+    }
     unsigned byte() {
         if (in_.empty()) return static_cast<unsigned>(fail());
         unsigned v = static_cast<unsigned char>(in_.front());
@@ -69,7 +110,7 @@ class Reader {
         return s;
     }
     double f64() {
-        std::uint64_t v = u64();
+        std::uint64_t v = fixed64();
         double d;
         std::memcpy(&d, &v, sizeof d);
         return d;
@@ -82,14 +123,15 @@ class Reader {
         return 0;
     }
     std::string_view in_;
+    bool compact_;
     bool ok_ = true;
 };
 
 }  // namespace
 
-std::string encode_journal_event(const IngestItem& item) {
+namespace {
+void write_event(Writer& w, const IngestItem& item) {
     const Event& e = item.event;
-    Writer w(kEventV1);
     w.byte(static_cast<unsigned>(item.category));
     w.byte(static_cast<unsigned>(e.kind));
     w.i64(to_micros(e.time));
@@ -148,6 +190,12 @@ std::string encode_journal_event(const IngestItem& item) {
     w.str(e.unknown_kind);
     w.str(e.text);
     w.byte(e.truncated ? 1 : 0);
+}
+}  // namespace
+
+std::string encode_journal_event(const IngestItem& item) {
+    Writer w(kEventV2, true);
+    write_event(w, item);
     return w.take();
 }
 
@@ -165,11 +213,16 @@ std::string encode_journal_clear_flag(std::string_view destination, TimePoint no
 }
 
 void append_journal_batch_item(std::string& batch, const IngestItem& item) {
-    const std::string e = encode_journal_event(item);
-    Writer w('\0');
-    w.str(e);
-    std::string framed = w.take();
-    batch.append(framed, 1);  // without the writer's tag byte
+    // The batch frames each entry with its length (8 bytes, as Writer::str),
+    // written once the entry is: encoded in place, not copied.
+    const std::size_t at = batch.size();
+    batch.append(8, '\0');
+    Writer w(kEventV2, true, std::move(batch));
+    write_event(w, item);
+    batch = w.take();
+    const std::uint64_t n = batch.size() - at - 8;
+    for (int i = 0; i < 8; ++i)
+        batch[at + static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
 }
 
 namespace {
@@ -215,7 +268,8 @@ bool decode_one(std::string_view data, EngineJournalRecord& out) {
         out.destination = r.str();
         return r.ok() && r.done();
     }
-    if (tag != kEventV1) return false;
+    if (tag != kEventV1 && tag != kEventV2) return false;
+    if (tag == kEventV2) r = Reader(data.substr(1), true);
     out.kind = EngineJournalRecord::Kind::event;
     const unsigned category = r.byte();
     if (category > static_cast<unsigned>(Category::unknown)) return false;

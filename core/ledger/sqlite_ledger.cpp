@@ -205,6 +205,16 @@ DROP INDEX messages_fingerprint;
 CREATE INDEX messages_fingerprint_queued ON messages(fingerprint)
   WHERE fingerprint IS NOT NULL AND state IN ('active','deferred','hold');
 )sql",
+    // version 7: the keys of a batch's fresh events are kept as one row per
+    // batch (packed (time, key) pairs, see SeenKeys) instead of one B-tree
+    // entry per event, which cost an insert per event on the ingest path. A
+    // batch reads the rows whose time span meets its own. seen_events keeps the
+    // keys written before this version (still consulted) until prune drops them.
+    R"sql(
+CREATE TABLE seen_batches(id INTEGER PRIMARY KEY, first INTEGER NOT NULL, last INTEGER NOT NULL,
+  count INTEGER NOT NULL, keys BLOB NOT NULL);
+CREATE INDEX seen_batches_last ON seen_batches(last);
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -383,6 +393,7 @@ class SqliteLedger final : public Ledger {
         if (!options_.warn) options_.warn = default_warn();
     }
     ~SqliteLedger() override {
+        if (indexes_deferred_) set_bulk_mode(false);
         idle_readers_.clear();  // before the main connection: the last one to close checkpoints
         for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
         if (db_) sqlite3_close_v2(db_);
@@ -421,16 +432,76 @@ class SqliteLedger final : public Ledger {
 
     // Bulk import: a 64 MiB page cache instead of 16 MiB (the month of a busy
     // relay touches far more than 16 MiB of B-tree pages at random: messages and
-    // recipients are keyed by queue id), and a WAL checkpoint every 64 MiB of
+    // recipients are keyed by queue id), and a WAL checkpoint every 256 MiB of
     // WAL instead of every 4 MiB (each checkpoint writes the pages back and
     // syncs twice; a page written by many batches is written back once).
     // synchronous stays NORMAL: a kill -9 loses nothing committed.
+    // Into an empty ledger, the secondary indexes of messages and recipients
+    // (kSecondaryIndexes: Message-ID, fingerprint, address, times) are dropped
+    // and built once when bulk mode ends: keyed by random values, each batch
+    // rewrote pages all over them. Lookups stay correct meanwhile (scans). A
+    // process killed before the end leaves them missing; open() builds them.
     void set_bulk_mode(bool on) noexcept override {
         std::lock_guard lock(mutex_);
         (void)guard([&] {
             exec(on ? "PRAGMA cache_size=-65536" : "PRAGMA cache_size=-16000");
-            exec(on ? "PRAGMA wal_autocheckpoint=16384" : "PRAGMA wal_autocheckpoint=1000");
+            exec(on ? "PRAGMA wal_autocheckpoint=65536" : "PRAGMA wal_autocheckpoint=1000");
         });
+        if (on && !indexes_deferred_) {
+            auto st = guard([&] {
+                exec("BEGIN IMMEDIATE");
+                try {
+                    Query q = stmt(
+                        "SELECT NOT EXISTS(SELECT 1 FROM messages) AND NOT EXISTS(SELECT 1 FROM recipients)");
+                    const bool empty = q.row() && q.col(0) != 0;
+                    q.run();
+                    if (empty)
+                        for (const auto& index : kSecondaryIndexes)
+                            exec(("DROP INDEX IF EXISTS " + std::string(index.name)).c_str());
+                    exec("COMMIT");
+                    indexes_deferred_ = empty;
+                } catch (...) {
+                    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+                    throw;
+                }
+            });
+            if (!st) options_.warn("bulk mode: keeping the indexes: " + st.error().message);
+        } else if (!on && indexes_deferred_) {
+            auto st = guard([&] { ensure_indexes(); });
+            if (!st)
+                options_.warn("bulk mode: building the indexes: " + st.error().message +
+                              " (the next opening builds them)");
+            indexes_deferred_ = false;
+        }
+    }
+
+    // The secondary indexes bulk mode may defer, as the schema defines them.
+    struct IndexDef {
+        const char* name;
+        const char* create;
+    };
+    static constexpr IndexDef kSecondaryIndexes[] = {
+        {"messages_message_id",
+         "CREATE INDEX IF NOT EXISTS messages_message_id ON messages(message_id) WHERE message_id IS NOT "
+         "NULL"},
+        {"messages_fingerprint_queued",
+         "CREATE INDEX IF NOT EXISTS messages_fingerprint_queued ON messages(fingerprint) "
+         "WHERE fingerprint IS NOT NULL AND state IN ('active','deferred','hold')"},
+        {"messages_finished",
+         "CREATE INDEX IF NOT EXISTS messages_finished ON messages(finished) WHERE finished IS NOT NULL"},
+        {"messages_updated", "CREATE INDEX IF NOT EXISTS messages_updated ON messages(updated)"},
+        {"recipients_address", "CREATE INDEX IF NOT EXISTS recipients_address ON recipients(address)"},
+    };
+
+    void ensure_indexes() {
+        exec("BEGIN IMMEDIATE");
+        try {
+            for (const auto& index : kSecondaryIndexes) exec(index.create);
+            exec("COMMIT");
+        } catch (...) {
+            sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+            throw;
+        }
     }
 
     Result<IngestResult> ingest(std::span<const IngestItem> batch,
@@ -439,27 +510,25 @@ class SqliteLedger final : public Ledger {
         auto st = write([&] {
             result = {};
             journal_.assign(kJournalBatchTag);
-            touched_.clear();
+            clear_rows();
             dests_.clear();
-            deferred_in_batch_.clear();
+            load_seen(batch);
             for (const auto& item : batch) {
                 Op op = plan(item);
-                {
-                    Query q = stmt("INSERT OR IGNORE INTO seen_events(key, time) VALUES(?, ?)");
-                    q.i64(static_cast<std::int64_t>(op.key)).i64(op.time).run();
-                }
-                if (sqlite3_changes(db_) == 0) {
+                if (!seen_.insert({op.time, op.key}).second) {
                     ++result.duplicates;
                     result.fresh.push_back(false);
                     continue;
                 }
+                fresh_keys_.emplace_back(op.time, op.key);
                 apply(op);
                 append_journal_batch_item(journal_, item);
                 ++result.applied;
                 result.fresh.push_back(true);
             }
-            flush_touched();
+            flush_rows();
             flush_destinations();
+            store_seen();
             if (position) store_position(*position);
             if (result.applied > 0) {
                 // The engine journal: the batch's fresh events as one entry, in the
@@ -469,7 +538,7 @@ class SqliteLedger final : public Ledger {
                 result.journal_seq = static_cast<std::uint64_t>(sqlite3_last_insert_rowid(db_));
             }
         });
-        touched_.clear();
+        clear_rows();
         dests_.clear();
         if (!st) return counters_.count(Result<IngestResult>(st.error()));
         counters_.events += result.applied;
@@ -947,7 +1016,7 @@ class SqliteLedger final : public Ledger {
                 "DELETE FROM destinations WHERE ep_first IS NULL AND updated < ?1 AND "
                 "(state = '' OR state = 'recovered')",
                 {ep_cut});
-            r.seen_events = exec_bound("DELETE FROM seen_events WHERE time < ?1", {seen_cut});
+            r.seen_events = prune_seen(seen_cut);
         });
         if (!st) return counters_.count(Result<PruneResult>(st.error()));
         return counters_.count(Result<PruneResult>(r));
@@ -969,7 +1038,8 @@ class SqliteLedger final : public Ledger {
             s.open_episodes = scalar("SELECT COUNT(*) FROM destinations WHERE ep_first IS NOT NULL");
             s.episodes = scalar("SELECT COUNT(*) FROM episodes");
             s.flags = scalar("SELECT COUNT(*) FROM flags WHERE cleared_at IS NULL");
-            s.seen_events = scalar("SELECT COUNT(*) FROM seen_events");
+            s.seen_events = scalar("SELECT COUNT(*) FROM seen_events") +
+                            scalar("SELECT COALESCE(SUM(count), 0) FROM seen_batches");
             s.bytes = scalar("SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()");
             s.schema_version = static_cast<int>(scalar("SELECT MAX(version) FROM schema_version"));
             return s;
@@ -1061,6 +1131,8 @@ class SqliteLedger final : public Ledger {
                 exec(kMigrations[v]);
                 exec_bound("INSERT INTO schema_version(version) VALUES(?)", {v + 1});
             }
+            // A bulk import killed before its end left them dropped (set_bulk_mode).
+            for (const auto& index : kSecondaryIndexes) exec(index.create);
             exec("COMMIT");
         } catch (...) {
             sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -1220,98 +1292,303 @@ class SqliteLedger final : public Ledger {
             .run();
     }
 
-    // Ensures the message row exists; returns the start of its requeue chain.
-    // Within a batch the answer is cached and `updated` is written once per
-    // message at the end (flush_touched), which halves the statements per event.
-    const std::string& touch_message(const std::string& queue_id, std::int64_t t) {
-        auto it = touched_.find(queue_id);
-        if (it != touched_.end()) {
-            it->second.second = std::max(it->second.second, t);
-            return it->second.first;
+    // Replay protection (schema 7): the (time, key) pairs of a batch's fresh
+    // events, packed little-endian, 16 bytes each, in one seen_batches row
+    // with the batch's time span; the pairs a new batch may repeat are those
+    // of the rows whose span meets its own (and, from older files, the
+    // seen_events rows in its span).
+    struct SeenHash {
+        std::size_t operator()(const std::pair<std::int64_t, std::uint64_t>& p) const noexcept {
+            return static_cast<std::size_t>(p.second ^
+                                            (static_cast<std::uint64_t>(p.first) * 0x9E3779B97F4A7C15ULL));
         }
-        Query q = stmt(
-            "INSERT INTO messages(queue_id, first_queue_id, updated) VALUES(?1, ?1, ?2) "
-            "ON CONFLICT(queue_id) DO UPDATE SET updated = MAX(updated, excluded.updated) "
-            "RETURNING first_queue_id");
-        q.text(queue_id).i64(t);
-        std::string first = q.row() ? q.str(0) : queue_id;
-        q.run();
-        return touched_.emplace(queue_id, std::make_pair(std::move(first), t)).first->second.first;
+    };
+
+    static void put_u64(std::string& out, std::uint64_t v) {
+        for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    }
+    static std::uint64_t get_u64(const unsigned char* p) {
+        std::uint64_t v = 0;
+        for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+        return v;
     }
 
-    void flush_touched() {
-        for (const auto& [queue_id, entry] : touched_) {
-            Query q = stmt("UPDATE messages SET updated = MAX(updated, ?2) WHERE queue_id = ?1");
-            q.text(queue_id).i64(entry.second).run();
+    // seen_ := the stored pairs within the batch's time span.
+    void load_seen(std::span<const IngestItem> batch) {
+        seen_.clear();
+        fresh_keys_.clear();
+        if (batch.empty()) return;
+        std::int64_t lo = to_micros(batch.front().event.time), hi = lo;
+        for (const auto& item : batch) {
+            const std::int64_t t = to_micros(item.event.time);
+            lo = std::min(lo, t);
+            hi = std::max(hi, t);
         }
-        touched_.clear();
+        {
+            Query q = stmt("SELECT keys FROM seen_batches WHERE last >= ?1 AND first <= ?2");
+            q.i64(lo).i64(hi);
+            while (q.row()) {
+                const std::string keys = q.bytes(0);
+                const auto* p = reinterpret_cast<const unsigned char*>(keys.data());
+                for (std::size_t i = 0; i + 16 <= keys.size(); i += 16) {
+                    const auto t = static_cast<std::int64_t>(get_u64(p + i));
+                    if (t >= lo && t <= hi) seen_.insert({t, get_u64(p + i + 8)});
+                }
+            }
+        }
+        Query q = stmt("SELECT time, key FROM seen_events WHERE time >= ?1 AND time <= ?2");
+        q.i64(lo).i64(hi);
+        while (q.row()) seen_.insert({q.col(0), static_cast<std::uint64_t>(q.col(1))});
+    }
+
+    void store_seen() {
+        if (fresh_keys_.empty()) return;
+        std::int64_t lo = fresh_keys_.front().first, hi = lo;
+        seen_blob_.clear();
+        seen_blob_.reserve(fresh_keys_.size() * 16);
+        for (const auto& [t, key] : fresh_keys_) {
+            lo = std::min(lo, t);
+            hi = std::max(hi, t);
+            put_u64(seen_blob_, static_cast<std::uint64_t>(t));
+            put_u64(seen_blob_, key);
+        }
+        Query q = stmt("INSERT INTO seen_batches(first, last, count, keys) VALUES(?, ?, ?, ?)");
+        q.i64(lo).i64(hi).i64(static_cast<std::int64_t>(fresh_keys_.size())).blob(seen_blob_).run();
+        fresh_keys_.clear();
+    }
+
+    // Drops the pairs older than `cut`: whole rows, and the old pairs of a row
+    // that straddles it. Returns how many pairs went.
+    std::int64_t prune_seen(std::int64_t cut) {
+        std::int64_t dropped = 0;
+        std::vector<std::pair<std::int64_t, std::string>> straddling;
+        {
+            Query q = stmt("SELECT COALESCE(SUM(count), 0) FROM seen_batches WHERE last < ?");
+            q.i64(cut);
+            if (q.row()) dropped += q.col(0);
+        }
+        exec_bound("DELETE FROM seen_batches WHERE last < ?1", {cut});
+        {
+            Query q = stmt("SELECT id, keys FROM seen_batches WHERE first < ?1 AND last >= ?1");
+            q.i64(cut);
+            while (q.row()) straddling.emplace_back(q.col(0), q.bytes(1));
+        }
+        for (const auto& [id, keys] : straddling) {
+            std::string kept;
+            std::int64_t n = 0, lo = 0, hi = 0;
+            const auto* p = reinterpret_cast<const unsigned char*>(keys.data());
+            for (std::size_t i = 0; i + 16 <= keys.size(); i += 16) {
+                const auto t = static_cast<std::int64_t>(get_u64(p + i));
+                if (t < cut) {
+                    ++dropped;
+                    continue;
+                }
+                lo = n == 0 ? t : std::min(lo, t);
+                hi = n == 0 ? t : std::max(hi, t);
+                ++n;
+                kept.append(keys, i, 16);
+            }
+            Query q = stmt("UPDATE seen_batches SET first = ?, last = ?, count = ?, keys = ? WHERE id = ?");
+            q.i64(lo).i64(hi).i64(n).blob(kept).i64(id).run();
+        }
+        return dropped + exec_bound("DELETE FROM seen_events WHERE time < ?1", {cut});
+    }
+
+    // The batch's message and recipient rows, kept in memory while the batch's
+    // events are applied and written once at its end (flush_rows): a message's
+    // life (client, cleanup, qmgr, deliveries, removal) takes a few seconds and
+    // mostly falls into one batch, so one INSERT replaces the eight or so
+    // statements (and index updates of `updated`, `state`, `finished`) its
+    // events used to run one by one. Safe because the batch holds the write
+    // lock (BEGIN IMMEDIATE); rows are loaded from the table on first touch and
+    // new rows are inserted in first-touch order, as the statements did, so
+    // they get the same ids.
+#define RECIPIENT_ROW_COLUMNS                                                                       \
+    "id, queue_id, address, domain, state, attempts, first_attempt, last_attempt, first_deferral, " \
+    "reply_code, "                                                                                  \
+    "enhanced, reply_text, stage, relay, category"
+    struct MessageRow {
+        std::int64_t id = 0;  // 0: not in the table yet
+        std::string queue_id, first_queue_id;
+        std::optional<std::string> previous_queue_id, next_queue_id, message_id, fingerprint, sender;
+        std::int64_t size = -1, nrcpt = -1;
+        std::optional<std::int64_t> arrival, finished;
+        std::string state = "incoming";
+        std::int64_t updated = 0;
+        bool dirty = false;
+    };
+    struct RecipientRow {
+        std::int64_t id = 0;  // 0: not in the table yet
+        std::string queue_id, address, domain, state = "pending";
+        std::int64_t attempts = 0;
+        std::optional<std::int64_t> first_attempt, last_attempt, first_deferral;
+        std::int64_t reply_code = 0;
+        std::string enhanced, reply_text, stage, relay, category = "unknown";
+        bool dirty = false;
+    };
+
+    static std::optional<std::string> opt_str(const Query& q, int i) {
+        if (q.is_null(i)) return std::nullopt;
+        return q.str(i);
+    }
+    static std::optional<std::int64_t> opt_i64(const Query& q, int i) {
+        if (q.is_null(i)) return std::nullopt;
+        return q.col(i);
+    }
+
+    // The row of `queue_id`, created (as the first INSERT of one of its events
+    // would) when the table has none; `updated` raised to t.
+    MessageRow& message_row(const std::string& queue_id, std::int64_t t) {
+        auto it = msg_index_.find(queue_id);
+        if (it == msg_index_.end()) {
+            MessageRow row;
+            Query q = stmt(
+                "SELECT id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint, "
+                "sender, "
+                "size, nrcpt, arrival, state, updated, finished FROM messages WHERE queue_id = ?");
+            q.text(queue_id);
+            row.queue_id = queue_id;
+            if (q.row()) {
+                row.id = q.col(0);
+                row.first_queue_id = q.str(1);
+                row.previous_queue_id = opt_str(q, 2);
+                row.next_queue_id = opt_str(q, 3);
+                row.message_id = opt_str(q, 4);
+                row.fingerprint = opt_str(q, 5);
+                row.sender = opt_str(q, 6);
+                row.size = q.col(7);
+                row.nrcpt = q.col(8);
+                row.arrival = opt_i64(q, 9);
+                row.state = q.str(10);
+                row.updated = q.col(11);
+                row.finished = opt_i64(q, 12);
+            } else {
+                row.first_queue_id = queue_id;
+                row.updated = t;
+            }
+            it = msg_index_.emplace(queue_id, msgs_.size()).first;
+            msgs_.push_back(std::move(row));
+        }
+        MessageRow& row = msgs_[it->second];
+        row.updated = std::max(row.updated, t);
+        row.dirty = true;
+        return row;
+    }
+
+    static std::string recipient_key(std::string_view queue_id, std::string_view address) {
+        std::string key;
+        key.reserve(queue_id.size() + 1 + address.size());
+        key.append(queue_id).push_back('\0');
+        key.append(address);
+        return key;
+    }
+
+    // The row of (queue_id, address), loaded on first touch; nullptr when the
+    // table has none.
+    RecipientRow* recipient_row(const std::string& queue_id, const std::string& address) {
+        std::string key = recipient_key(queue_id, address);
+        auto it = rcpt_index_.find(key);
+        if (it != rcpt_index_.end()) return it->second == kNoRow ? nullptr : &rcpts_[it->second];
+        if (rcpts_loaded_.contains(queue_id)) {
+            rcpt_index_.emplace(std::move(key), kNoRow);
+            return nullptr;
+        }
+        Query q = stmt("SELECT " RECIPIENT_ROW_COLUMNS " FROM recipients WHERE queue_id = ? AND address = ?");
+        q.text(queue_id).text(address);
+        if (!q.row()) {
+            rcpt_index_.emplace(std::move(key), kNoRow);
+            return nullptr;
+        }
+        rcpt_index_.emplace(std::move(key), rcpts_.size());
+        rcpts_.push_back(read_recipient_row(q));
+        return &rcpts_.back();
+    }
+
+    static RecipientRow read_recipient_row(const Query& q) {
+        RecipientRow r;
+        r.id = q.col(0);
+        r.queue_id = q.str(1);
+        r.address = q.str(2);
+        r.domain = q.str(3);
+        r.state = q.str(4);
+        r.attempts = q.col(5);
+        r.first_attempt = opt_i64(q, 6);
+        r.last_attempt = opt_i64(q, 7);
+        r.first_deferral = opt_i64(q, 8);
+        r.reply_code = q.col(9);
+        r.enhanced = q.str(10);
+        r.reply_text = q.str(11);
+        r.stage = q.str(12);
+        r.relay = q.str(13);
+        r.category = q.str(14);
+        return r;
+    }
+
+    // Every recipient row of `queue_id` (table and batch), in address order.
+    std::vector<std::size_t> recipients_of(const std::string& queue_id) {
+        if (rcpts_loaded_.insert(queue_id).second) {
+            Query q = stmt("SELECT " RECIPIENT_ROW_COLUMNS " FROM recipients WHERE queue_id = ?");
+            q.text(queue_id);
+            while (q.row()) {
+                RecipientRow r = read_recipient_row(q);
+                std::string key = recipient_key(queue_id, r.address);
+                auto it = rcpt_index_.find(key);
+                if (it != rcpt_index_.end() && it->second != kNoRow) continue;  // the batch's copy is newer
+                if (it != rcpt_index_.end())
+                    it->second = rcpts_.size();
+                else
+                    rcpt_index_.emplace(std::move(key), rcpts_.size());
+                rcpts_.push_back(std::move(r));
+            }
+        }
+        std::vector<std::size_t> out;
+        for (std::size_t i = 0; i < rcpts_.size(); ++i)
+            if (rcpts_[i].queue_id == queue_id) out.push_back(i);
+        std::sort(out.begin(), out.end(),
+                  [&](std::size_t a, std::size_t b) { return rcpts_[a].address < rcpts_[b].address; });
+        return out;
     }
 
     void set_message_state(const std::string& queue_id, std::int64_t t, const char* state, bool finishes) {
-        touch_message(queue_id, t);
-        if (finishes) {
-            Query q = stmt(
-                "UPDATE messages SET state = ?2, finished = ?3 WHERE queue_id = ?1 AND finished IS NULL");
-            q.text(queue_id).text(state).i64(t).run();
-        } else {
-            Query q = stmt("UPDATE messages SET state = ?2 WHERE queue_id = ?1 AND finished IS NULL");
-            q.text(queue_id).text(state).run();
-        }
+        MessageRow& m = message_row(queue_id, t);
+        if (m.finished) return;
+        m.state = state;
+        if (finishes) m.finished = t;
     }
 
     void apply(const Op& op) {
         switch (op.kind) {
             case OpKind::none: return;
             case OpKind::client: {
-                if (!touched_.contains(op.queue_id)) {
-                    // First sight of the message in this batch: create and date it in one statement.
-                    Query q = stmt(
-                        "INSERT INTO messages(queue_id, first_queue_id, arrival, updated) VALUES(?1, ?1, ?2, "
-                        "?2) "
-                        "ON CONFLICT(queue_id) DO UPDATE SET arrival = MIN(COALESCE(arrival, ?2), ?2), "
-                        "updated = MAX(updated, ?2) RETURNING first_queue_id");
-                    q.text(op.queue_id).i64(op.time);
-                    std::string first = q.row() ? q.str(0) : op.queue_id;
-                    q.run();
-                    touched_.emplace(op.queue_id, std::make_pair(std::move(first), op.time));
-                    return;
-                }
-                touch_message(op.queue_id, op.time);
-                Query q =
-                    stmt("UPDATE messages SET arrival = MIN(COALESCE(arrival, ?2), ?2) WHERE queue_id = ?1");
-                q.text(op.queue_id).i64(op.time).run();
+                MessageRow& m = message_row(op.queue_id, op.time);
+                m.arrival = m.arrival ? std::min(*m.arrival, op.time) : op.time;
                 return;
             }
             case OpKind::pickup: return apply_pickup(op);
             case OpKind::message_id: {
-                touch_message(op.queue_id, op.time);
-                Query q =
-                    stmt(op.resent
-                             ? "UPDATE messages SET message_id = COALESCE(message_id, ?2) WHERE queue_id = ?1"
-                             : "UPDATE messages SET message_id = ?2 WHERE queue_id = ?1");
-                q.text(op.queue_id).text(op.text).run();
+                MessageRow& m = message_row(op.queue_id, op.time);
+                if (!op.resent || !m.message_id) m.message_id = op.text;
                 return;
             }
             case OpKind::queue_active: {
-                Query q = stmt(
-                    "INSERT INTO messages(queue_id, first_queue_id, sender, size, nrcpt, arrival, state, "
-                    "updated) "
-                    "VALUES(?1, ?1, ?2, ?3, ?4, ?5, 'active', ?5) ON CONFLICT(queue_id) DO UPDATE SET "
-                    "sender = excluded.sender, size = excluded.size, nrcpt = excluded.nrcpt, "
-                    "arrival = COALESCE(arrival, excluded.arrival), "
-                    "state = CASE WHEN finished IS NULL THEN 'active' ELSE state END, "
-                    "updated = MAX(updated, excluded.updated)");
-                q.text(op.queue_id).text(op.text).i64(op.size).i64(op.nrcpt).i64(op.time).run();
-                deferred_in_batch_.erase(op.queue_id);
+                MessageRow& m = message_row(op.queue_id, op.time);
+                m.sender = op.text;
+                m.size = op.size;
+                m.nrcpt = op.nrcpt;
+                if (!m.arrival) m.arrival = op.time;
+                if (!m.finished) m.state = "active";
                 return;
             }
             case OpKind::delivery: return apply_delivery(op);
             case OpKind::removed: return set_message_state(op.queue_id, op.time, "gone", true);
             case OpKind::expired: {
                 set_message_state(op.queue_id, op.time, "expired", true);
-                Query q =
-                    stmt("UPDATE recipients SET state = 'expired' WHERE queue_id = ? AND state = 'pending'");
-                q.text(op.queue_id).run();
+                for (std::size_t i : recipients_of(op.queue_id)) {
+                    RecipientRow& r = rcpts_[i];
+                    if (r.state != "pending") continue;
+                    r.state = "expired";
+                    r.dirty = true;
+                }
                 return;
             }
             case OpKind::hold: return set_message_state(op.queue_id, op.time, "hold", false);
@@ -1322,93 +1599,67 @@ class SqliteLedger final : public Ledger {
 
     void apply_pickup(const Op& op) {
         {
-            Query q = stmt(
-                "INSERT INTO messages(queue_id, first_queue_id, previous_queue_id, sender, arrival, updated) "
-                "VALUES(?1, ?1, NULLIF(?2, ''), ?3, ?4, ?4) ON CONFLICT(queue_id) DO UPDATE SET "
-                "previous_queue_id = COALESCE(excluded.previous_queue_id, previous_queue_id), "
-                "sender = excluded.sender, arrival = MIN(COALESCE(arrival, excluded.arrival), "
-                "excluded.arrival), "
-                "updated = MAX(updated, excluded.updated)");
-            q.text(op.queue_id).text(op.other_id).text(op.text).i64(op.time).run();
+            MessageRow& m = message_row(op.queue_id, op.time);
+            if (!op.other_id.empty()) m.previous_queue_id = op.other_id;
+            m.sender = op.text;
+            m.arrival = m.arrival ? std::min(*m.arrival, op.time) : op.time;
         }
         if (op.other_id.empty() || op.other_id == op.queue_id) return;
         // postsuper -r: the same message under a new queue id. The successor inherits
         // the identity and the still-pending recipients with their history, so the
         // milter keeps recognising it and attempts keep counting.
-        touch_message(op.other_id, op.time);
-        touched_.erase(op.queue_id);  // its first_queue_id changes below
-        {
-            Query q = stmt(
-                "UPDATE messages SET first_queue_id = (SELECT first_queue_id FROM messages WHERE queue_id = "
-                "?2), "
-                "message_id = COALESCE(message_id, (SELECT message_id FROM messages WHERE queue_id = ?2)), "
-                "fingerprint = COALESCE(fingerprint, (SELECT fingerprint FROM messages WHERE queue_id = "
-                "?2)), "
-                "arrival = COALESCE((SELECT arrival FROM messages WHERE queue_id = ?2), arrival), "
-                "size = CASE WHEN size < 0 THEN (SELECT size FROM messages WHERE queue_id = ?2) ELSE size "
-                "END "
-                "WHERE queue_id = ?1");
-            q.text(op.queue_id).text(op.other_id).run();
-        }
-        {
-            Query q = stmt(
-                "UPDATE messages SET state = 'requeued', next_queue_id = ?2, "
-                "finished = COALESCE(finished, ?3) WHERE queue_id = ?1");
-            q.text(op.other_id).text(op.queue_id).i64(op.time).run();
-        }
-        {
-            Query q = stmt(
-                "INSERT OR IGNORE INTO recipients(queue_id, address, domain, state, attempts, first_attempt, "
-                "last_attempt, first_deferral, reply_code, enhanced, reply_text, stage, relay, category) "
-                "SELECT ?1, address, domain, state, attempts, first_attempt, last_attempt, first_deferral, "
-                "reply_code, enhanced, reply_text, stage, relay, category FROM recipients "
-                "WHERE queue_id = ?2 AND state = 'pending'");
-            q.text(op.queue_id).text(op.other_id).run();
+        MessageRow& old = message_row(op.other_id, op.time);
+        MessageRow& m = msgs_[msg_index_.at(op.queue_id)];  // message_row may have moved it
+        m.first_queue_id = old.first_queue_id;
+        if (!m.message_id) m.message_id = old.message_id;
+        if (!m.fingerprint) m.fingerprint = old.fingerprint;
+        if (old.arrival) m.arrival = old.arrival;
+        if (m.size < 0) m.size = old.size;
+        old.state = "requeued";
+        old.next_queue_id = op.queue_id;
+        if (!old.finished) old.finished = op.time;
+        for (std::size_t i : recipients_of(op.other_id)) {
+            if (rcpts_[i].state != "pending") continue;
+            const std::string address = rcpts_[i].address;      // recipient_row may grow rcpts_
+            if (recipient_row(op.queue_id, address)) continue;  // INSERT OR IGNORE
+            RecipientRow copy = rcpts_[i];
+            copy.id = 0;
+            copy.queue_id = op.queue_id;
+            copy.dirty = true;
+            rcpt_index_[recipient_key(copy.queue_id, copy.address)] = rcpts_.size();
+            rcpts_.push_back(std::move(copy));
         }
     }
 
     void apply_delivery(const Op& op) {
-        std::string first = touch_message(op.queue_id, op.time);
+        const std::string first = message_row(op.queue_id, op.time).first_queue_id;
         const char* rstate = op.outcome == Outcome::sent       ? "sent"
                              : op.outcome == Outcome::deferred ? "pending"
                              : op.outcome == Outcome::bounced  ? "bounced"
                                                                : "expired";
-        std::string category(to_string(op.category));
-        {
-            Query q = stmt(
-                "INSERT INTO recipients(queue_id, address, domain, state, attempts, first_attempt, "
-                "last_attempt, "
-                "first_deferral, reply_code, enhanced, reply_text, stage, relay, category) "
-                "VALUES(?1, ?2, ?3, ?4, 1, ?5, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) "
-                "ON CONFLICT(queue_id, address) DO UPDATE SET state = excluded.state, attempts = attempts + "
-                "1, "
-                "first_attempt = MIN(COALESCE(first_attempt, excluded.first_attempt), "
-                "excluded.first_attempt), "
-                "last_attempt = MAX(COALESCE(last_attempt, excluded.last_attempt), excluded.last_attempt), "
-                "first_deferral = COALESCE(first_deferral, excluded.first_deferral), "
-                "reply_code = excluded.reply_code, enhanced = excluded.enhanced, reply_text = "
-                "excluded.reply_text, "
-                "stage = excluded.stage, relay = excluded.relay, category = excluded.category");
-            q.text(op.queue_id).text(op.recipient).text(op.domain).text(rstate).i64(op.time);
-            if (op.outcome == Outcome::deferred)
-                q.i64(op.time);
-            else
-                q.null();
-            q.i64(op.code)
-                .text(op.enhanced)
-                .text(op.reason)
-                .text(op.stage)
-                .text(op.relay)
-                .text(category)
-                .run();
+        RecipientRow* r = recipient_row(op.queue_id, op.recipient);
+        if (!r) {
+            rcpt_index_[recipient_key(op.queue_id, op.recipient)] = rcpts_.size();
+            r = &rcpts_.emplace_back();
+            r->queue_id = op.queue_id;
+            r->address = op.recipient;
+            r->domain = op.domain;
         }
-        // Skipped when this batch already marked the message deferred: only
-        // queue_active (back to active) changes it in between, and it clears the mark.
-        if (op.outcome == Outcome::deferred && deferred_in_batch_.insert(op.queue_id).second) {
-            Query q = stmt(
-                "UPDATE messages SET state = 'deferred' WHERE queue_id = ? AND finished IS NULL AND state <> "
-                "'hold'");
-            q.text(op.queue_id).run();
+        r->state = rstate;
+        r->attempts += 1;
+        r->first_attempt = r->first_attempt ? std::min(*r->first_attempt, op.time) : op.time;
+        r->last_attempt = r->last_attempt ? std::max(*r->last_attempt, op.time) : op.time;
+        if (!r->first_deferral && op.outcome == Outcome::deferred) r->first_deferral = op.time;
+        r->reply_code = op.code;
+        r->enhanced = op.enhanced;
+        r->reply_text = op.reason;
+        r->stage = op.stage;
+        r->relay = op.relay;
+        r->category = std::string(to_string(op.category));
+        r->dirty = true;
+        if (op.outcome == Outcome::deferred) {
+            MessageRow& m = msgs_[msg_index_.at(op.queue_id)];
+            if (!m.finished && m.state != "hold") m.state = "deferred";
         }
         for (int i = 0; i < 2; ++i) {
             const char* kind = i == 0 ? "domain" : "relay";
@@ -1419,6 +1670,76 @@ class SqliteLedger final : public Ledger {
             else if (op.outcome == Outcome::sent)
                 record_success(kind, name, op.time);
         }
+    }
+
+    // Writes the batch's rows: new ones in first-touch order (ids as before),
+    // changed ones in place.
+    void flush_rows() {
+        auto opt_text = [](Query& q, const std::optional<std::string>& v) -> Query& {
+            return v ? q.text(*v) : q.null();
+        };
+        auto opt_int = [](Query& q, const std::optional<std::int64_t>& v) -> Query& {
+            return v ? q.i64(*v) : q.null();
+        };
+        for (const MessageRow& m : msgs_) {
+            if (!m.dirty) continue;
+            Query q = stmt(
+                m.id == 0
+                    ? "INSERT INTO messages(first_queue_id, previous_queue_id, next_queue_id, "
+                      "message_id, fingerprint, sender, size, nrcpt, arrival, state, updated, finished, "
+                      "queue_id) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    : "UPDATE messages SET first_queue_id = ?, previous_queue_id = ?, next_queue_id = "
+                      "?, message_id = ?, fingerprint = ?, sender = ?, size = ?, nrcpt = ?, arrival = ?, "
+                      "state = ?, updated = ?, finished = ? WHERE id = ?");
+            q.text(m.first_queue_id);
+            opt_text(q, m.previous_queue_id);
+            opt_text(q, m.next_queue_id);
+            opt_text(q, m.message_id);
+            opt_text(q, m.fingerprint);
+            opt_text(q, m.sender);
+            q.i64(m.size).i64(m.nrcpt);
+            opt_int(q, m.arrival);
+            q.text(m.state).i64(m.updated);
+            opt_int(q, m.finished);
+            if (m.id == 0)
+                q.text(m.queue_id).run();
+            else
+                q.i64(m.id).run();
+        }
+        for (const RecipientRow& r : rcpts_) {
+            if (!r.dirty) continue;
+            Query q =
+                stmt(r.id == 0
+                         ? "INSERT INTO recipients(domain, state, attempts, first_attempt, last_attempt, "
+                           "first_deferral, reply_code, enhanced, reply_text, stage, relay, category, "
+                           "queue_id, address) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                         : "UPDATE recipients SET domain = ?, state = ?, attempts = ?, first_attempt = ?, "
+                           "last_attempt = ?, first_deferral = ?, reply_code = ?, enhanced = ?, reply_text = "
+                           "?, stage = ?, relay = ?, category = ? WHERE id = ?");
+            q.text(r.domain).text(r.state).i64(r.attempts);
+            opt_int(q, r.first_attempt);
+            opt_int(q, r.last_attempt);
+            opt_int(q, r.first_deferral);
+            q.i64(r.reply_code)
+                .text(r.enhanced)
+                .text(r.reply_text)
+                .text(r.stage)
+                .text(r.relay)
+                .text(r.category);
+            if (r.id == 0)
+                q.text(r.queue_id).text(r.address).run();
+            else
+                q.i64(r.id).run();
+        }
+        clear_rows();
+    }
+
+    void clear_rows() {
+        msgs_.clear();
+        msg_index_.clear();
+        rcpts_.clear();
+        rcpt_index_.clear();
+        rcpts_loaded_.clear();
     }
 
     // Destination rows touched by the current batch, kept in memory and written
@@ -1536,9 +1857,18 @@ class SqliteLedger final : public Ledger {
     LedgerOptions options_;
     sqlite3* db_ = nullptr;
     std::unordered_map<const char*, sqlite3_stmt*> cache_;
-    std::unordered_map<std::string, std::pair<std::string, std::int64_t>> touched_;  // per batch
+    // The batch's rows (see MessageRow); cleared after each batch.
+    static constexpr std::size_t kNoRow = static_cast<std::size_t>(-1);  // known absent from the table
+    std::vector<MessageRow> msgs_;
+    std::unordered_map<std::string, std::size_t> msg_index_;
+    std::vector<RecipientRow> rcpts_;
+    std::unordered_map<std::string, std::size_t> rcpt_index_;  // recipient_key -> rcpts_ or kNoRow
+    std::unordered_set<std::string> rcpts_loaded_;             // queue ids whose rows are all in rcpts_
     std::unordered_map<std::string, DestinationRow> dests_;
-    std::unordered_set<std::string> deferred_in_batch_;  // per batch
+    std::unordered_set<std::pair<std::int64_t, std::uint64_t>, SeenHash> seen_;  // per batch, see load_seen
+    std::vector<std::pair<std::int64_t, std::uint64_t>> fresh_keys_;
+    std::string seen_blob_;
+    bool indexes_deferred_ = false;  // bulk mode dropped kSecondaryIndexes (see set_bulk_mode)
     std::mutex mutex_;
     Counters counters_;
     // Read-only connections for read_concurrent; idle ones are kept up to a

@@ -615,6 +615,103 @@ TEST_P(LedgerContract, RequeueChainIsFollowedToTheNewQueueId) {
     EXPECT_EQ((*byaddr)[0].queue_id, "NEW1");
 }
 
+// Every field the ledger keeps for the given messages and their destinations,
+// as text: ledgers that applied the same events have the same full dump.
+inline std::string full_dump(Ledger& l, const std::vector<std::string>& queue_ids) {
+    auto t = [](const std::optional<TimePoint>& v) { return v ? std::to_string(to_micros(*v)) : "-"; };
+    std::ostringstream out;
+    for (const auto& id : queue_ids) {
+        auto m = l.get_message(id);
+        if (!m.ok() || !m->has_value()) {
+            out << id << " missing\n";
+            continue;
+        }
+        const auto& v = **m;
+        out << v.queue_id << " first=" << v.first_queue_id << " prev=" << v.previous_queue_id
+            << " next=" << v.next_queue_id << " mid=" << v.message_id << " fp=" << v.fingerprint
+            << " from=" << v.sender << " size=" << v.size << " nrcpt=" << v.nrcpt
+            << " arrival=" << t(v.arrival) << " state=" << to_string(v.state)
+            << " updated=" << to_micros(v.updated) << " finished=" << t(v.finished) << "\n";
+        auto rs = l.get_recipients(id);
+        if (!rs.ok()) {
+            out << "  recipients unreadable\n";
+            continue;
+        }
+        for (const auto& r : *rs)
+            out << "  " << r.address << " " << to_string(r.state) << " attempts=" << r.attempts
+                << " first=" << t(r.first_attempt) << " last=" << t(r.last_attempt)
+                << " deferral=" << t(r.first_deferral) << " " << r.reply_code << " " << r.enhanced << " "
+                << r.stage << " " << r.relay << " " << to_string(r.category) << " " << r.reply_text << "\n";
+    }
+    auto ds = l.list_destinations(DestinationFilter{});
+    if (ds.ok())
+        for (const auto& d : *ds) {
+            out << to_string(d.kind) << ":" << d.name << " success=" << t(d.last_success)
+                << " deferral=" << t(d.last_deferral);
+            if (d.episode)
+                out << " open " << to_micros(d.episode->first_deferral) << " "
+                    << to_micros(d.episode->last_deferral) << " " << d.episode->attempts << " "
+                    << d.episode->messages << " " << d.episode->categories << " " << d.episode->last_relay;
+            out << "\n";
+            auto h = l.episode_history(d.kind, d.name, from_micros(0), from_micros(INT64_MAX / 2));
+            if (h.ok())
+                for (const auto& e : *h)
+                    out << "  ep " << to_micros(e.first_deferral) << " " << to_micros(e.last_deferral) << " "
+                        << t(e.ended) << " " << e.attempts << " " << e.messages << " " << e.categories
+                        << "\n";
+        }
+    return out.str();
+}
+
+// A message's events may fall into one batch or several (the ledger may keep
+// a batch's rows in memory and write them at its end): every split of the
+// same events must give the same ledger, field by field, including requeues
+// (postsuper -r), expiry, hold and release, and resent Message-IDs.
+TEST_P(LedgerContract, AnySplitIntoBatchesGivesTheSameLedger) {
+    IngestItem resent = message_id("A1", 12, "<resent@x>");
+    resent.event.resent = true;
+    const std::vector<IngestItem> events = {
+        client("A1", 10), message_id("A1", 11, "<a1@x>"), resent, queue_active("A1", 13, "s@x.test", 900, 3),
+        deferred("A1", 14, "r1@d1.test"), sent("A1", 15, "r2@d2.test"),
+        deferred("A1", 16, "r3@d1.test", "mx2.example.net"), queue_op("A1", 30, "placed on hold"),
+        deferred("A1", 31, "r1@d1.test"), queue_op("A1", 40, "released from hold"),
+        queue_active("A1", 50, "s@x.test", 900, 3), deferred("A1", 51, "r1@d1.test"),
+        // postsuper -r: B1 takes over A1 and its pending recipients
+        queue_op("A1", 60, "requeued"), pickup("B1", 61, "s@x.test", "A1"), message_id("B1", 61, "<a1@x>"),
+        queue_active("B1", 62, "s@x.test", -1, 2), sent("B1", 63, "r3@d1.test", "mx2.example.net"),
+        deferred("B1", 64, "r1@d1.test"), client("C1", 70), queue_active("C1", 71, "t@x.test"),
+        deferred("C1", 72, "q1@d1.test"), deferred("C1", 73, "q2@d3.test"), sent("C1", 74, "q3@d3.test"),
+        expired("C1", 500, "t@x.test"), sent("B1", 501, "r1@d1.test"), removed("B1", 502),
+        // a requeue whose successor already has one of the recipients
+        client("D1", 600), queue_active("D1", 601, "u@x.test"), deferred("D1", 602, "p1@d4.test"),
+        deferred("D1", 603, "p2@d4.test"), client("E1", 604), deferred("E1", 605, "p2@d4.test"),
+        pickup("E1", 606, "u@x.test", "D1"), queue_op("E1", 607, "placed on hold"), removed("E1", 608),
+        removed("D1", 609), pickup("F1", 700, "v@x.test"), queue_active("F1", 701, "v@x.test"),
+        queue_op("F1", 702, "removed")};
+    const std::vector<std::string> ids = {"A1", "B1", "C1", "D1", "E1", "F1"};
+    std::string whole;
+    {
+        auto l = open(".whole");
+        ASSERT_TRUE(l);
+        ingest(*l, events);
+        whole = full_dump(*l, ids);
+    }
+    EXPECT_EQ(whole.find("missing"), std::string::npos) << whole;
+    EXPECT_NE(whole.find("B1 first=A1 prev=A1 next= mid=a1@x"), std::string::npos) << whole;
+    EXPECT_NE(whole.find("C1 first=C1"), std::string::npos) << whole;
+    for (std::size_t size : {std::size_t{1}, std::size_t{2}, std::size_t{5}, std::size_t{13}}) {
+        auto l = open(".by" + std::to_string(size));
+        ASSERT_TRUE(l);
+        for (std::size_t i = 0; i < events.size(); i += size) {
+            std::vector<IngestItem> part(
+                events.begin() + static_cast<std::ptrdiff_t>(i),
+                events.begin() + static_cast<std::ptrdiff_t>(std::min(events.size(), i + size)));
+            ingest(*l, part);
+        }
+        EXPECT_EQ(full_dump(*l, ids), whole) << "batches of " << size;
+    }
+}
+
 TEST_P(LedgerContract, MessageStateFollowsEventsWithinOneBatch) {
     auto l = open();
     ASSERT_TRUE(l);

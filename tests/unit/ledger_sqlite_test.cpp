@@ -45,7 +45,7 @@ TEST(LedgerSqlite, SchemaVersionIsRecordedAndANewerFileIsRefused) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 6);
+        EXPECT_EQ(s->schema_version, 7);
     }
     {  // reopening does not migrate twice
         auto l = open_ledger(path);
@@ -62,46 +62,166 @@ TEST(LedgerSqlite, SchemaVersionIsRecordedAndANewerFileIsRefused) {
     EXPECT_NE(l.error().message.find("newer"), std::string::npos);
 }
 
-// Version 4 re-keyed seen_events by (time, key): the events a version-3 file
-// had seen must still count as seen after the migration.
-TEST(LedgerSqlite, EventsSeenBeforeTheSeenEventsMigrationStaySeen) {
-    auto path = db_path("seen-migration");
-    const std::vector<IngestItem> items = {client("Q1", 100), queue_active("Q1", 101, "a@src.test"),
-                                           deferred("Q1", 102, "u@dest.test"), sent("Q1", 900, "u@dest.test"),
-                                           removed("Q1", 901)};
-    {
-        auto l = open_ledger("sqlite:" + path);
-        ASSERT_TRUE(l.ok()) << l.error().message;
-        auto r = (*l)->ingest(items, std::nullopt);
-        ASSERT_TRUE(r.ok()) << r.error().message;
-        EXPECT_EQ(r->applied, items.size());
-    }
-    // Back to the version-3 layout, rows kept.
+// Rewrites the file as an older schema left it: schema_version up to
+// `version`, the batch rows of version 7 gone and the keys of `items` in
+// seen_events, in that version's layout (key-first before version 4).
+void downgrade_seen(const std::string& path, int version, const std::vector<IngestItem>& items) {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    const char* downgrade =
-        "BEGIN;"
-        "CREATE TABLE seen_v3(key INTEGER PRIMARY KEY, time INTEGER NOT NULL);"
-        "INSERT INTO seen_v3(key, time) SELECT key, time FROM seen_events;"
-        "DROP TABLE seen_events; ALTER TABLE seen_v3 RENAME TO seen_events;"
-        "DELETE FROM schema_version WHERE version >= 4; COMMIT;";
-    ASSERT_EQ(sqlite3_exec(db, downgrade, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    std::string sql = "BEGIN; DROP TABLE seen_batches; DROP TABLE seen_events;";
+    sql += version < 4 ? "CREATE TABLE seen_events(key INTEGER PRIMARY KEY, time INTEGER NOT NULL);"
+                       : "CREATE TABLE seen_events(time INTEGER NOT NULL, key INTEGER NOT NULL, "
+                         "PRIMARY KEY(time, key)) WITHOUT ROWID;";
+    for (const auto& item : items)
+        sql += "INSERT INTO seen_events(key, time) VALUES(" +
+               std::to_string(static_cast<std::int64_t>(event_key(item.event))) + ", " +
+               std::to_string(to_micros(item.event.time)) + ");";
+    sql += "DELETE FROM schema_version WHERE version > " + std::to_string(version) + "; COMMIT;";
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
     sqlite3_close(db);
+}
 
+// Version 4 re-keyed seen_events by (time, key) and version 7 moved the keys
+// of new batches to seen_batches: the events an older file had seen must
+// still count as seen after the migrations, and prune must still drop them.
+TEST(LedgerSqlite, EventsSeenBeforeTheSeenEventsMigrationsStaySeen) {
+    for (int version : {3, 6}) {
+        SCOPED_TRACE("from version " + std::to_string(version));
+        auto path = db_path("seen-migration-" + std::to_string(version));
+        const std::vector<IngestItem> items = {client("Q1", 100), queue_active("Q1", 101, "a@src.test"),
+                                               deferred("Q1", 102, "u@dest.test"),
+                                               sent("Q1", 900, "u@dest.test"), removed("Q1", 901)};
+        {
+            auto l = open_ledger("sqlite:" + path);
+            ASSERT_TRUE(l.ok()) << l.error().message;
+            auto r = (*l)->ingest(items, std::nullopt);
+            ASSERT_TRUE(r.ok()) << r.error().message;
+            EXPECT_EQ(r->applied, items.size());
+        }
+        downgrade_seen(path, version, items);
+
+        auto l = open_ledger("sqlite:" + path);
+        ASSERT_TRUE(l.ok()) << l.error().message;
+        auto s = (*l)->stats();
+        ASSERT_TRUE(s.ok());
+        EXPECT_EQ(s->schema_version, 7);
+        EXPECT_EQ(s->seen_events, static_cast<std::int64_t>(items.size()));
+        auto again = (*l)->ingest(items, std::nullopt);
+        ASSERT_TRUE(again.ok()) << again.error().message;
+        EXPECT_EQ(again->applied, 0u);
+        EXPECT_EQ(again->duplicates, items.size());
+        // A new event still goes in, and is seen the next time.
+        const std::vector<IngestItem> more = {client("Q2", 2000)};
+        auto fresh = (*l)->ingest(more, std::nullopt);
+        ASSERT_TRUE(fresh.ok());
+        EXPECT_EQ(fresh->applied, 1u);
+        EXPECT_EQ((*l)->ingest(more, std::nullopt)->duplicates, 1u);
+        // Prune by event time drops the old keys from both tables.
+        RetentionPolicy p;
+        p.seen_events = std::chrono::seconds(1000);
+        auto pr = (*l)->prune(p, at(2500));
+        ASSERT_TRUE(pr.ok()) << pr.error().message;
+        EXPECT_EQ(pr->seen_events, static_cast<std::int64_t>(items.size()));
+        EXPECT_EQ((*l)->stats()->seen_events, 1);
+    }
+}
+
+// One batch's keys are one row; a prune whose cut falls inside the batch's
+// span keeps exactly the keys at or after the cut.
+TEST(LedgerSqlite, PruneCutInsideABatchKeepsItsNewerKeys) {
+    auto l = open_ledger("sqlite:" + db_path("seen-straddle"));
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    const std::vector<IngestItem> items = {client("S1", 100), client("S2", 200), client("S3", 300),
+                                           client("S4", 400), client("S5", 500)};
+    ASSERT_EQ((*l)->ingest(items, std::nullopt)->applied, items.size());
+    RetentionPolicy p;
+    p.seen_events = std::chrono::seconds(1000);
+    auto pr = (*l)->prune(p, at(1300));  // cut at 300: S1 and S2 go
+    ASSERT_TRUE(pr.ok()) << pr.error().message;
+    EXPECT_EQ(pr->seen_events, 2);
+    EXPECT_EQ((*l)->stats()->seen_events, 3);
+    auto again = (*l)->ingest(items, std::nullopt);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->duplicates, 3u);
+    EXPECT_EQ(again->applied, 2u);  // no longer recognised as replays
+}
+
+// Bulk mode into an empty ledger defers the secondary indexes; another process
+// writing the same file meanwhile must not be overwritten or missed, and the
+// indexes are back when bulk mode ends.
+TEST(LedgerSqlite, BulkModeIntoAnEmptyLedgerGivesTheSameLedgerDespiteAnotherWriter) {
+    const std::vector<IngestItem> first = {client("M1", 10), queue_active("M1", 11, "s@x.test"),
+                                           deferred("M1", 12, "r@d.test"), deferred("M1", 13, "q@e.test")};
+    const std::vector<IngestItem> other = {client("M2", 20), queue_active("M2", 21, "s@x.test"),
+                                           sent("M2", 22, "r@d.test"), removed("M2", 23),
+                                           deferred("M1", 24, "q@e.test")};
+    const std::vector<IngestItem> second = {deferred("M1", 30, "r@d.test"), client("M2", 31),
+                                            deferred("M3", 32, "p@d.test"), sent("M1", 33, "q@e.test")};
+    const std::vector<std::string> ids = {"M1", "M2", "M3"};
+    std::string expected;
+    {
+        auto ref = open_ledger("sqlite:" + db_path("bulk-ref"));
+        ASSERT_TRUE(ref.ok());
+        for (const auto* part : {&first, &other, &second})
+            ASSERT_TRUE((*ref)->ingest(*part, std::nullopt).ok());
+        expected = full_dump(**ref, ids);
+    }
+    const std::string path = db_path("bulk");
+    auto bulk = open_ledger("sqlite:" + path);
+    ASSERT_TRUE(bulk.ok());
+    (*bulk)->set_bulk_mode(true);
+    ASSERT_TRUE((*bulk)->ingest(first, std::nullopt).ok());
+    {
+        auto writer = open_ledger("sqlite:" + path);
+        ASSERT_TRUE(writer.ok());
+        ASSERT_TRUE((*writer)->ingest(other, std::nullopt).ok());
+    }
+    ASSERT_TRUE((*bulk)->ingest(second, std::nullopt).ok());
+    (*bulk)->set_bulk_mode(false);
+    EXPECT_EQ(full_dump(**bulk, ids), expected);
+
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(
+        sqlite3_prepare_v2(db,
+                           "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'index' AND name IN "
+                           "('messages_message_id', 'messages_fingerprint_queued', 'messages_finished', "
+                           "'messages_updated', 'recipients_address')",
+                           -1, &st, nullptr),
+        SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int(st, 0), 5) << "the deferred indexes are built when bulk mode ends";
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
+// An import killed while bulk mode had dropped the indexes: the next opening builds them.
+TEST(LedgerSqlite, IndexesDroppedByAnInterruptedBulkImportAreBuiltAtOpening) {
+    const std::string path = db_path("bulk-killed");
+    {
+        auto l = open_ledger("sqlite:" + path);
+        ASSERT_TRUE(l.ok());
+    }
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "DROP INDEX recipients_address; DROP INDEX messages_message_id", nullptr,
+                           nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
     auto l = open_ledger("sqlite:" + path);
     ASSERT_TRUE(l.ok()) << l.error().message;
-    auto s = (*l)->stats();
-    ASSERT_TRUE(s.ok());
-    EXPECT_EQ(s->schema_version, 6);
-    EXPECT_EQ(s->seen_events, static_cast<std::int64_t>(items.size()));
-    auto again = (*l)->ingest(items, std::nullopt);
-    ASSERT_TRUE(again.ok()) << again.error().message;
-    EXPECT_EQ(again->applied, 0u);
-    EXPECT_EQ(again->duplicates, items.size());
-    // A new event still goes in.
-    auto fresh = (*l)->ingest(std::vector<IngestItem>{client("Q2", 2000)}, std::nullopt);
-    ASSERT_TRUE(fresh.ok());
-    EXPECT_EQ(fresh->applied, 1u);
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db,
+                                 "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'index' AND name IN "
+                                 "('messages_message_id', 'recipients_address')",
+                                 -1, &st, nullptr),
+              SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int(st, 0), 2);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
 }
 
 // A milter opens the ledger with a short busy timeout for its lookups, but

@@ -1,0 +1,185 @@
+// The engine journal's byte format (core/ledger/journal.cpp): entries written
+// by an earlier version (fixed 8-byte integers, tag 'E') stay readable after
+// the compact layout (varints, tag 'V') replaced them, and every field of an
+// event survives the compact layout, negative numbers and any bytes included.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "retryguard/ledger.hpp"
+
+namespace retryguard {
+namespace {
+
+// The version-1 layout, written field by field as the earlier program did.
+struct V1 {
+    std::string out;
+    void u64(std::uint64_t v) {
+        for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    }
+    void i64(std::int64_t v) { u64(static_cast<std::uint64_t>(v)); }
+    void byte(unsigned v) { out.push_back(static_cast<char>(v & 0xff)); }
+    void str(std::string_view s) {
+        u64(s.size());
+        out.append(s);
+    }
+};
+
+IngestItem sample() {
+    IngestItem item;
+    item.category = Category::receiver_config;
+    Event& e = item.event;
+    e.kind = EventKind::delivery;
+    e.time = from_micros(1795000000123456);
+    e.host = "mx1";
+    e.program = "postfix/smtp";
+    e.process = "smtp";
+    e.pid = 4242;
+    e.queue_id = "4BX1";
+    e.recipient = "u@dest.test";
+    e.relay = "mx.dest.test[192.0.2.1]:25";
+    e.relay_host = "mx.dest.test";
+    e.relay_addr = "192.0.2.1";
+    e.relay_port = 25;
+    e.dsn = "4.3.5";
+    e.status = DeliveryStatus::deferred;
+    e.delay = 1.5;
+    static const char kReason[] = "host said: 451 4.3.5 \xc3\x28 config\0error";  // not UTF-8, a NUL inside
+    e.reason = std::string(kReason, sizeof kReason - 1);
+    Reply r;
+    r.code = 451;
+    r.enhanced = EnhancedCode{4, 3, 5};
+    r.text = "System config error";
+    r.stage = SmtpStage::rcpt_to;
+    r.remote_host = "mx.dest.test";
+    e.reply = r;
+    e.size = -1;
+    e.nrcpt = 3;
+    e.uid = -7;
+    e.fields = {{"orig_to", "x@y"}};
+    e.text = "4BX1: to=<u@dest.test>, status=deferred";
+    return item;
+}
+
+std::string v1_entry(const IngestItem& item) {
+    const Event& e = item.event;
+    V1 w;
+    w.byte('E');
+    w.byte(static_cast<unsigned>(item.category));
+    w.byte(static_cast<unsigned>(e.kind));
+    w.i64(to_micros(e.time));
+    w.str(e.host);
+    w.str(e.program);
+    w.str(e.process);
+    w.i64(e.pid);
+    w.str(e.queue_id);
+    w.str(e.recipient);
+    w.str(e.orig_recipient);
+    w.str(e.relay);
+    w.str(e.relay_host);
+    w.str(e.relay_addr);
+    w.i64(e.relay_port);
+    w.str(e.dsn);
+    w.byte(static_cast<unsigned>(e.status));
+    std::uint64_t d;
+    std::memcpy(&d, &e.delay, sizeof d);
+    w.u64(d);
+    w.str(e.delays);
+    w.str(e.conn_use);
+    w.str(e.tls);
+    w.str(e.reason);
+    w.byte(1);
+    w.i64(e.reply->code);
+    w.byte(1);
+    w.byte(e.reply->enhanced->klass);
+    w.u64(e.reply->enhanced->subject);
+    w.u64(e.reply->enhanced->detail);
+    w.str(e.reply->text);
+    w.byte(static_cast<unsigned>(e.reply->stage));
+    w.byte(static_cast<unsigned>(e.reply->local));
+    w.str(e.reply->remote_host);
+    w.str(e.reply->remote_addr);
+    w.byte(e.reply->truncated ? 1 : 0);
+    w.str(e.sender);
+    w.i64(e.size);
+    w.i64(e.nrcpt);
+    w.str(e.message_id);
+    w.byte(e.resent ? 1 : 0);
+    w.str(e.orig_queue_id);
+    w.i64(e.uid);
+    w.str(e.client);
+    w.str(e.action);
+    w.str(e.stage);
+    w.str(e.new_queue_id);
+    w.u64(e.fields.size());
+    for (const auto& [k, v] : e.fields) {
+        w.str(k);
+        w.str(v);
+    }
+    w.str(e.destination);
+    w.str(e.unknown_kind);
+    w.str(e.text);
+    w.byte(e.truncated ? 1 : 0);
+    return w.out;
+}
+
+TEST(LedgerJournal, AVersionOneEntryStillDecodesToTheSameEvent) {
+    const IngestItem item = sample();
+    std::vector<EngineJournalRecord> out;
+    ASSERT_TRUE(decode_journal_entry(v1_entry(item), out));
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].kind, EngineJournalRecord::Kind::event);
+    EXPECT_EQ(out[0].item.event.reason, item.event.reason);
+    EXPECT_EQ(out[0].item.event.uid, -7);
+    EXPECT_EQ(out[0].item.event.size, -1);
+    // Re-encoded (compact), the decoded event is byte for byte the original's encoding.
+    EXPECT_EQ(encode_journal_event(out[0].item), encode_journal_event(item));
+
+    // A version-1 batch entry: "B", then each entry framed by its 8-byte length.
+    V1 batch;
+    batch.out = std::string(kJournalBatchTag);
+    batch.str(v1_entry(item));
+    batch.str(v1_entry(item));
+    out.clear();
+    ASSERT_TRUE(decode_journal_entry(batch.out, out));
+    EXPECT_EQ(out.size(), 2u);
+}
+
+TEST(LedgerJournal, CompactEntriesAreSmallerAndRoundTripEveryField) {
+    const IngestItem item = sample();
+    const std::string compact = encode_journal_event(item);
+    EXPECT_LT(compact.size() * 3, v1_entry(item).size() * 2) << "at least a third smaller";
+    std::vector<EngineJournalRecord> out;
+    ASSERT_TRUE(decode_journal_entry(compact, out));
+    ASSERT_EQ(out.size(), 1u);
+    const Event& e = out[0].item.event;
+    EXPECT_EQ(out[0].item.category, Category::receiver_config);
+    EXPECT_EQ(e.time, item.event.time);
+    EXPECT_EQ(e.pid, 4242);
+    EXPECT_EQ(e.uid, -7);
+    EXPECT_EQ(e.size, -1);
+    EXPECT_EQ(e.delay, 1.5);
+    EXPECT_EQ(e.reason, item.event.reason);
+    ASSERT_TRUE(e.reply && e.reply->enhanced);
+    EXPECT_EQ(e.reply->enhanced->detail, 5);
+    EXPECT_EQ(e.fields, item.event.fields);
+    EXPECT_EQ(encode_journal_event(out[0].item), compact);
+
+    std::string batch(kJournalBatchTag);
+    append_journal_batch_item(batch, item);
+    append_journal_batch_item(batch, item);
+    out.clear();
+    ASSERT_TRUE(decode_journal_entry(batch, out));
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(encode_journal_event(out[1].item), compact);
+    out.clear();
+    EXPECT_FALSE(decode_journal_entry(compact.substr(0, compact.size() - 3), out))
+        << "a cut entry is refused";
+    EXPECT_FALSE(decode_journal_entry(batch.substr(0, batch.size() - 1), out));
+    EXPECT_TRUE(out.empty());
+}
+
+}  // namespace
+}  // namespace retryguard
