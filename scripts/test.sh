@@ -26,6 +26,6 @@ dir=build
 [ "${mode[*]:-}" = --tsan ] && dir=build-tsan
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp}
 cd "$dir"
 ctest --output-on-failure --timeout 600 -j "$(nproc)" "${ctest_args[@]}"
