@@ -374,8 +374,13 @@ log "second round: the journal as the log source"
 stop_unit retryguard-policyd
 # docs/packaging.md: "with sources: [{type: journald}], the journal" -- the
 # shipped file's sources block (its file entry and comments) replaced by that.
+# Also on for this round: the "do not resend" notice (notify.enabled) and a
+# destination in watch at its first 4.3.5 deferral, so that its recovery flushes.
 in_tree "awk '/^sources:/ { print \"sources: [{type: journald}]\"; skip = 1; next }
               skip && /^[^ #]/ { skip = 0 }
+              /^notify:/ { notify = 1 } /^[^ #]/ && !/^notify:/ { notify = 0 }
+              notify && /^  enabled: false/ { print \"  enabled: true\"; next }
+              /^    watch_after_deferrals: / && !wad { print \"    watch_after_deferrals: 1\"; wad = 1; next }
               !skip' /etc/retryguard/retryguard.yaml >/tmp/rg.yaml &&
          cat /tmp/rg.yaml >/etc/retryguard/retryguard.yaml && retryguard check-config" >"$work/journal-config.txt" 2>&1 || {
   cat "$work/journal-config.txt" >&2; fail "switching the source to the journal"; }
@@ -403,6 +408,25 @@ start_unit retryguard-policyd
 wait_socket /var/spool/postfix/retryguard/milter.sock 20 retryguard-milter
 wait_socket /var/spool/postfix/retryguard/policy.sock 20 retryguard-policyd
 round journal
+
+log "the sendmail submitter got one do-not-resend notice, sent under the unit's sandbox"
+wait_log "retryguard/policyd\[[0-9]+\]: [0-9A-F]+: verdict=notified .*journal\.defer\.test" 20
+for _ in $(seq 100); do grep -q "^Subject: Delayed, do not resend: your message to journal.defer.test" "$tree/var/mail/root" 2>/dev/null && break; sleep 0.1; done
+grep -q "^Subject: Delayed, do not resend: your message to journal.defer.test" "$tree/var/mail/root" ||
+  fail "no notice for journal.defer.test in /var/mail/root"
+grep -q "^Auto-Submitted: auto-generated" "$tree/var/mail/root" || fail "the notice lacks Auto-Submitted"
+n=$(grep -c "^Subject: Delayed, do not resend: your message to journal.defer.test" "$tree/var/mail/root")
+[ "$n" = 1 ] || fail "$n notices for journal.defer.test, want 1"
+
+log "the destination recovers: its deferred mail is flushed, not left to its next retry"
+touch "$tree/opt/test/accept"
+in_tree "python3 /opt/test/submit.py recovered-$$@mx.sender.test erin@journal.defer.test 'after the fix'" >/dev/null ||
+  fail "the message after the recovery was refused"
+wait_log "to=<erin@journal\.defer\.test>,.* status=sent" 60
+wait_log "retryguard/policyd\[[0-9]+\]: journal\.defer\.test: verdict=flushed .*count=[1-9]" 20
+# Postfix's own next retry of these is minutes away (minimal_backoff_time 300s)
+wait_log "to=<bob@journal\.defer\.test>,.* status=sent" 20
+wait_log "to=<carol@journal\.defer\.test>,.* status=sent" 20
 
 log "apt-get purge removes it all"
 for p in "${daemon_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
