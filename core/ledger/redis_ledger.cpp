@@ -497,6 +497,23 @@ class RedisLedger final : public Ledger {
         });
     }
 
+    Result<std::int64_t> count_deliveries(TimePoint from, TimePoint to) override {
+        return run<std::int64_t>([&] {
+            std::int64_t n = 0;
+            auto qids = call({"ZRANGEBYSCORE", P_ + "msgs", std::to_string(to_micros(from)), "+inf"});
+            for (std::size_t i = 0; qids->type == REDIS_REPLY_ARRAY && i < qids->elements; ++i) {
+                auto r = call({"HGETALL", P_ + "rcpt:" + str(qids->element[i])});
+                for (auto& [k, v] : to_fields(r.get())) {
+                    auto rc = to_recipient(nlohmann::json::parse(v));
+                    if (rc.state == RecipientState::sent && rc.last_attempt && *rc.last_attempt >= from &&
+                        *rc.last_attempt < to)
+                        ++n;
+                }
+            }
+            return n;
+        });
+    }
+
     Result<std::vector<RecipientInfo>> find_recipients_by_address(std::string_view address,
                                                                   std::size_t limit) override {
         return run<std::vector<RecipientInfo>>([&] {

@@ -727,6 +727,16 @@ class SqliteLedger final : public Ledger {
         });
     }
 
+    Result<std::int64_t> count_deliveries(TimePoint from, TimePoint to) override {
+        return read<std::int64_t>([&] {
+            Query q = stmt(
+                "SELECT COUNT(*) FROM recipients WHERE state = 'sent' AND last_attempt >= ? AND last_attempt "
+                "< ?");
+            q.i64(to_micros(from)).i64(to_micros(to));
+            return q.row() ? q.col(0) : std::int64_t{0};
+        });
+    }
+
     Result<std::vector<RecipientInfo>> find_recipients_by_address(std::string_view address,
                                                                   std::size_t limit) override {
         return read<std::vector<RecipientInfo>>([&] {

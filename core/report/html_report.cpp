@@ -356,12 +356,21 @@ Result<json> period_report(Ledger& ledger, const config::Config& config, TimePoi
 
     auto stats = ledger.stats();
     if (!stats) return stats.error();
+    // Finished messages leave the ledger after their retention: deliveries are
+    // counted only as far back as the ledger still holds them, and the page says so.
+    TimePoint deliveries_from = from;
+    if (config.ledger.retention_finished_messages.count() > 0)
+        deliveries_from = std::max(from, now - config.ledger.retention_finished_messages);
+    auto deliveries = ledger.count_deliveries(deliveries_from, now);
+    if (!deliveries) return deliveries.error();
     return json{
         {"now", format_rfc3339(now)},
         {"from", format_rfc3339(from)},
         {"days", days},
         {"summary",
-         {{"deferrals", deferrals},
+         {{"deliveries", *deliveries},
+          {"deliveries_since", format_rfc3339(deliveries_from)},
+          {"deferrals", deferrals},
           {"episodes", episodes},
           {"destinations_deferred", deferred_domains},
           {"destinations_delivered", delivered_to},
@@ -645,6 +654,11 @@ std::string render_html_report(const json& doc) {
     auto figure = [&](std::string_view value, std::string_view label) {
         out += fmt::format("<li><strong>{}</strong>{}</li>", value, label);
     };
+    figure(num(sum.at("deliveries")),
+           sum.at("deliveries_since") == doc.at("from")
+               ? std::string("recipients delivered in the period")
+               : fmt::format("recipients delivered since {} (the ledger's retention)",
+                             when(sum.at("deliveries_since"))));
     figure(num(sum.at("deferrals")),
            fmt::format("deferrals in {} at {}",
                        plural(sum.at("episodes").get<std::size_t>(), "episode", "episodes"),

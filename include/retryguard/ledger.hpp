@@ -395,6 +395,10 @@ class Ledger {
     virtual Result<std::vector<MessageInfo>> find_messages_by_message_id(std::string_view message_id) = 0;
     virtual Result<std::vector<RecipientInfo>> get_recipients(std::string_view queue_id) = 0;
     // Every recipient record for an address, newest first, at most `limit`.
+    // Recipients delivered (state sent) whose delivery attempt falls in
+    // [from, to): the report's summary. Reads every message updated since
+    // `from`, so it is for reports, not for the mail path.
+    virtual Result<std::int64_t> count_deliveries(TimePoint from, TimePoint to) = 0;
     virtual Result<std::vector<RecipientInfo>> find_recipients_by_address(std::string_view address,
                                                                           std::size_t limit) = 0;
     virtual Result<std::optional<DestinationInfo>> get_destination(DestinationKind kind,

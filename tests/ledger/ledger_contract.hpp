@@ -151,6 +151,25 @@ TEST_P(LedgerContract, DeferralsThenSuccessCloseAnEpisodeIntoHistory) {
     }
 }
 
+TEST_P(LedgerContract, DeliveriesAreCountedPerRecipientInTheirTimeRange) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    ingest(*l, {queue_active("Q1", 100, "s@x.test"), sent("Q1", 150, "a@one.test"),
+                sent("Q1", 150, "b@one.test"), removed("Q1", 150), queue_active("Q2", 200, "s@x.test"),
+                deferred("Q2", 210, "c@two.test"), sent("Q2", 900, "c@two.test"), removed("Q2", 900),
+                queue_active("Q3", 300, "s@x.test"), deferred("Q3", 310, "d@two.test")});
+    auto count = [&](int from, int to) {
+        auto n = l->count_deliveries(at(from), at(to));
+        EXPECT_TRUE(n.ok()) << n.error().message;
+        return n.ok() ? *n : -1;
+    };
+    EXPECT_EQ(count(0, 10000), 3);  // two recipients of Q1, one of Q2; Q3 only deferred
+    EXPECT_EQ(count(0, 150), 0);    // the end is not included
+    EXPECT_EQ(count(150, 151), 2);
+    EXPECT_EQ(count(151, 10000), 1);
+    EXPECT_EQ(count(901, 10000), 0);
+}
+
 TEST_P(LedgerContract, OpenEpisodeCountsDistinctMessagesAndCategories) {
     auto l = open();
     ASSERT_TRUE(l);

@@ -317,6 +317,9 @@ TEST_F(ReportPeriod, SummaryCountsDeferralsByCategoryOncePerDeferral) {
     for (const auto& [c, n] : by) total += n;
     EXPECT_EQ(doc.at("summary").at("deferrals"), total);
     EXPECT_GE(doc.at("summary").at("destinations_delivered").get<int>(), kOutageDomains + 6);
+    // every domain delivered to counts at least one delivered recipient
+    EXPECT_GE(doc.at("summary").at("deliveries").get<int>(),
+              doc.at("summary").at("destinations_delivered").get<int>());
 }
 
 TEST_F(ReportPeriod, ThePageIsOneFileInTheDocumentedOrder) {
