@@ -16,6 +16,7 @@
 #include "config/values.hpp"
 #include "retryguard/file_access.hpp"
 #include "retryguard/follower.hpp"
+#include "retryguard/text.hpp"
 
 namespace retryguard::config {
 
@@ -40,12 +41,6 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
         std::swap(prev, cur);
     }
     return prev[b.size()];
-}
-
-std::string lower(std::string_view s) {
-    std::string out(s);
-    for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return out;
 }
 
 std::string join(std::span<const std::string_view> items) {
@@ -398,7 +393,7 @@ std::optional<Value> Loader::parse_value(const KeySpec& k, std::string_view show
             std::string hint;
             std::size_t best = 3;
             for (auto a : k.allowed)
-                if (auto d = edit_distance(lower(text), a); d < best)
+                if (auto d = edit_distance(text::ascii_lower(text), a); d < best)
                     best = d, hint = "; did you mean '" + std::string(a) + "'?";
             return fail("bad value '" + text + "' for " + key + ": expected one of " + join(k.allowed) +
                         hint);
@@ -633,7 +628,7 @@ void Loader::load_destinations(const YAML::Node& list, Config& c) {
         }
         std::string why;
         if (has_domain) {
-            std::string d = lower(domain);
+            std::string d = text::ascii_lower(domain);
             if (!d.empty() && d.back() == '.') d.pop_back();
             bool wildcard = d.starts_with("*.");
             if (!valid_domain(wildcard ? std::string_view(d).substr(2) : std::string_view(d), &why)) {
@@ -644,7 +639,7 @@ void Loader::load_destinations(const YAML::Node& list, Config& c) {
             r.pattern = d;
             if (wildcard) r.suffix = d.substr(1);
         } else {
-            std::string g = lower(mx);
+            std::string g = text::ascii_lower(mx);
             if (!g.empty() && g.back() == '.') g.pop_back();
             if (g.empty() || g.size() > 253) {
                 error(set["mx"], "bad mx glob in " + where + ": 1 to 253 characters");

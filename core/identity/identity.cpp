@@ -2,6 +2,7 @@
 // identity.hpp for the rules). Owns only text normalisation and hashing; it
 // must never decide anything about a message and never throw.
 #include "retryguard/identity.hpp"
+#include "retryguard/text.hpp"
 
 #include <re2/re2.h>
 
@@ -17,22 +18,6 @@ namespace {
 
 bool is_wsp(char c) noexcept {
     return c == ' ' || c == '\t' || c == '\r' || c == '\n';
-}
-char ascii_lower(char c) noexcept {
-    return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-}
-
-std::string lower(std::string_view s) {
-    std::string out(s);
-    for (char& c : out) c = ascii_lower(c);
-    return out;
-}
-
-bool iequals_prefix(std::string_view s, std::size_t pos, std::string_view prefix) noexcept {
-    if (s.size() - pos < prefix.size()) return false;
-    for (std::size_t i = 0; i < prefix.size(); ++i)
-        if (ascii_lower(s[pos + i]) != prefix[i]) return false;
-    return true;
 }
 
 // Removes RFC 5322 comments "(...)" (nested, quoted-pairs) outside quoted strings.
@@ -82,7 +67,7 @@ std::string hex(const unsigned char* p, std::size_t n) {
 // The boundary parameter of a Content-Type value (quoted or token), or "".
 std::string boundary_param(std::string_view text) {
     for (std::size_t i = 0; i + 9 <= text.size(); ++i) {
-        if (!iequals_prefix(text, i, "boundary=")) continue;
+        if (!text::istarts_with(text.substr(i), "boundary=")) continue;
         if (i > 0 && !(is_wsp(text[i - 1]) || text[i - 1] == ';')) continue;
         std::size_t p = i + 9;
         std::string value;
@@ -149,7 +134,7 @@ std::optional<std::string> parse_message_id_header(std::string_view value) {
     if (compact.empty() || compact.size() > kMaxMessageIdLength) return std::nullopt;
     auto at = compact.rfind('@');
     if (at != std::string::npos)
-        for (std::size_t i = at + 1; i < compact.size(); ++i) compact[i] = ascii_lower(compact[i]);
+        for (std::size_t i = at + 1; i < compact.size(); ++i) compact[i] = text::ascii_lower(compact[i]);
     return compact;
 }
 
@@ -163,7 +148,7 @@ std::string normalize_subject(std::string_view subject) {
         }
         if (space) out += ' ';
         space = false;
-        out += ascii_lower(c);
+        out += text::ascii_lower(c);
     }
     return out;
 }
@@ -211,15 +196,13 @@ void FingerprintBuilder::sender(std::string_view envelope_sender) {
     std::string_view s = envelope_sender;
     while (!s.empty() && (is_wsp(s.front()) || s.front() == '<')) s.remove_prefix(1);
     while (!s.empty() && (is_wsp(s.back()) || s.back() == '>')) s.remove_suffix(1);
-    sender_ = lower(s.substr(0, std::min<std::size_t>(s.size(), 1024)));
+    sender_ = text::ascii_lower(s.substr(0, std::min<std::size_t>(s.size(), 1024)));
 }
 
 void FingerprintBuilder::header(std::string_view name, std::string_view value) {
     if (value.size() > 64 * 1024) value = value.substr(0, 64 * 1024);
     // every header of every message passes here: compare without copying
-    auto is = [name](std::string_view lower_name) {
-        return name.size() == lower_name.size() && iequals_prefix(name, 0, lower_name);
-    };
+    auto is = [name](std::string_view lower_name) { return text::iequals(name, lower_name); };
     if (!have_subject_ && is("subject")) {
         subject_ = normalize_subject(value);
         if (subject_ignore_ && parts_.subject && RE2::GlobalReplace(&subject_, *subject_ignore_, "") > 0)
@@ -264,7 +247,7 @@ void FingerprintBuilder::body_line(std::string_view line) {
     }
     auto pos = std::string_view::npos;
     for (std::size_t i = 0; i + 9 <= line.size(); ++i)
-        if (ascii_lower(line[i]) == 'b' && iequals_prefix(line, i, "boundary=")) {
+        if (text::ascii_lower(line[i]) == 'b' && text::istarts_with(line.substr(i), "boundary=")) {
             pos = i;
             break;
         }

@@ -2,6 +2,7 @@
 // resend.hpp). Pure: no I/O, no clock, no exceptions escaping to the caller's
 // C callbacks beyond std::bad_alloc, which the milter catches.
 #include "retryguard/resend.hpp"
+#include "retryguard/text.hpp"
 #include "retryguard/verdict.hpp"
 
 #include <fmt/format.h>
@@ -24,16 +25,9 @@ int strength(ResendAction a) noexcept {
     return 0;
 }
 
-std::string lower(std::string_view s) {
-    std::string out(s);
-    for (char& c : out)
-        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-    return out;
-}
-
 std::string recipient_domain(std::string_view addr) {
     auto at = addr.rfind('@');
-    return at == std::string_view::npos ? std::string() : lower(addr.substr(at + 1));
+    return at == std::string_view::npos ? std::string() : text::ascii_lower(addr.substr(at + 1));
 }
 
 // Printable ASCII only, and no '%' (libmilter's reply text is a format string
@@ -203,7 +197,7 @@ ResendDecision decide_resend(const MessageFacts& msg, const std::vector<PendingC
     // one pending copy per duplicate recipient (the first the ledger gave), in message order
     for (const auto& rcpt : msg.recipients) {
         auto it = std::find_if(pending.begin(), pending.end(), [&](const PendingCopy& p) {
-            return counts_as_retrying(p) && lower(p.recipient) == lower(rcpt);
+            return counts_as_retrying(p) && text::ascii_lower(p.recipient) == text::ascii_lower(rcpt);
         });
         if (it == pending.end())
             d.new_recipients.push_back(rcpt);

@@ -10,18 +10,11 @@
 #include <mutex>
 
 #include "ledger/internal.hpp"
+#include "retryguard/text.hpp"
 
 namespace retryguard {
 
 namespace {
-
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '\n'))
-        s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
-        s.remove_suffix(1);
-    return s;
-}
 
 std::string lower_after_at(std::string_view s) {
     if (s.size() > kMaxIdentityLength) s = s.substr(0, kMaxIdentityLength);
@@ -35,16 +28,14 @@ std::string lower_after_at(std::string_view s) {
 }
 
 std::string strip_brackets(std::string_view s) {
-    s = trim(s);
-    if (s.size() >= 2 && s.front() == '<' && s.back() == '>') s = trim(s.substr(1, s.size() - 2));
+    s = text::trim(s);
+    if (s.size() >= 2 && s.front() == '<' && s.back() == '>') s = text::trim(s.substr(1, s.size() - 2));
     return lower_after_at(s);
 }
 
+// Lower-cased and cut at kMaxIdentityLength: domains and host names as keys.
 std::string lower(std::string_view s) {
-    std::string out(s.substr(0, std::min(s.size(), kMaxIdentityLength)));
-    for (auto& c : out)
-        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
-    return out;
+    return text::ascii_lower(s.substr(0, std::min(s.size(), kMaxIdentityLength)));
 }
 
 }  // namespace
@@ -321,7 +312,7 @@ Result<std::unique_ptr<IdentityStream>> Ledger::open_identity_stream() {
 }
 
 Result<std::unique_ptr<Ledger>> open_ledger(const LedgerOptions& options) {
-    std::string_view spec = trim(options.spec);
+    std::string_view spec = text::trim(options.spec);
     if (spec.empty()) return make_error(ErrorKind::config, "ledger: empty backend spec");
     if (spec.starts_with("redis+unix:")) {
         auto path = spec.substr(11);
