@@ -7,17 +7,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=build flags=(-DRETRYGUARD_WERROR=ON)
-case "${1:-}" in
+mode=${1:-}
+[ $# -gt 0 ] && shift
+targets=("$@")  # only these targets (default: all)
+case "$mode" in
   --sanitize) dir=build-asan flags+=(-DRETRYGUARD_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug) ;;
   --tsan) dir=build-tsan flags+=(-DRETRYGUARD_TSAN=ON -DRETRYGUARD_BENCH=OFF) ;;
   --fuzz) dir=build-fuzz flags+=(-DRETRYGUARD_FUZZ=ON -DRETRYGUARD_SANITIZE=ON -DRETRYGUARD_BENCH=OFF
                                 -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++) ;;
   "") ;;
-  *) echo "usage: $0 [--sanitize|--tsan|--fuzz]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--sanitize|--tsan|--fuzz] [TARGET...]" >&2; exit 2 ;;
 esac
 gen=()
 command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
 [ -f "$dir/CMakeCache.txt" ] && gen=()
 cmake -S . -B "$dir" "${gen[@]}" "${flags[@]}" >/dev/null
-cmake --build "$dir" -j "$(nproc)"
+cmake --build "$dir" -j "$(nproc)" ${targets[@]:+--target "${targets[@]}"}
 echo "build: $dir"
