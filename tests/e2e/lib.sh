@@ -6,6 +6,7 @@
 #   e2e_start_receiver                   # 451 4.3.5 for every domain in $E2E_DEFER_DOMAINS
 #   e2e_start_sender "unix:$E2E_DIR/milter/milter.sock"   # milter spec, or "" for none
 #   e2e_start_sender "$SPEC" senderb     # a second sending instance (a fleet host)
+#   e2e_start_policyd [EXTRA_YAML [OPTION...]]  # retryguard-policyd following the sender's log
 #   e2e_submit_smtp FILE FROM RCPT...    # swaks into the sender's smtpd
 #   e2e_submit_sendmail FILE FROM RCPT...  # the sender instance's sendmail -C
 #   e2e_submit_smtp_via INST FILE FROM RCPT...      # the same into instance INST
@@ -343,6 +344,33 @@ e2e_stop_postfix() {  # INSTANCE
     sleep 0.5
     if [ -d "/proc/$pid" ] && grep -q master "/proc/$pid/comm" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null; fi
     return 0
+}
+
+# e2e_start_policyd [EXTRA_YAML [OPTION...]]: retryguard-policyd as installed,
+# unprivileged (nobody, group postdrop: the postlog socket): its log follower
+# feeds the SQLite ledger $E2E_DIR/ledger/ledger.db from the sender's log, its
+# rules engine's verdicts go to that log through postlogd. EXTRA_YAML is added
+# to its configuration file, OPTIONs (-o key=value) to its command line. Its
+# policy service listens on 127.0.0.1:$POLICY_PORT.
+e2e_start_policyd() {
+    local extra=${1:-}
+    [ $# -gt 0 ] && shift
+    mkdir -p "$E2E_DIR/ledger"
+    chown nobody:nogroup "$E2E_DIR/ledger"
+    POLICY_PORT=$(e2e_free_port)
+    cat >"$E2E_DIR/retryguard.yaml" <<EOF
+ledger: {backend: sqlite, sqlite: {path: $E2E_DIR/ledger/ledger.db}}
+sources:
+  - {type: file, path: $(e2e_logfile sender), start: beginning}
+ingest: {batch_max_delay: 50ms}
+metrics: {enabled: false}
+log: {verdicts: "postlog:$E2E_DIR/sender/spool/public/postlog"}
+EOF
+    [ -z "$extra" ] || printf '%s\n' "$extra" >>"$E2E_DIR/retryguard.yaml"
+    chmod 644 "$E2E_DIR/retryguard.yaml"
+    e2e_start_daemon policyd setpriv --reuid=nobody --regid=postdrop --clear-groups \
+        "$RETRYGUARD_POLICYD" -c "$E2E_DIR/retryguard.yaml" --foreground -o "policy.socket=inet:$POLICY_PORT@127.0.0.1" "$@"
+    e2e_wait_port "$POLICY_PORT" 10 policyd
 }
 
 # e2e_start_daemon NAME CMD ARGS...: runs CMD in its own session, pid in

@@ -41,22 +41,9 @@ milter_e2e_begin() {
     policyd_start
 }
 
-# retryguard-policyd as installed: its log follower feeds the ledger from the
-# sender's log, its rules engine's verdicts go to that log through postlogd.
-# Unprivileged like the milter (group postdrop: the postlog socket).
+# retryguard-policyd as installed (lib.sh), on the milter's ledger.
 policyd_start() {
-    POLICY_PORT=$(e2e_free_port)
-    cat >"$E2E_DIR/retryguard.yaml" <<EOF
-ledger: {backend: sqlite, sqlite: {path: $E2E_DIR/ledger/ledger.db}}
-sources:
-  - {type: file, path: $(e2e_logfile sender), start: beginning}
-ingest: {batch_max_delay: 50ms}
-metrics: {enabled: false}
-log: {verdicts: "postlog:$E2E_DIR/sender/spool/public/postlog"}
-EOF
-    e2e_start_daemon policyd setpriv --reuid=nobody --regid=postdrop --clear-groups \
-        "$RETRYGUARD_POLICYD" -c "$E2E_DIR/retryguard.yaml" --foreground -o "policy.socket=inet:$POLICY_PORT@127.0.0.1"
-    e2e_wait_port "$POLICY_PORT" 10 policyd
+    e2e_start_policyd
 }
 
 milter_start() {

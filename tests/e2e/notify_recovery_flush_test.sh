@@ -21,27 +21,11 @@ e2e_postconf sender minimal_backoff_time=300s maximal_backoff_time=600s queue_ru
     smtp_connection_cache_on_demand=no
 e2e_start_command_proxy
 
-mkdir -p "$E2E_DIR/ledger"
-chown nobody:nogroup "$E2E_DIR/ledger"
-POLICY_PORT=$(e2e_free_port)
-cat >"$E2E_DIR/retryguard.yaml" <<EOF
-ledger: {backend: sqlite, sqlite: {path: $E2E_DIR/ledger/ledger.db}}
-sources:
-  - {type: file, path: $(e2e_logfile sender), start: beginning}
-ingest: {batch_max_delay: 50ms}
-metrics: {enabled: false}
-log: {verdicts: "postlog:$E2E_DIR/sender/spool/public/postlog"}
-categories: {receiver_config: {watch_after_deferrals: 2}}
+e2e_start_policyd "categories: {receiver_config: {watch_after_deferrals: 2}}
 postfix:
   sendmail_path: $E2E_PROXY_DIR/bin/sendmail
   postqueue_path: $E2E_PROXY_DIR/bin/postqueue
-  config_directory: $(e2e_etc sender)
-EOF
-chmod 644 "$E2E_DIR/retryguard.yaml"
-e2e_start_daemon policyd setpriv --reuid=nobody --regid=postdrop --clear-groups \
-    "$RETRYGUARD_POLICYD" -c "$E2E_DIR/retryguard.yaml" --foreground -o "policy.socket=inet:$POLICY_PORT@127.0.0.1" \
-    -o log.target=stderr
-e2e_wait_port "$POLICY_PORT" 10 policyd
+  config_directory: $(e2e_etc sender)" -o log.target=stderr
 
 # Two messages deferred: the destination goes to `watch`.
 for i in 1 2; do

@@ -19,27 +19,11 @@ e2e_start_sender ""
 e2e_local_mailboxes sender alice dave
 e2e_start_command_proxy
 
-mkdir -p "$E2E_DIR/ledger"
-chown nobody:nogroup "$E2E_DIR/ledger"
-POLICY_PORT=$(e2e_free_port)
-cat >"$E2E_DIR/retryguard.yaml" <<EOF
-ledger: {backend: sqlite, sqlite: {path: $E2E_DIR/ledger/ledger.db}}
-sources:
-  - {type: file, path: $(e2e_logfile sender), start: beginning}
-ingest: {batch_max_delay: 50ms}
-metrics: {enabled: false}
-log: {verdicts: "postlog:$E2E_DIR/sender/spool/public/postlog"}
-notify: {enabled: true}
+e2e_start_policyd "notify: {enabled: true}
 postfix:
   sendmail_path: $E2E_PROXY_DIR/bin/sendmail
   postqueue_path: $E2E_PROXY_DIR/bin/postqueue
-  config_directory: $(e2e_etc sender)
-EOF
-chmod 644 "$E2E_DIR/retryguard.yaml"
-e2e_start_daemon policyd setpriv --reuid=nobody --regid=postdrop --clear-groups \
-    "$RETRYGUARD_POLICYD" -c "$E2E_DIR/retryguard.yaml" --foreground -o "policy.socket=inet:$POLICY_PORT@127.0.0.1" \
-    -o log.target=stderr
-e2e_wait_port "$POLICY_PORT" 10 policyd
+  config_directory: $(e2e_etc sender)" -o log.target=stderr
 
 # 1. A local submission (sendmail) deferred with 451 4.3.5: one notice.
 e2e_message "$E2E_DIR/m1.eml" "m1.notify@sender.e2e.test" alice@sender.e2e.test bob@defer.e2e.test "Quarterly report"
