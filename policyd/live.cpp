@@ -152,30 +152,10 @@ bool LiveIngest::first_deferral_in_ledger(const Event& e) {
 }
 
 void LiveIngest::run_actions() {
-    auto notices = planner_->take_notices();
-    auto flushes = planner_->take_flushes();
-    if (notices.empty() && flushes.empty()) return;
+    auto done = actions::carry_out(*planner_, *runner_, notice_template_, config_->current()->global.dry_run);
+    if (!done.planned) return;
     actions_dirty_ = true;
-    const bool dry_run = config_->current()->global.dry_run;
-    for (const auto& n : notices) {
-        Verdict v = actions::notified_verdict(n);
-        if (dry_run) {
-            v.add("dry_run", "yes");
-        } else if (!runner_->send(n, notice_template_)) {
-            planner_->notice_done(n, false);
-            continue;
-        }
-        planner_->notice_done(n, true);
-        ++verdict_counts_[v.name];
-        (void)ledger_->add_verdict_count(v.name, 1);
-        verdicts_.write(v);
-    }
-    for (const auto& f : flushes) {
-        const std::size_t done = dry_run ? f.queue_ids.size() : runner_->flush(f);
-        planner_->flush_done(f, done > 0);
-        if (done == 0) continue;
-        Verdict v = actions::flushed_verdict(f, done);
-        if (dry_run) v.add("dry_run", "yes");
+    for (const auto& v : done.verdicts) {
         ++verdict_counts_[v.name];
         (void)ledger_->add_verdict_count(v.name, 1);
         verdicts_.write(v);

@@ -3,7 +3,6 @@
 // Glue only; the notices and flushes it shows come from core/actions/.
 #include "report_common.hpp"
 #include "retryguard/actions.hpp"
-#include "retryguard/text.hpp"
 
 namespace retryguard::cli {
 
@@ -58,20 +57,10 @@ void add_explain_command(CLI::App& app) {
             (*doc)["actions"] = actions::actions_for_explain(**st, *doc);
         else
             (*doc)["actions"] = nlohmann::json::array();
-        if (c->json) {
+        if (c->json)
             print_json(*doc);
-        } else {
+        else
             fmt::print("{}", report::render_explain(*doc, render_options(*c, *now)));
-            if (!doc->at("actions").empty()) {
-                fmt::print("Actions:\n");
-                for (const auto& a : doc->at("actions"))
-                    fmt::print("  {}  {} {}: {}\n", a.at("time").get<std::string>(),
-                               a.at("what").get<std::string>(),
-                               text::terminal(a.at("key").get<std::string>()),
-                               text::terminal(a.at("detail").get<std::string>()));
-                fmt::print("\n");
-            }
-        }
         exit_code() = kExitOk;
     });
 }

@@ -232,4 +232,31 @@ std::size_t ActionRunner::flush(const Flush& f) {
     return ok;
 }
 
+CarriedOut carry_out(Planner& planner, ActionRunner& runner, const NoticeTemplate& tmpl, bool dry_run) {
+    CarriedOut out;
+    auto notices = planner.take_notices();
+    auto flushes = planner.take_flushes();
+    out.planned = !notices.empty() || !flushes.empty();
+    for (const auto& n : notices) {
+        Verdict v = notified_verdict(n);
+        if (dry_run) {
+            v.add("dry_run", "yes");
+        } else if (!runner.send(n, tmpl)) {
+            planner.notice_done(n, false);
+            continue;
+        }
+        planner.notice_done(n, true);
+        out.verdicts.push_back(std::move(v));
+    }
+    for (const auto& f : flushes) {
+        const std::size_t done = dry_run ? f.queue_ids.size() : runner.flush(f);
+        planner.flush_done(f, done > 0);
+        if (done == 0) continue;
+        Verdict v = flushed_verdict(f, done);
+        if (dry_run) v.add("dry_run", "yes");
+        out.verdicts.push_back(std::move(v));
+    }
+    return out;
+}
+
 }  // namespace retryguard::actions

@@ -1137,6 +1137,15 @@ std::string render_explain(const json& raw, const RenderOptions& ro) {
                                when_or_dash(r.at("finished"), ro.now));
         out += "\n";
     }
+    // What retryguard-policyd did about these messages (core/actions/), when the caller added it.
+    if (doc.contains("actions") && !doc.at("actions").empty()) {
+        out += "Actions:\n";
+        for (const auto& a : doc.at("actions"))
+            out += fmt::format("  {}  {} {}: {}\n", a.at("time").get<std::string>(),
+                               a.at("what").get<std::string>(), a.at("key").get<std::string>(),
+                               a.at("detail").get<std::string>());
+        out += "\n";
+    }
     return out;
 }
 

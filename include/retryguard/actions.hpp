@@ -261,4 +261,16 @@ class ActionRunner {
     std::map<std::string, std::string, std::less<>> last_error_;  // per command: "" when it worked
 };
 
+// Carries out what the planner has decided since the last call: each notice
+// through the runner and each flush through postqueue (neither in dry-run
+// mode), and tells the planner how each went (its state changed when
+// `planned`). The verdicts are the ones to log and count: `notified` per
+// notice sent, `flushed`/`probed` per flush Postfix accepted (with dry_run=yes
+// in dry-run mode).
+struct CarriedOut {
+    bool planned = false;  // there was a notice or a flush to carry out
+    std::vector<Verdict> verdicts;
+};
+CarriedOut carry_out(Planner& planner, ActionRunner& runner, const NoticeTemplate& tmpl, bool dry_run);
+
 }  // namespace retryguard::actions
