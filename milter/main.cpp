@@ -229,7 +229,7 @@ int main(int argc, char** argv) {
         if (!ledger) die(2, ledger.error().message);
         return open_pending_store(
             std::move(*ledger), ledger_options.spec, static_cast<std::size_t>(c.milter.record_queue),
-            std::chrono::duration_cast<std::chrono::seconds>(c.milter.filter_rescan), store_log);
+            std::chrono::duration_cast<std::chrono::seconds>(c.milter.filter_rescan), store_log, log_hostname);
     };
     if (o.check_only) {
         auto store = open_store();

@@ -38,8 +38,9 @@ GuardReport store_report(const StoreLog& log) {
     };
 }
 
-MessageIdentity identity(const MessageFacts& msg, TimePoint when) {
+MessageIdentity identity(const MessageFacts& msg, TimePoint when, const std::string& host) {
     MessageIdentity id;
+    id.host = host;
     id.queue_id = msg.queue_id;
     id.message_id = msg.message_id;
     id.fingerprint = msg.fingerprint;
@@ -61,9 +62,11 @@ MessageIdentity identity(const MessageFacts& msg, TimePoint when) {
 // looked up.
 class LedgerStore final : public PendingStore {
   public:
-    LedgerStore(std::unique_ptr<Ledger> ledger, std::string spec, std::chrono::seconds rescan, StoreLog log)
+    LedgerStore(std::unique_ptr<Ledger> ledger, std::string spec, std::chrono::seconds rescan, StoreLog log,
+                std::string host)
         : ledger_(std::move(ledger)),
           spec_(std::move(spec)),
+          host_(std::move(host)),
           rescan_(rescan),
           log_(std::move(log)),
           filtered_(rescan.count() > 0 && ledger_->can_list_identities()) {
@@ -104,7 +107,7 @@ class LedgerStore final : public PendingStore {
     }
 
     Status record(const MessageFacts& msg, TimePoint when) override {
-        auto st = ledger_->record_identity(identity(msg, when));
+        auto st = ledger_->record_identity(identity(msg, when, host_));
         // after the write (see IdentityFilter::rebuild), and even after a failed
         // one: a key too many costs a lookup, a key too few a missed resend
         if (filtered_) filter_.add(msg.message_id, msg.fingerprint);
@@ -114,7 +117,7 @@ class LedgerStore final : public PendingStore {
     Status record_many(const std::vector<std::pair<MessageFacts, TimePoint>>& batch) override {
         std::vector<MessageIdentity> ids;
         ids.reserve(batch.size());
-        for (const auto& [msg, when] : batch) ids.push_back(identity(msg, when));
+        for (const auto& [msg, when] : batch) ids.push_back(identity(msg, when, host_));
         auto st = ledger_->record_identities(ids);
         if (filtered_)
             for (const auto& [msg, when] : batch) filter_.add(msg.message_id, msg.fingerprint);
@@ -231,6 +234,7 @@ class LedgerStore final : public PendingStore {
 
     std::unique_ptr<Ledger> ledger_;
     std::string spec_;
+    std::string host_;  // recorded with each message (MessageIdentity::host)
     std::chrono::seconds rescan_;
     StoreLog log_;
     bool filtered_;
@@ -329,9 +333,14 @@ class AsyncRecorder final : public PendingStore {
         std::uint64_t self = 0;   // its own queue id
     };
 
+    // The Message-ID only. A copy matches by fingerprint only once the queue
+    // has deferred one of its recipients (docs/milter.md, "Identical content"),
+    // and a copy still waiting for its batch (at most kGather plus a commit)
+    // would need a delivery attempt, its log line and the follower's ingest
+    // in that time. With the fingerprint here, identical content (alerts, cron
+    // mail, templates) had every message wait for a commit of the one before it.
     static Keys keys(const MessageFacts& msg) {
-        return {IdentityFilter::keys_of(msg.message_id, msg.fingerprint),
-                std::hash<std::string_view>{}(msg.queue_id)};
+        return {IdentityFilter::keys_of(msg.message_id, {}), std::hash<std::string_view>{}(msg.queue_id)};
     }
 
     // Whether a record not yet committed has one of these keys (and is not
@@ -407,9 +416,11 @@ class AsyncRecorder final : public PendingStore {
 
 Result<std::unique_ptr<PendingStore>> open_pending_store(std::unique_ptr<Ledger> ledger,
                                                          const std::string& spec, std::size_t record_queue,
-                                                         std::chrono::seconds filter_rescan, StoreLog log) {
+                                                         std::chrono::seconds filter_rescan, StoreLog log,
+                                                         std::string host) {
     if (!log) log = [](Severity, const std::string&) {};
-    std::unique_ptr<PendingStore> store(new LedgerStore(std::move(ledger), spec, filter_rescan, log));
+    std::unique_ptr<PendingStore> store(
+        new LedgerStore(std::move(ledger), spec, filter_rescan, log, std::move(host)));
     if (record_queue == 0) return store;
     return std::unique_ptr<PendingStore>(new AsyncRecorder(std::move(store), record_queue, std::move(log)));
 }

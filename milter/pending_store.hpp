@@ -58,8 +58,10 @@ using StoreLog = std::function<void(Severity, const std::string&)>;
 // that many entries (see AsyncRecorder); 0: written at end of message.
 // filter_rescan > 0: lookups go through an identity filter rebuilt that often
 // (see LedgerStore); 0: every message is looked up in the ledger.
+// host: this host's name, recorded with each message (MessageIdentity::host).
 Result<std::unique_ptr<PendingStore>> open_pending_store(std::unique_ptr<Ledger> ledger,
                                                          const std::string& spec, std::size_t record_queue,
-                                                         std::chrono::seconds filter_rescan, StoreLog log);
+                                                         std::chrono::seconds filter_rescan, StoreLog log,
+                                                         std::string host = {});
 
 }  // namespace retryguard::milter

@@ -458,14 +458,15 @@ const std::vector<Entry>& table() {
                    "Header added when reinjection.action is tag.", reinjection.tag_header),
         RG_SETTING(
             "reinjection.reject_text", string,
-            "\"Not accepted again: a copy for <{recipient}> is already queued as {original} for "
+            "\"Not accepted again: a copy for <{recipient}> is already queued as {original}{on_host} for "
             "{destination}, retrying since {since} after \\\"{reply}\\\", next retry about "
             "{next_retry}{more}; "
             "the queue keeps retrying it, do not resend\"",
             "", kNone, 1, 400,
             "Reply text of a refused resend (the milter's reply, with milter.reject_code). "
-            "Placeholders: {recipient} {original} {destination} {reply} {since} {next_retry} {more} (\" "
-            "(and N more recipient(s))\" or nothing).",
+            "Placeholders: {recipient} {original} {on_host} (\" on HOST\", the host holding the copy, or "
+            "nothing) {destination} {reply} {since} {next_retry} {more} (\" (and N more recipient(s))\" or "
+            "nothing).",
             reinjection.reject_text),
 
         // --- policy actions (overridable) -------------------------------------
@@ -646,8 +647,8 @@ constexpr std::array<std::string_view, 6> kActionPlaceholdersWithContact = {"dom
                                                                             "since",  "reply", "contact"};
 constexpr std::array<std::string_view, 9> kNoticePlaceholders = {
     "queue_id", "destination", "recipients", "reply", "category", "since", "expiry", "escalation", "sender"};
-constexpr std::array<std::string_view, 7> kRejectPlaceholders = {
-    "recipient", "original", "destination", "reply", "since", "next_retry", "more"};
+constexpr std::array<std::string_view, 8> kRejectPlaceholders = {
+    "recipient", "original", "on_host", "destination", "reply", "since", "next_retry", "more"};
 
 }  // namespace
 

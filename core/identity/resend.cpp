@@ -140,6 +140,7 @@ std::string fill_reply_template(const std::vector<PendingCopy>& dups, const Rese
     auto value = [&](std::string_view name) -> std::optional<std::string> {
         if (name == "recipient") return p.recipient;
         if (name == "original") return p.queue_id;
+        if (name == "on_host") return p.host.empty() ? std::string() : " on " + p.host;
         if (name == "destination")
             return p.destination.empty() ? recipient_domain(p.recipient) : p.destination;
         if (name == "since")
@@ -179,8 +180,9 @@ std::string resend_reply_text(const std::vector<PendingCopy>& dups, const Resend
     if (!policy.reply_template.empty()) return printable(fill_reply_template(dups, policy), kMaxReplyText);
     const PendingCopy& p = dups.front();
     std::string text =
-        fmt::format("Not accepted again: a copy for <{}> is already queued as {} for {}", p.recipient,
-                    p.queue_id, p.destination.empty() ? recipient_domain(p.recipient) : p.destination);
+        fmt::format("Not accepted again: a copy for <{}> is already queued as {}{} for {}", p.recipient,
+                    p.queue_id, p.host.empty() ? std::string() : " on " + p.host,
+                    p.destination.empty() ? recipient_domain(p.recipient) : p.destination);
     if (p.first_deferral) text += fmt::format(", retrying since {}", format_rfc3339(*p.first_deferral));
     if (!p.last_reply.empty())
         text += fmt::format(" after \"{}\"", printable(literal_reply(p.last_reply), 160));
@@ -271,15 +273,18 @@ std::string verdict_line(const MessageFacts& msg, const ResendDecision& d, const
         line += '=';
         line += quote_value(value);
     };
-    std::vector<std::string> originals, dups, matched;
+    std::vector<std::string> originals, hosts, dups, matched;
     for (const auto& p : d.duplicates) {
         if (std::find(originals.begin(), originals.end(), p.queue_id) == originals.end())
             originals.push_back(p.queue_id);
+        if (!p.host.empty() && std::find(hosts.begin(), hosts.end(), p.host) == hosts.end())
+            hosts.push_back(p.host);
         dups.push_back(p.recipient);
         std::string by = p.matched_by_message_id ? "message-id" : "fingerprint";
         if (std::find(matched.begin(), matched.end(), by) == matched.end()) matched.push_back(by);
     }
     add("original", join(originals));
+    add("original_host", join(hosts));
     add("duplicates", join(dups));
     add("new", join(d.new_recipients));
     add("matched", join(matched));

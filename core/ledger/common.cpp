@@ -183,12 +183,20 @@ std::string answering_relay(const Event& e) {
 }
 }  // namespace
 
+std::string bounded_host(std::string_view host) {
+    std::string out(host.substr(0, std::min<std::size_t>(host.size(), 255)));
+    for (char& c : out)
+        if (c <= ' ' || c > '~') c = '?';
+    return out;
+}
+
 Op plan(const IngestItem& item) {
     const Event& e = item.event;
     Op op;
     op.key = event_key(e);
     op.time = to_micros(e.time);
     op.queue_id = e.queue_id.substr(0, std::min<std::size_t>(e.queue_id.size(), 64));
+    op.host = bounded_host(e.host);
     op.category = item.category;
     if (op.queue_id.empty()) return op;  // NOQUEUE and unrelated lines: seen only
     switch (e.kind) {

@@ -37,6 +37,7 @@ struct Op {
     OpKind kind = OpKind::none;
     std::int64_t time = 0;  // microseconds since the epoch
     std::string queue_id;
+    std::string host;      // the log line's host field (bounded_host)
     std::string other_id;  // pickup: orig_id=
     std::string text;      // message_id: normalised id; pickup/queue_active: sender
     bool resent = false;   // message_id from resent-message-id=
@@ -55,6 +56,11 @@ struct Op {
 };
 
 Op plan(const IngestItem& item);
+
+// A host name as stored: at most 255 bytes, characters outside printable
+// ASCII (and spaces) replaced by '?'. Log lines and configurations are not
+// trusted to be well formed.
+std::string bounded_host(std::string_view host);
 
 std::string key_hex(std::uint64_t key);
 

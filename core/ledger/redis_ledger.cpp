@@ -94,6 +94,7 @@ MessageInfo to_message(const Fields& f) {
     m.state = message_state_from_string(get(f, "state")).value_or(MessageState::incoming);
     m.updated = from_micros(to_int(get(f, "updated")));
     m.finished = opt_time(get(f, "finished"));
+    m.host = get(f, "host");
     return m;
 }
 
@@ -233,7 +234,7 @@ class RedisLedger final : public Ledger {
             args.push_back(position ? position->source : std::string());
             args.push_back(position ? position_json(*position) : std::string());
             args.push_back(std::to_string(batch.size()));
-            args.reserve(args.size() + batch.size() * 20);
+            args.reserve(args.size() + batch.size() * 21);
             for (const auto& item : batch) {
                 Op op = plan(item);
                 args.push_back(key_hex(op.key));
@@ -258,6 +259,7 @@ class RedisLedger final : public Ledger {
                 std::string part;
                 append_journal_batch_item(part, item);
                 args.push_back(std::move(part));
+                args.push_back(op.host);
             }
             auto r = eval("ingest", {P_ + "seen"}, args);
             IngestResult result;
@@ -350,7 +352,8 @@ class RedisLedger final : public Ledger {
                                              normalize_message_id(id.message_id),
                                              id.fingerprint.substr(0, kMaxIdentityLength),
                                              normalize_address(id.sender),
-                                             std::to_string(to_micros(id.time))};
+                                             std::to_string(to_micros(id.time)),
+                                             bounded_host(id.host)};
             for (const auto& r : id.recipients) {
                 auto a = normalize_address(r);
                 if (a.empty()) continue;
@@ -381,7 +384,7 @@ class RedisLedger final : public Ledger {
                           args);
             std::vector<PendingCopy> out;
             if (r->type != REDIS_REPLY_ARRAY) return out;
-            for (std::size_t i = 0; i + 12 <= r->elements; i += 12) {
+            for (std::size_t i = 0; i + 13 <= r->elements; i += 13) {
                 auto f = [&](std::size_t k) { return str(r->element[i + k]); };
                 PendingCopy c;
                 c.recipient = f(0);
@@ -396,6 +399,7 @@ class RedisLedger final : public Ledger {
                 c.attempts = static_cast<int>(to_int(f(9)));
                 c.message_state = message_state_from_string(f(10)).value_or(MessageState::incoming);
                 c.matched_by_message_id = f(11) == "1";
+                c.host = f(12);
                 out.push_back(std::move(c));
             }
             return out;

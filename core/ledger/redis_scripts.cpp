@@ -45,8 +45,8 @@ return redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])
 --
 -- KEYS[1]  <prefix>mid:<message_id> (may not exist); KEYS[2] <prefix>fp:<fingerprint> (may not exist)
 -- ARGV[1]  key prefix; ARGV[2] queue id to exclude ('' = none); then the normalised recipients
--- Returns  a flat array, 12 fields per recipient found: recipient queue_id first_queue_id domain
---          relay last_reply first_deferral last_attempt arrival attempts message_state by_message_id
+-- Returns  a flat array, 13 fields per recipient found: recipient queue_id first_queue_id domain
+--          relay last_reply first_deferral last_attempt arrival attempts message_state by_message_id host
 --          (times in us as strings, '' when unknown; by_message_id '1' or '0')
 local P, exclude = ARGV[1], ARGV[2]
 local PENDING = {incoming = true, active = true, deferred = true, hold = true}
@@ -54,10 +54,11 @@ local candidates = {}
 for slot = 1, 2 do
   for _, q in ipairs(redis.call('SMEMBERS', KEYS[slot])) do
     if q ~= exclude then
-      local m = redis.call('HMGET', P .. 'msg:' .. q, 'state', 'first_queue_id', 'arrival')
+      local m = redis.call('HMGET', P .. 'msg:' .. q, 'state', 'first_queue_id', 'arrival', 'host')
       -- by fingerprint: only messages the queue manager has picked up (as SQLite's messages_fingerprint_queued)
       if m[1] and PENDING[m[1]] and (slot == 1 or m[1] ~= 'incoming') then
-        table.insert(candidates, {q = q, state = m[1], first = m[2] or q, arrival = m[3] or '', by_mid = slot == 1})
+        table.insert(candidates, {q = q, state = m[1], first = m[2] or q, arrival = m[3] or '', host = m[4] or '',
+                                  by_mid = slot == 1})
       end
     end
   end
@@ -88,7 +89,7 @@ for i = 3, #ARGV do
   if best then
     for _, v in ipairs({addr, best.q, best.first, best_r.domain, best_r.relay, best_r.reply_text,
                         best_r.first_deferral, best_r.last_attempt, best.arrival, best_r.attempts, best.state,
-                        best.by_mid and '1' or '0'}) do
+                        best.by_mid and '1' or '0', best.host}) do
       table.insert(out, v)
     end
   end
@@ -122,9 +123,9 @@ return r
 -- ARGV[4]  TTL of the seen set, seconds
 -- ARGV[5]  follower source id, '' for none
 -- ARGV[6]  follower position, JSON stored verbatim under <prefix>pos
--- ARGV[7]  number of events E, then E groups of 20 fields:
+-- ARGV[7]  number of events E, then E groups of 21 fields:
 --          key kind time queue_id other_id text resent size nrcpt outcome recipient
---          domain relay code enhanced reason stage category category_bit journal
+--          domain relay code enhanced reason stage category category_bit journal host
 --          (kind and outcome numbers: OpKind and Outcome in core/ledger/internal.hpp;
 --          times: microseconds since the epoch, as decimal strings; journal: the
 --          event's part of the engine journal batch entry, kept when the event is fresh)
@@ -137,7 +138,7 @@ if redis.replicate_commands then redis.replicate_commands() end
 local P = ARGV[1]
 local MTTL, KTTL, STTL = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local E = tonumber(ARGV[7])
-local F = 20
+local F = 21
 if not E or #ARGV ~= 7 + E * F then return redis.error_reply('ingest: bad argument count') end
 
 local function num(s) return tonumber(s) or 0 end
@@ -152,6 +153,7 @@ local function long(k) touched[k] = true end
 -- <prefix>msgs; a destination's hash fields and its place in <prefix>dests.
 -- A message has several events in a batch and a busy destination many.
 local msg_updated = {}  -- queue id -> latest 'updated'
+local msg_host = {}     -- queue id -> host written in this batch
 local dest_rows = {}    -- dest key -> {row = fields as read or written, written = set of names}
 local dest_scores = {}  -- 'kind\tname' -> latest 'updated'
 
@@ -415,11 +417,21 @@ for i = 0, E - 1 do
               text = ARGV[b + 6], resent = ARGV[b + 7], size = ARGV[b + 8], nrcpt = ARGV[b + 9],
               outcome = ARGV[b + 10], rcpt = ARGV[b + 11], domain = ARGV[b + 12], relay = ARGV[b + 13],
               code = ARGV[b + 14], enhanced = ARGV[b + 15], reason = ARGV[b + 16], stage = ARGV[b + 17],
-              category = ARGV[b + 18], catbit = ARGV[b + 19], journal = ARGV[b + 20]}
+              category = ARGV[b + 18], catbit = ARGV[b + 19], journal = ARGV[b + 20],
+              host = ARGV[b + 21]}
   if redis.call('ZADD', KEYS[1], 'NX', ev.t, ev.key) == 0 then
     duplicates = duplicates + 1
     fresh[#fresh + 1] = '0'
   else
+    -- the log's host field names the host holding the queue id; it wins over
+    -- the name the milter recorded
+    if ev.kind ~= '0' and ev.host ~= '' then
+      local k = msg(ev.q, ev.t)
+      if msg_host[ev.q] ~= ev.host then
+        msg_host[ev.q] = ev.host
+        redis.call('HSET', k, 'host', ev.host)
+      end
+    end
     apply(ev)
     journal[#journal + 1] = ev.journal
     applied = applied + 1
@@ -579,7 +591,8 @@ return {messages, recipients, episodes, flags, seen, more}
 -- KEYS[1]  <prefix>msg:<queue_id>
 -- ARGV[1]  key prefix; ARGV[2] TTL of per-message keys (s); ARGV[3] TTL of long-lived keys (s)
 -- ARGV[4]  queue id; ARGV[5] normalised Message-ID ('' = none); ARGV[6] fingerprint ('' = none)
--- ARGV[7]  sender ('' = none); ARGV[8] time (us); then pairs: recipient address, its domain
+-- ARGV[7]  sender ('' = none); ARGV[8] time (us); ARGV[9] the recording host's name ('' = none;
+--          kept only while the log has not named the host); then pairs: recipient address, its domain
 -- Returns  the number of recipients newly recorded
 --
 -- Also lists the message in <prefix>open-msgs and appends its keys to
@@ -589,12 +602,12 @@ return {messages, recipients, episodes, flags, seen, more}
 -- replication (Redis 7 always uses it; the call is a no-op there).
 if redis.replicate_commands then redis.replicate_commands() end
 local P, MTTL, KTTL = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local q, mid, fp, sender, t = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
-if (#ARGV - 8) % 2 ~= 0 then return redis.error_reply('record_identity: bad argument count') end
+local q, mid, fp, sender, t, host = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+if not host or (#ARGV - 9) % 2 ~= 0 then return redis.error_reply('record_identity: bad argument count') end
 local k = KEYS[1]
 local function num(s) return tonumber(s) or 0 end
 local function blank(v) return (not v) or v == '' end
-local cur = redis.call('HMGET', k, 'updated', 'arrival', 'message_id', 'fingerprint')
+local cur = redis.call('HMGET', k, 'updated', 'arrival', 'message_id', 'fingerprint', 'host')
 if not cur[1] then
   redis.call('HSET', k, 'queue_id', q, 'first_queue_id', q, 'state', 'incoming', 'size', '-1', 'nrcpt', '-1',
              'updated', t, 'arrival', t)
@@ -623,12 +636,13 @@ if not blank(mid) or not blank(fp) then
   redis.call('EXPIRE', P .. 'identities-stream', KTTL)
 end
 if not blank(sender) then redis.call('HSET', k, 'sender', sender) end
+if blank(cur[5]) and not blank(host) then redis.call('HSET', k, 'host', host) end
 redis.call('EXPIRE', k, MTTL)
 redis.call('ZADD', P .. 'msgs', (cur[1] and num(cur[1]) > num(t)) and cur[1] or t, q)
 redis.call('EXPIRE', P .. 'msgs', KTTL)
 local added = 0
 local rk = P .. 'rcpt:' .. q
-for i = 9, #ARGV, 2 do
+for i = 10, #ARGV, 2 do
   local a = ARGV[i]
   if redis.call('HEXISTS', rk, a) == 0 then
     redis.call('HSET', rk, a, cjson.encode({queue_id = q, address = a, domain = ARGV[i + 1], state = 'pending',

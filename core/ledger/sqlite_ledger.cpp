@@ -215,6 +215,12 @@ CREATE TABLE seen_batches(id INTEGER PRIMARY KEY, first INTEGER NOT NULL, last I
   count INTEGER NOT NULL, keys BLOB NOT NULL);
 CREATE INDEX seen_batches_last ON seen_batches(last);
 )sql",
+    // version 8: the host that holds each message (the host field of its log
+    // lines, or the milter's host name before the log names it), so that a
+    // fleet sharing one ledger says which host is retrying a copy.
+    R"sql(
+ALTER TABLE messages ADD COLUMN host TEXT NOT NULL DEFAULT '';
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -321,6 +327,7 @@ MessageInfo read_message(const Query& q) {
     m.state = message_state_from_string(q.str(10)).value_or(MessageState::incoming);
     m.updated = from_micros(q.col(11));
     m.finished = q.time(12);
+    m.host = q.str(13);
     return m;
 }
 
@@ -585,9 +592,9 @@ class SqliteLedger final : public Ledger {
         {
             Query q = stmt(
                 "INSERT INTO messages(queue_id, first_queue_id, message_id, fingerprint, sender, "
-                "arrival, "
-                "updated) VALUES(?1, ?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT(queue_id) DO UPDATE SET "
+                "arrival, updated, host) VALUES(?1, ?1, ?2, ?3, ?4, ?5, ?5, ?6) ON CONFLICT(queue_id) DO UPDATE SET "
                 "message_id = COALESCE(excluded.message_id, message_id), "
+                "host = CASE WHEN host = '' THEN excluded.host ELSE host END, "
                 "fingerprint = COALESCE(excluded.fingerprint, fingerprint), "
                 "sender = COALESCE(excluded.sender, sender), "
                 "arrival = MIN(COALESCE(arrival, excluded.arrival), excluded.arrival), "
@@ -597,6 +604,7 @@ class SqliteLedger final : public Ledger {
                 .text_or_null(id.fingerprint)
                 .text_or_null(normalize_address(id.sender))
                 .i64(t)
+                .text(bounded_host(id.host))
                 .run();
         }
         for (const auto& r : id.recipients) {
@@ -633,13 +641,13 @@ class SqliteLedger final : public Ledger {
             // 3.6-5.1 us per miss on a 100k-message ledger).
             Query q = conn.stmt(
                 "SELECT m.queue_id, m.first_queue_id, r.domain, r.relay, r.reply_text, r.first_deferral, "
-                "r.last_attempt, m.arrival, r.attempts, m.state, r.address, 1 "
+                "r.last_attempt, m.arrival, r.attempts, m.state, r.address, 1, m.host "
                 "FROM messages m JOIN recipients r ON r.queue_id = m.queue_id WHERE m.message_id = ?1 AND "
                 "m.queue_id <> ?3 "
                 "AND m.state IN ('incoming','active','deferred','hold') AND r.state = 'pending' "
                 "UNION ALL "
                 "SELECT m.queue_id, m.first_queue_id, r.domain, r.relay, r.reply_text, r.first_deferral, "
-                "r.last_attempt, m.arrival, r.attempts, m.state, r.address, 0 "
+                "r.last_attempt, m.arrival, r.attempts, m.state, r.address, 0, m.host "
                 "FROM messages m JOIN recipients r ON r.queue_id = m.queue_id WHERE m.fingerprint = ?2 AND "
                 "m.queue_id <> ?3 "
                 "AND m.state IN ('active','deferred','hold') AND r.state = 'pending' "
@@ -661,6 +669,7 @@ class SqliteLedger final : public Ledger {
                 c.attempts = static_cast<int>(q.col(8));
                 c.message_state = message_state_from_string(q.str(9)).value_or(MessageState::incoming);
                 c.matched_by_message_id = q.col(11) != 0;
+                c.host = q.str(12);
                 auto& slot = best[it->second];
                 // the oldest copy; of one copy, its Message-ID match first
                 if (!slot || older(c, *slot) ||
@@ -695,7 +704,7 @@ class SqliteLedger final : public Ledger {
         return read<std::optional<MessageInfo>>([&]() -> std::optional<MessageInfo> {
             Query q = stmt(
                 "SELECT queue_id, previous_queue_id, first_queue_id, next_queue_id, message_id, "
-                "fingerprint, sender, size, nrcpt, arrival, state, updated, finished FROM messages "
+                "fingerprint, sender, size, nrcpt, arrival, state, updated, finished, host FROM messages "
                 "WHERE queue_id = ?");
             q.text(queue_id);
             if (!q.row()) return std::nullopt;
@@ -708,7 +717,7 @@ class SqliteLedger final : public Ledger {
             std::vector<MessageInfo> out;
             Query q = stmt(
                 "SELECT queue_id, previous_queue_id, first_queue_id, next_queue_id, message_id, "
-                "fingerprint, sender, size, nrcpt, arrival, state, updated, finished FROM messages "
+                "fingerprint, sender, size, nrcpt, arrival, state, updated, finished, host FROM messages "
                 "WHERE message_id = ? ORDER BY arrival, queue_id");
             q.text(normalize_message_id(message_id));
             while (q.row()) out.push_back(read_message(q));
@@ -1424,6 +1433,7 @@ class SqliteLedger final : public Ledger {
         std::int64_t size = -1, nrcpt = -1;
         std::optional<std::int64_t> arrival, finished;
         std::string state = "incoming";
+        std::string host;
         std::int64_t updated = 0;
         bool dirty = false;
     };
@@ -1455,7 +1465,7 @@ class SqliteLedger final : public Ledger {
             Query q = stmt(
                 "SELECT id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint, "
                 "sender, "
-                "size, nrcpt, arrival, state, updated, finished FROM messages WHERE queue_id = ?");
+                "size, nrcpt, arrival, state, updated, finished, host FROM messages WHERE queue_id = ?");
             q.text(queue_id);
             row.queue_id = queue_id;
             if (q.row()) {
@@ -1472,6 +1482,7 @@ class SqliteLedger final : public Ledger {
                 row.state = q.str(10);
                 row.updated = q.col(11);
                 row.finished = opt_i64(q, 12);
+                row.host = q.str(13);
             } else {
                 row.first_queue_id = queue_id;
                 row.updated = t;
@@ -1567,6 +1578,12 @@ class SqliteLedger final : public Ledger {
     }
 
     void apply(const Op& op) {
+        // The log's host field names the host that holds the queue id; it wins
+        // over the name the milter recorded.
+        if (op.kind != OpKind::none && !op.host.empty()) {
+            MessageRow& m = message_row(op.queue_id, op.time);
+            if (m.host != op.host) m.host = op.host;
+        }
         switch (op.kind) {
             case OpKind::none: return;
             case OpKind::client: {
@@ -1696,11 +1713,11 @@ class SqliteLedger final : public Ledger {
             Query q = stmt(
                 m.id == 0
                     ? "INSERT INTO messages(first_queue_id, previous_queue_id, next_queue_id, "
-                      "message_id, fingerprint, sender, size, nrcpt, arrival, state, updated, finished, "
-                      "queue_id) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                      "message_id, fingerprint, sender, size, nrcpt, arrival, state, updated, finished, host, "
+                      "queue_id) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     : "UPDATE messages SET first_queue_id = ?, previous_queue_id = ?, next_queue_id = "
                       "?, message_id = ?, fingerprint = ?, sender = ?, size = ?, nrcpt = ?, arrival = ?, "
-                      "state = ?, updated = ?, finished = ? WHERE id = ?");
+                      "state = ?, updated = ?, finished = ?, host = ? WHERE id = ?");
             q.text(m.first_queue_id);
             opt_text(q, m.previous_queue_id);
             opt_text(q, m.next_queue_id);
@@ -1711,6 +1728,7 @@ class SqliteLedger final : public Ledger {
             opt_int(q, m.arrival);
             q.text(m.state).i64(m.updated);
             opt_int(q, m.finished);
+            q.text(m.host);
             if (m.id == 0)
                 q.text(m.queue_id).run();
             else

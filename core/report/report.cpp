@@ -952,7 +952,8 @@ json message_json(const MessageInfo& m) {
                 {"arrival", time_or_null(m.arrival)},
                 {"state", std::string(to_string(m.state))},
                 {"updated", format_rfc3339(m.updated)},
-                {"finished", time_or_null(m.finished)}};
+                {"finished", time_or_null(m.finished)},
+                {"host", m.host}};
 }
 
 }  // namespace
@@ -1103,6 +1104,19 @@ std::string render_explain(const json& raw, const RenderOptions& ro) {
         const auto& first = c.at("messages").at(0);
         out += fmt::format("  Message-ID: {}\n  Sender:     {}\n", str_or(first, "message_id"),
                            str_or(first, "sender"));
+        // The host holding the chain's queue ids (a fleet shares one ledger):
+        // one name when they agree, else each queue id with its own.
+        std::vector<std::pair<std::string, std::string>> held;  // queue id, host
+        for (const auto& m : c.at("messages"))
+            if (auto h = str_or(m, "host", ""); !h.empty()) held.emplace_back(str_or(m, "queue_id", ""), h);
+        if (!held.empty()) {
+            const bool one = std::all_of(held.begin(), held.end(),
+                                         [&](const auto& p) { return p.second == held.front().second; });
+            std::string hosts = one ? held.front().second : std::string();
+            for (std::size_t i = 0; !one && i < held.size(); ++i)
+                hosts += fmt::format("{}{} on {}", i ? ", " : "", held[i].first, held[i].second);
+            out += fmt::format("  Host:       {}\n", hosts);
+        }
         out += "\nTimeline:\n";
         for (const auto& e : c.at("timeline")) {
             auto t = json_time(e.at("time"));

@@ -168,6 +168,10 @@ struct MessageInfo {
     MessageState state = MessageState::incoming;
     TimePoint updated{};
     std::optional<TimePoint> finished;  // when it reached gone/expired/requeued/rejected
+    // The host that holds it: the host field of its log lines (syslog's host
+    // name, or the first label of Postfix's myhostname in a maillog_file), or
+    // the milter's host name until the log names one. "" when unknown.
+    std::string host;
 };
 
 struct RecipientInfo {
@@ -239,6 +243,7 @@ struct MessageIdentity {
     std::string sender;
     std::vector<std::string> recipients;
     TimePoint time{};
+    std::string host = {};  // the recording host's name (log.hostname, else the short host name)
 };
 
 // At most this many recipients per identity or query (Postfix's own
@@ -270,6 +275,7 @@ struct PendingCopy {
     int attempts = 0;
     MessageState message_state = MessageState::incoming;
     bool matched_by_message_id = false;  // else by fingerprint
+    std::string host;                    // the host that holds the copy ("" when unknown)
 };
 
 struct RetentionPolicy {

@@ -15,8 +15,9 @@
 # killed (SIGKILL) mid-traffic and restarted from its append-only file: mail
 # flows meanwhile, no deferral is lost or counted twice (the episode's attempts
 # equal the deferral lines of both logs), resends are refused again.
-# The hosts' identity (myhostname) is not recorded in the ledger: `retryguard
-# explain` shows the queue id, not which host holds it.
+# Each message records the host that holds it (the host field of its log
+# lines): the refusal on B names A, and `retryguard explain` on either host says
+# which host holds each queue id.
 . "$(dirname "$0")/lib.sh"
 HERE=$(cd "$(dirname "$0")" && pwd)
 FROM=alice@ok.e2e.test
@@ -182,12 +183,13 @@ off=$(e2e_log_size senderb)
 if e2e_submit_smtp_via senderb "$E2E_DIR/orig" "$FROM" bob@defer.e2e.test; then
     e2e_fail "senderb accepted the resend of $qa over SMTP"
 fi
-grep -q "<\*\* *550 5.7.1 Not accepted again: a copy for <bob@defer.e2e.test> is already queued as $qa" \
-    <<<"$E2E_LAST_SWAKS" || e2e_fail "the submitter did not see sender's queue id: $E2E_LAST_SWAKS"
+grep -q "<\*\* *550 5.7.1 Not accepted again: a copy for <bob@defer.e2e.test> is already queued as $qa on sender for" \
+    <<<"$E2E_LAST_SWAKS" || e2e_fail "the submitter did not see sender's queue id and host: $E2E_LAST_SWAKS"
 v=$(last_verdict_since senderb "$off")
 assert_field "$v" verdict reject
 assert_field "$v" path smtp
 assert_field "$v" original "$qa"
+assert_field "$v" original_host sender
 
 e2e_log "resend through senderb's sendmail"
 off=$(e2e_log_size senderb)
@@ -196,6 +198,7 @@ v=$(last_verdict_since senderb "$off")
 assert_field "$v" verdict reject
 assert_field "$v" path sendmail
 assert_field "$v" original "$qa"
+assert_field "$v" original_host sender
 e2e_wait_log senderb "postfix/cleanup\[[0-9]+\]: [0-9A-Za-z]+: milter-reject: END-OF-MESSAGE .*5\.7\.1 Not accepted again" 10 1 "$off"
 
 # -------------------------------- a second message deferred on B; one episode
@@ -283,6 +286,9 @@ for q in "$qa" "$qb"; do
 done
 rg senderb explain "$qa" | grep -q "bob@defer.e2e.test" || e2e_fail "senderb cannot explain sender's $qa"
 rg sender explain "$qb" | grep -q "carol@defer.e2e.test" || e2e_fail "sender cannot explain senderb's $qb"
+# ... and both say which host holds each one.
+rg senderb explain "$qa" | grep -q "^  Host: *sender\$" || e2e_fail "senderb's explain does not name sender as $qa's host"
+rg sender explain "$qb" | grep -q "^  Host: *senderb\$" || e2e_fail "sender's explain does not name senderb as $qb's host"
 
 # count_deferrals: deferral lines to defer.e2e.test in both hosts' logs.
 count_deferrals() {

@@ -73,7 +73,7 @@ inline std::string dump(Ledger& l, int messages, int domains = 50) {
         }
         const auto& v = **m;
         out << v.queue_id << " " << to_string(v.state) << " " << v.message_id << " " << v.size << " "
-            << (v.arrival ? to_micros(*v.arrival) : -1) << "\n";
+            << (v.arrival ? to_micros(*v.arrival) : -1) << " host=" << v.host << "\n";
         auto rs = l.get_recipients(v.queue_id);
         if (rs.ok())
             for (const auto& r : *rs)
@@ -414,6 +414,58 @@ TEST_P(LedgerContract, RecordedButNotYetAttemptedMessageIsPending) {
     EXPECT_FALSE((*r)[0].first_deferral.has_value());
     EXPECT_EQ((*r)[0].arrival, at(50));
     EXPECT_TRUE(l->record_identity(MessageIdentity{}).error().kind == ErrorKind::invalid_input);
+}
+
+// A fleet shares one ledger: each message names the host that holds it. The
+// milter records its own name; the log's host field, once a line of the
+// message is read, wins (it is what the host's Postfix calls itself).
+TEST_P(LedgerContract, EachMessageNamesTheHostThatHoldsIt) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    MessageIdentity id;
+    id.queue_id = "H1";
+    id.message_id = "<h@c>";
+    id.recipients = {"r@d.test"};
+    id.time = at(50);
+    id.host = "milter-a";
+    ASSERT_TRUE(l->record_identity(id).ok());
+    PendingCopyQuery q;
+    q.message_id = "h@c";
+    q.recipients = {"r@d.test"};
+    auto r = l->find_pending_copies(q);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->size(), 1u);
+    EXPECT_EQ((*r)[0].host, "milter-a");
+
+    auto line = queue_active("H1", 51, "s@x.test");
+    line.event.host = "hosta";
+    auto later = deferred("H1", 52, "r@d.test");
+    later.event.host = "hosta";
+    ingest(*l, {line, later});
+    auto m = l->get_message("H1");
+    ASSERT_TRUE(m.ok() && m->has_value());
+    EXPECT_EQ((*m)->host, "hosta");
+    r = l->find_pending_copies(q);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->size(), 1u);
+    EXPECT_EQ((*r)[0].host, "hosta");
+
+    // Known from the log first: a later record does not rename it.
+    auto other = queue_active("H2", 60, "s@x.test");
+    other.event.host = "hostb\x01 bad";
+    ingest(*l, {other});
+    MessageIdentity id2 = id;
+    id2.queue_id = "H2";
+    id2.host = "milter-b";
+    ASSERT_TRUE(l->record_identity(id2).ok());
+    m = l->get_message("H2");
+    ASSERT_TRUE(m.ok() && m->has_value());
+    EXPECT_EQ((*m)->host, "hostb??bad");  // control characters and spaces are not stored
+    auto found = l->find_messages_by_message_id("<h@c>");
+    ASSERT_TRUE(found.ok());
+    ASSERT_EQ(found->size(), 2u);
+    EXPECT_EQ((*found)[0].host, "hosta");
+    EXPECT_EQ((*found)[1].host, "hostb??bad");
 }
 
 // The milter's identity filter is built from this list: it must hold every

@@ -242,7 +242,7 @@ TEST(ConfigErrors, PolicyActionsAndTexts) {
     EXPECT_EQ(only_error("reinjection:\n  reject_text: \"queued as {queue_id}\"\n"),
               "t.yaml:2:16: error: 'reinjection.reject_text': unknown placeholder '{queue_id}' (known: "
               "{recipient}, "
-              "{original}, {destination}, {reply}, {since}, {next_retry}, {more})");
+              "{original}, {on_host}, {destination}, {reply}, {since}, {next_retry}, {more})");
     EXPECT_EQ(only_error("reinjection:\n  tag_header: \"X-Resend: yes\"\n"),
               "t.yaml:2:15: error: 'reinjection.tag_header' must be a header field name (printable, no ':' "
               "or space)");

@@ -254,3 +254,24 @@ TEST(LookupIdentity, FingerprintOnlyForPersonSentMail) {
 }
 
 }  // namespace
+
+// A fleet shares one ledger: the refusal and its verdict name the host that
+// holds the retrying copy, so the user and the admin know where to look.
+TEST(IdentityResend, TheHostHoldingTheCopyIsNamed) {
+    auto p = pending("bob@defer.example");
+    p.host = "mx-a";
+    auto m = message({"bob@defer.example"});
+    auto d = decide_resend(m, {p}, ResendPolicy{});
+    EXPECT_NE(d.reply_text.find("already queued as 3F2A1B0C on mx-a for defer.example"), std::string::npos)
+        << d.reply_text;
+    auto line = verdict_line(m, d, ResendPolicy{});
+    EXPECT_NE(line.find(" original=3F2A1B0C original_host=mx-a "), std::string::npos) << line;
+
+    ResendPolicy templated;
+    templated.reply_template = "queued as {original}{on_host}.";
+    EXPECT_EQ(resend_reply_text({p}, templated), "queued as 3F2A1B0C on mx-a.");
+    p.host.clear();
+    EXPECT_EQ(resend_reply_text({p}, templated), "queued as 3F2A1B0C.");
+    EXPECT_EQ(verdict_line(m, decide_resend(m, {p}, ResendPolicy{}), ResendPolicy{}).find("original_host"),
+              std::string::npos);
+}

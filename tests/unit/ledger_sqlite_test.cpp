@@ -45,7 +45,7 @@ TEST(LedgerSqlite, SchemaVersionIsRecordedAndANewerFileIsRefused) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 7);
+        EXPECT_EQ(s->schema_version, 8);
     }
     {  // reopening does not migrate twice
         auto l = open_ledger(path);
@@ -63,7 +63,8 @@ TEST(LedgerSqlite, SchemaVersionIsRecordedAndANewerFileIsRefused) {
 }
 
 // Rewrites the file as an older schema left it: schema_version up to
-// `version`, the batch rows of version 7 gone and the keys of `items` in
+// `version`, the messages' host (version 8) and the batch rows of version 7
+// gone and the keys of `items` in
 // seen_events, in that version's layout (key-first before version 4).
 void downgrade_seen(const std::string& path, int version, const std::vector<IngestItem>& items) {
     sqlite3* db = nullptr;
@@ -76,6 +77,7 @@ void downgrade_seen(const std::string& path, int version, const std::vector<Inge
         sql += "INSERT INTO seen_events(key, time) VALUES(" +
                std::to_string(static_cast<std::int64_t>(event_key(item.event))) + ", " +
                std::to_string(to_micros(item.event.time)) + ");";
+    sql += "ALTER TABLE messages DROP COLUMN host;";  // version 8
     sql += "DELETE FROM schema_version WHERE version > " + std::to_string(version) + "; COMMIT;";
     ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
     sqlite3_close(db);
@@ -104,8 +106,13 @@ TEST(LedgerSqlite, EventsSeenBeforeTheSeenEventsMigrationsStaySeen) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 7);
+        EXPECT_EQ(s->schema_version, 8);
         EXPECT_EQ(s->seen_events, static_cast<std::int64_t>(items.size()));
+        // Version 8 gave messages a host column: old rows keep their data, with no host.
+        auto old = (*l)->get_message("Q1");
+        ASSERT_TRUE(old.ok() && old->has_value());
+        EXPECT_EQ((*old)->state, MessageState::gone);
+        EXPECT_EQ((*old)->host, "");
         auto again = (*l)->ingest(items, std::nullopt);
         ASSERT_TRUE(again.ok()) << again.error().message;
         EXPECT_EQ(again->applied, 0u);

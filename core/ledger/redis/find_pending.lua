@@ -4,8 +4,8 @@
 --
 -- KEYS[1]  <prefix>mid:<message_id> (may not exist); KEYS[2] <prefix>fp:<fingerprint> (may not exist)
 -- ARGV[1]  key prefix; ARGV[2] queue id to exclude ('' = none); then the normalised recipients
--- Returns  a flat array, 12 fields per recipient found: recipient queue_id first_queue_id domain
---          relay last_reply first_deferral last_attempt arrival attempts message_state by_message_id
+-- Returns  a flat array, 13 fields per recipient found: recipient queue_id first_queue_id domain
+--          relay last_reply first_deferral last_attempt arrival attempts message_state by_message_id host
 --          (times in us as strings, '' when unknown; by_message_id '1' or '0')
 local P, exclude = ARGV[1], ARGV[2]
 local PENDING = {incoming = true, active = true, deferred = true, hold = true}
@@ -13,10 +13,11 @@ local candidates = {}
 for slot = 1, 2 do
   for _, q in ipairs(redis.call('SMEMBERS', KEYS[slot])) do
     if q ~= exclude then
-      local m = redis.call('HMGET', P .. 'msg:' .. q, 'state', 'first_queue_id', 'arrival')
+      local m = redis.call('HMGET', P .. 'msg:' .. q, 'state', 'first_queue_id', 'arrival', 'host')
       -- by fingerprint: only messages the queue manager has picked up (as SQLite's messages_fingerprint_queued)
       if m[1] and PENDING[m[1]] and (slot == 1 or m[1] ~= 'incoming') then
-        table.insert(candidates, {q = q, state = m[1], first = m[2] or q, arrival = m[3] or '', by_mid = slot == 1})
+        table.insert(candidates, {q = q, state = m[1], first = m[2] or q, arrival = m[3] or '', host = m[4] or '',
+                                  by_mid = slot == 1})
       end
     end
   end
@@ -47,7 +48,7 @@ for i = 3, #ARGV do
   if best then
     for _, v in ipairs({addr, best.q, best.first, best_r.domain, best_r.relay, best_r.reply_text,
                         best_r.first_deferral, best_r.last_attempt, best.arrival, best_r.attempts, best.state,
-                        best.by_mid and '1' or '0'}) do
+                        best.by_mid and '1' or '0', best.host}) do
       table.insert(out, v)
     end
   end

@@ -9,9 +9,9 @@
 -- ARGV[4]  TTL of the seen set, seconds
 -- ARGV[5]  follower source id, '' for none
 -- ARGV[6]  follower position, JSON stored verbatim under <prefix>pos
--- ARGV[7]  number of events E, then E groups of 20 fields:
+-- ARGV[7]  number of events E, then E groups of 21 fields:
 --          key kind time queue_id other_id text resent size nrcpt outcome recipient
---          domain relay code enhanced reason stage category category_bit journal
+--          domain relay code enhanced reason stage category category_bit journal host
 --          (kind and outcome numbers: OpKind and Outcome in core/ledger/internal.hpp;
 --          times: microseconds since the epoch, as decimal strings; journal: the
 --          event's part of the engine journal batch entry, kept when the event is fresh)
@@ -24,7 +24,7 @@ if redis.replicate_commands then redis.replicate_commands() end
 local P = ARGV[1]
 local MTTL, KTTL, STTL = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local E = tonumber(ARGV[7])
-local F = 20
+local F = 21
 if not E or #ARGV ~= 7 + E * F then return redis.error_reply('ingest: bad argument count') end
 
 local function num(s) return tonumber(s) or 0 end
@@ -39,6 +39,7 @@ local function long(k) touched[k] = true end
 -- <prefix>msgs; a destination's hash fields and its place in <prefix>dests.
 -- A message has several events in a batch and a busy destination many.
 local msg_updated = {}  -- queue id -> latest 'updated'
+local msg_host = {}     -- queue id -> host written in this batch
 local dest_rows = {}    -- dest key -> {row = fields as read or written, written = set of names}
 local dest_scores = {}  -- 'kind\tname' -> latest 'updated'
 
@@ -302,11 +303,21 @@ for i = 0, E - 1 do
               text = ARGV[b + 6], resent = ARGV[b + 7], size = ARGV[b + 8], nrcpt = ARGV[b + 9],
               outcome = ARGV[b + 10], rcpt = ARGV[b + 11], domain = ARGV[b + 12], relay = ARGV[b + 13],
               code = ARGV[b + 14], enhanced = ARGV[b + 15], reason = ARGV[b + 16], stage = ARGV[b + 17],
-              category = ARGV[b + 18], catbit = ARGV[b + 19], journal = ARGV[b + 20]}
+              category = ARGV[b + 18], catbit = ARGV[b + 19], journal = ARGV[b + 20],
+              host = ARGV[b + 21]}
   if redis.call('ZADD', KEYS[1], 'NX', ev.t, ev.key) == 0 then
     duplicates = duplicates + 1
     fresh[#fresh + 1] = '0'
   else
+    -- the log's host field names the host holding the queue id; it wins over
+    -- the name the milter recorded
+    if ev.kind ~= '0' and ev.host ~= '' then
+      local k = msg(ev.q, ev.t)
+      if msg_host[ev.q] ~= ev.host then
+        msg_host[ev.q] = ev.host
+        redis.call('HSET', k, 'host', ev.host)
+      end
+    end
     apply(ev)
     journal[#journal + 1] = ev.journal
     applied = applied + 1

@@ -4,7 +4,8 @@
 -- KEYS[1]  <prefix>msg:<queue_id>
 -- ARGV[1]  key prefix; ARGV[2] TTL of per-message keys (s); ARGV[3] TTL of long-lived keys (s)
 -- ARGV[4]  queue id; ARGV[5] normalised Message-ID ('' = none); ARGV[6] fingerprint ('' = none)
--- ARGV[7]  sender ('' = none); ARGV[8] time (us); then pairs: recipient address, its domain
+-- ARGV[7]  sender ('' = none); ARGV[8] time (us); ARGV[9] the recording host's name ('' = none;
+--          kept only while the log has not named the host); then pairs: recipient address, its domain
 -- Returns  the number of recipients newly recorded
 --
 -- Also lists the message in <prefix>open-msgs and appends its keys to
@@ -14,12 +15,12 @@
 -- replication (Redis 7 always uses it; the call is a no-op there).
 if redis.replicate_commands then redis.replicate_commands() end
 local P, MTTL, KTTL = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local q, mid, fp, sender, t = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
-if (#ARGV - 8) % 2 ~= 0 then return redis.error_reply('record_identity: bad argument count') end
+local q, mid, fp, sender, t, host = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+if not host or (#ARGV - 9) % 2 ~= 0 then return redis.error_reply('record_identity: bad argument count') end
 local k = KEYS[1]
 local function num(s) return tonumber(s) or 0 end
 local function blank(v) return (not v) or v == '' end
-local cur = redis.call('HMGET', k, 'updated', 'arrival', 'message_id', 'fingerprint')
+local cur = redis.call('HMGET', k, 'updated', 'arrival', 'message_id', 'fingerprint', 'host')
 if not cur[1] then
   redis.call('HSET', k, 'queue_id', q, 'first_queue_id', q, 'state', 'incoming', 'size', '-1', 'nrcpt', '-1',
              'updated', t, 'arrival', t)
@@ -48,12 +49,13 @@ if not blank(mid) or not blank(fp) then
   redis.call('EXPIRE', P .. 'identities-stream', KTTL)
 end
 if not blank(sender) then redis.call('HSET', k, 'sender', sender) end
+if blank(cur[5]) and not blank(host) then redis.call('HSET', k, 'host', host) end
 redis.call('EXPIRE', k, MTTL)
 redis.call('ZADD', P .. 'msgs', (cur[1] and num(cur[1]) > num(t)) and cur[1] or t, q)
 redis.call('EXPIRE', P .. 'msgs', KTTL)
 local added = 0
 local rk = P .. 'rcpt:' .. q
-for i = 9, #ARGV, 2 do
+for i = 10, #ARGV, 2 do
   local a = ARGV[i]
   if redis.call('HEXISTS', rk, a) == 0 then
     redis.call('HSET', rk, a, cjson.encode({queue_id = q, address = a, domain = ARGV[i + 1], state = 'pending',
