@@ -227,9 +227,10 @@ int main(int argc, char** argv) {
     auto open_store = [&] {
         auto ledger = open_configured_ledger(c);
         if (!ledger) die(2, ledger.error().message);
-        return open_pending_store(
-            std::move(*ledger), ledger_options.spec, static_cast<std::size_t>(c.milter.record_queue),
-            std::chrono::duration_cast<std::chrono::seconds>(c.milter.filter_rescan), store_log, log_hostname);
+        return open_pending_store(std::move(*ledger), ledger_options.spec,
+                                  static_cast<std::size_t>(c.milter.record_queue),
+                                  std::chrono::duration_cast<std::chrono::seconds>(c.milter.filter_rescan),
+                                  store_log, log_hostname);
     };
     if (o.check_only) {
         auto store = open_store();

@@ -179,10 +179,9 @@ std::string resend_reply_text(const std::vector<PendingCopy>& dups, const Resend
     if (dups.empty()) return "Not a resend";
     if (!policy.reply_template.empty()) return printable(fill_reply_template(dups, policy), kMaxReplyText);
     const PendingCopy& p = dups.front();
-    std::string text =
-        fmt::format("Not accepted again: a copy for <{}> is already queued as {}{} for {}", p.recipient,
-                    p.queue_id, p.host.empty() ? std::string() : " on " + p.host,
-                    p.destination.empty() ? recipient_domain(p.recipient) : p.destination);
+    std::string text = fmt::format("Not accepted again: a copy for <{}> is already queued as {}{} for {}",
+                                   p.recipient, p.queue_id, p.host.empty() ? std::string() : " on " + p.host,
+                                   p.destination.empty() ? recipient_domain(p.recipient) : p.destination);
     if (p.first_deferral) text += fmt::format(", retrying since {}", format_rfc3339(*p.first_deferral));
     if (!p.last_reply.empty())
         text += fmt::format(" after \"{}\"", printable(literal_reply(p.last_reply), 160));

@@ -592,7 +592,8 @@ class SqliteLedger final : public Ledger {
         {
             Query q = stmt(
                 "INSERT INTO messages(queue_id, first_queue_id, message_id, fingerprint, sender, "
-                "arrival, updated, host) VALUES(?1, ?1, ?2, ?3, ?4, ?5, ?5, ?6) ON CONFLICT(queue_id) DO UPDATE SET "
+                "arrival, updated, host) VALUES(?1, ?1, ?2, ?3, ?4, ?5, ?5, ?6) ON CONFLICT(queue_id) DO "
+                "UPDATE SET "
                 "message_id = COALESCE(excluded.message_id, message_id), "
                 "host = CASE WHEN host = '' THEN excluded.host ELSE host END, "
                 "fingerprint = COALESCE(excluded.fingerprint, fingerprint), "
@@ -1713,7 +1714,8 @@ class SqliteLedger final : public Ledger {
             Query q = stmt(
                 m.id == 0
                     ? "INSERT INTO messages(first_queue_id, previous_queue_id, next_queue_id, "
-                      "message_id, fingerprint, sender, size, nrcpt, arrival, state, updated, finished, host, "
+                      "message_id, fingerprint, sender, size, nrcpt, arrival, state, updated, finished, "
+                      "host, "
                       "queue_id) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     : "UPDATE messages SET first_queue_id = ?, previous_queue_id = ?, next_queue_id = "
                       "?, message_id = ?, fingerprint = ?, sender = ?, size = ?, nrcpt = ?, arrival = ?, "
