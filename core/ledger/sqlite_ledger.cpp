@@ -522,7 +522,7 @@ class SqliteLedger final : public Ledger {
             load_seen(batch);
             for (const auto& item : batch) {
                 Op op = plan(item);
-                if (!seen_.insert({op.time, op.key}).second) {
+                if (!seen_.insert(op.time, op.key)) {
                     ++result.duplicates;
                     result.fresh.push_back(false);
                     continue;
@@ -1324,6 +1324,50 @@ class SqliteLedger final : public Ledger {
         }
     };
 
+    // The batch's (time, key) pairs: open addressing in one array that keeps
+    // its size between batches, so a batch's tens of thousands of inserts
+    // allocate nothing (a node-based set allocated and freed one node each).
+    class SeenSet {
+      public:
+        void clear() {
+            if (size_ > 0) std::fill(slots_.begin(), slots_.end(), Slot{});
+            size_ = 0;
+        }
+        // false when the pair was there already.
+        bool insert(std::int64_t t, std::uint64_t key) {
+            if ((size_ + 1) * 2 > slots_.size()) grow();
+            return place(t, key);
+        }
+
+      private:
+        struct Slot {
+            std::int64_t t = 0;
+            std::uint64_t key = 0;
+            bool used = false;
+        };
+        bool place(std::int64_t t, std::uint64_t key) {
+            const std::size_t mask = slots_.size() - 1;
+            for (std::size_t i = SeenHash{}({t, key}) & mask;; i = (i + 1) & mask) {
+                Slot& s = slots_[i];
+                if (!s.used) {
+                    s = Slot{t, key, true};
+                    ++size_;
+                    return true;
+                }
+                if (s.t == t && s.key == key) return false;
+            }
+        }
+        void grow() {
+            std::vector<Slot> old = std::move(slots_);
+            slots_.assign(std::max<std::size_t>(1024, old.size() * 2), Slot{});
+            size_ = 0;
+            for (const auto& s : old)
+                if (s.used) place(s.t, s.key);
+        }
+        std::vector<Slot> slots_;
+        std::size_t size_ = 0;
+    };
+
     static void put_u64(std::string& out, std::uint64_t v) {
         for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
     }
@@ -1352,13 +1396,13 @@ class SqliteLedger final : public Ledger {
                 const auto* p = reinterpret_cast<const unsigned char*>(keys.data());
                 for (std::size_t i = 0; i + 16 <= keys.size(); i += 16) {
                     const auto t = static_cast<std::int64_t>(get_u64(p + i));
-                    if (t >= lo && t <= hi) seen_.insert({t, get_u64(p + i + 8)});
+                    if (t >= lo && t <= hi) seen_.insert(t, get_u64(p + i + 8));
                 }
             }
         }
         Query q = stmt("SELECT time, key FROM seen_events WHERE time >= ?1 AND time <= ?2");
         q.i64(lo).i64(hi);
-        while (q.row()) seen_.insert({q.col(0), static_cast<std::uint64_t>(q.col(1))});
+        while (q.row()) seen_.insert(q.col(0), static_cast<std::uint64_t>(q.col(1)));
     }
 
     void store_seen() {
@@ -1895,7 +1939,7 @@ class SqliteLedger final : public Ledger {
     std::unordered_map<std::string, std::size_t> rcpt_index_;  // recipient_key -> rcpts_ or kNoRow
     std::unordered_set<std::string> rcpts_loaded_;             // queue ids whose rows are all in rcpts_
     std::unordered_map<std::string, DestinationRow> dests_;
-    std::unordered_set<std::pair<std::int64_t, std::uint64_t>, SeenHash> seen_;  // per batch, see load_seen
+    SeenSet seen_;  // per batch, see load_seen
     std::vector<std::pair<std::int64_t, std::uint64_t>> fresh_keys_;
     std::string seen_blob_;
     bool indexes_deferred_ = false;  // bulk mode dropped kSecondaryIndexes (see set_bulk_mode)
