@@ -4,9 +4,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "commands.hpp"
@@ -45,6 +51,53 @@ constexpr std::uint64_t kSaveEveryLines = 100000;
 std::size_t default_batch(std::string_view backend) {
     return backend == "sqlite" ? 10000 : 2000;
 }
+
+// One batch on its way from the reading thread to the ledger thread.
+struct ImportBatch {
+    PreparedBatch prepared;
+    std::size_t file = 0;  // index in ImportOptions::files
+};
+
+// The reading thread takes a free batch, fills it and hands it over full; the
+// ledger thread takes the full ones in order and gives them back. Three batches
+// in all: one being filled, one waiting, one in the ledger, so memory stays
+// bounded by three batches whatever the files' size. nullptr ends the stream.
+class BatchPipe {
+  public:
+    BatchPipe() {
+        for (auto& b : batches_) free_.push_back(&b);
+    }
+    ImportBatch* take_free() {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return !free_.empty(); });
+        ImportBatch* b = free_.front();
+        free_.pop_front();
+        b->prepared.clear();
+        return b;
+    }
+    void put_free(ImportBatch* b) { push(free_, b); }
+    void put_full(ImportBatch* b) { push(full_, b); }
+    ImportBatch* take_full() {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return !full_.empty(); });
+        ImportBatch* b = full_.front();
+        full_.pop_front();
+        return b;
+    }
+
+  private:
+    void push(std::deque<ImportBatch*>& q, ImportBatch* b) {
+        {
+            std::lock_guard lock(mutex_);
+            q.push_back(b);
+        }
+        cv_.notify_all();
+    }
+    std::array<ImportBatch, 3> batches_;
+    std::deque<ImportBatch*> free_, full_;
+    std::mutex mutex_;
+    std::condition_variable cv_;
+};
 
 int run_import(const ImportOptions& opt) {
     RuntimeOptions ro;
@@ -118,14 +171,8 @@ int run_import(const ImportOptions& opt) {
         if (!opt.quiet || opt.to_log) r.unchecked = std::max(r.unchecked, lines.size() - r.found);
         return r;
     });
-    std::string current_path;
-    std::uint64_t batch_first_line = 0;  // line number (1-based) of the batch's first line
     ingestor.set_poison_sink([&](std::string_view what, std::uint64_t where, std::string_view why) {
-        if (what == "line")
-            fmt::print(stderr, "retryguard import: {}:{}: line skipped: {}\n", current_path,
-                       batch_first_line + where, why);
-        else
-            fmt::print(stderr, "retryguard import: {} {} skipped: {}\n", what, where, why);
+        fmt::print(stderr, "retryguard import: {} {} skipped: {}\n", what, where, why);
     });
     // A state that cannot be restored stays as it is: nothing is imported or saved.
     auto restored = ingestor.restore();
@@ -134,63 +181,88 @@ int run_import(const ImportOptions& opt) {
         fmt::print(stderr, "retryguard import: {}\n", restored.error().message);
         return kExitAttention;
     }
+    // Two threads: this one reads, parses and classifies the files into batches
+    // (Ingestor::add_line); the other records each batch in the ledger and feeds
+    // the engine, in the order read. The batches are the same as one thread
+    // would cut (batch_lines, and each file's last lines), so the ledger and the
+    // verdicts are too.
+    BatchPipe pipe;
+    std::atomic<int> rc_reader{kExitOk};
+    std::jthread reader_thread([&] {
+        const std::shared_ptr<const Classifier> classifier = rt->classifier;
+        for (std::size_t f = 0; f < opt.files.size(); ++f) {
+            const std::string& path = opt.files[f];
+            auto reader = LogFileReader::open(path);
+            if (!reader) {
+                fmt::print(stderr, "retryguard import: {}\n", reader.error().message);
+                rc_reader = kExitAttention;
+                continue;
+            }
+            LogParserOptions po;
+            po.reference_time = reader->modified();
+            po.year = opt.year;
+            po.local_time = !opt.utc;
+            LogParser parser(po);
+            std::uint64_t line_no = 0, first_line = 1;
+            auto poison = [&](std::string_view, std::uint64_t where, std::string_view why) {
+                fmt::print(stderr, "retryguard import: {}:{}: line skipped: {}\n", path, first_line + where,
+                           why);
+            };
+            ImportBatch* b = pipe.take_free();
+            std::string_view line;
+            for (;;) {
+                auto more = reader->next(line);
+                if (!more) {
+                    fmt::print(stderr, "retryguard import: {}\n", more.error().message);
+                    rc_reader = kExitAttention;
+                    break;
+                }
+                if (!*more) break;
+                ++line_no;
+                Ingestor::add_line(b->prepared, parser, *classifier, line, poison);
+                if (b->prepared.lines >= batch_lines) {
+                    b->file = f;
+                    pipe.put_full(b);
+                    first_line = line_no + 1;
+                    b = pipe.take_free();
+                }
+            }
+            b->file = f;
+            pipe.put_full(b);  // possibly empty: returned unused
+        }
+        pipe.put_full(nullptr);
+    });
     int rc = kExitOk;
-    std::vector<std::string> batch;
     std::uint64_t batches_since_save = 0, lines_since_save = 0;
-    std::optional<TimePoint> last_time;
-    for (const auto& path : opt.files) {
-        auto reader = LogFileReader::open(path);
-        if (!reader) {
-            fmt::print(stderr, "retryguard import: {}\n", reader.error().message);
+    std::optional<std::size_t> failed_file;  // the ledger refused a batch of it: its later ones are dropped
+    while (ImportBatch* b = pipe.take_full()) {
+        if (b->prepared.lines == 0 || b->file == failed_file) {
+            pipe.put_free(b);
+            continue;
+        }
+        auto st = ingestor.ingest_prepared(b->prepared, std::nullopt);
+        emit();
+        lines_since_save += b->prepared.lines;
+        const std::size_t file = b->file;
+        pipe.put_free(b);
+        if (!st) {
+            fmt::print(stderr, "retryguard import: {}: ledger: {}\n", opt.files[file], st.error().message);
+            failed_file = file;
             rc = kExitAttention;
             continue;
         }
-        LogParserOptions po;
-        po.reference_time = reader->modified();
-        po.year = opt.year;
-        po.local_time = !opt.utc;
-        LogParser parser(po);
-        current_path = path;
-        std::uint64_t line_no = 0;
-        auto flush = [&]() -> bool {
-            if (batch.empty()) return true;
-            batch_first_line = line_no - batch.size() + 1;
-            auto st = ingestor.ingest_lines(parser, batch, std::nullopt);
+        // Saving now and then keeps the engine journal (replayed after a crash) short.
+        if (++batches_since_save >= kSaveEveryBatches || lines_since_save >= kSaveEveryLines) {
+            batches_since_save = lines_since_save = 0;
+            auto sv = ingestor.save();
             emit();
-            lines_since_save += batch.size();
-            batch.clear();
-            if (!st) {
-                fmt::print(stderr, "retryguard import: {}: ledger: {}\n", path, st.error().message);
-                return false;
-            }
-            // Saving now and then keeps the engine journal (replayed after a crash) short.
-            if (++batches_since_save >= kSaveEveryBatches || lines_since_save >= kSaveEveryLines) {
-                batches_since_save = lines_since_save = 0;
-                auto sv = ingestor.save();
-                emit();
-                if (!sv)
-                    fmt::print(stderr, "retryguard import: saving engine state: {}\n", sv.error().message);
-            }
-            return true;
-        };
-        std::string_view line;
-        bool ok = true;
-        for (;;) {
-            auto more = reader->next(line);
-            if (!more) {
-                fmt::print(stderr, "retryguard import: {}\n", more.error().message);
-                rc = kExitAttention;
-                break;
-            }
-            if (!*more) break;
-            ++line_no;
-            batch.emplace_back(line);
-            if (batch.size() >= batch_lines && !(ok = flush())) break;
+            if (!sv) fmt::print(stderr, "retryguard import: saving engine state: {}\n", sv.error().message);
         }
-        if (ok && !flush()) ok = false;
-        if (!ok) rc = kExitAttention;
-        if (ingestor.engine().now() > TimePoint{}) last_time = ingestor.engine().now();
     }
+    reader_thread.join();
+    if (rc_reader != kExitOk) rc = rc_reader;
+    std::optional<TimePoint> last_time;
+    if (ingestor.engine().now() > TimePoint{}) last_time = ingestor.engine().now();
     if (last_time) {
         auto st = ingestor.advance(*last_time);
         emit();

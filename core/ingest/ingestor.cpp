@@ -244,33 +244,44 @@ Status Ingestor::catch_up() {
     return {};
 }
 
+void Ingestor::add_line(PreparedBatch& batch, LogParser& parser, const Classifier& classifier,
+                        std::string_view line, const PoisonSink& poison) {
+    const std::size_t index = batch.lines++;
+    if (batch.count == batch.items.size()) batch.items.emplace_back();
+    IngestItem& item = batch.items[batch.count];
+    // A line the parser or the classifier throws on must not stop ingestion.
+    try {
+        if (!parser.parse(line, item.event)) return;  // unknown lines are counted by the parser
+        item.category = classify_event(classifier, item.event);
+        ++batch.count;
+    } catch (const std::exception& e) {
+        ++batch.poison_lines;
+        if (poison) poison("line", index, e.what());
+    }
+}
+
 Status Ingestor::ingest_lines(LogParser& parser, std::span<const std::string> lines,
                               const std::optional<FollowerPosition>& end) {
-    items_.clear();
-    items_.reserve(lines.size());
+    prepared_.clear();
     const Classifier& classifier = *classifier_;
-    for (std::size_t i = 0; i < lines.size(); ++i) {
-        // A line the parser or the classifier throws on must not stop ingestion.
-        try {
-            IngestItem item;
-            if (!parser.parse(lines[i], item.event)) continue;  // unknown lines are counted by the parser
-            item.category = classify_event(classifier, item.event);
-            items_.push_back(std::move(item));
-        } catch (const std::exception& e) {
-            ++stats_.poison_lines;
-            if (poison_) poison_("line", i, e.what());
-        }
-    }
+    for (const auto& line : lines) add_line(prepared_, parser, classifier, line, poison_);
+    return ingest_prepared(prepared_, end);
+}
 
-    auto result = ledger_.ingest(items_, end);
+Status Ingestor::ingest_prepared(PreparedBatch& batch, const std::optional<FollowerPosition>& end) {
+    // Counted once, even when the caller offers the batch again after a ledger error.
+    stats_.poison_lines += batch.poison_lines;
+    batch.poison_lines = 0;
+    const auto items = batch.events();
+    auto result = ledger_.ingest(items, end);
     if (!result) {
         ++stats_.ledger_errors;
         need_catch_up_ = true;  // a lost reply may hide a committed batch
         return result.error();
     }
     ++stats_.batches;
-    stats_.lines += lines.size();
-    stats_.events += items_.size();
+    stats_.lines += batch.lines;
+    stats_.events += items.size();
     stats_.applied += result->applied;
     stats_.duplicates += result->duplicates;
 
@@ -279,10 +290,12 @@ Status Ingestor::ingest_lines(LogParser& parser, std::span<const std::string> li
         if (auto st = catch_up(); !st) return {};  // the batch is in; the next call catches up
     } else {
         EngineJournalRecord record;
-        for (std::size_t i = 0; i < items_.size() && i < result->fresh.size(); ++i) {
+        for (std::size_t i = 0; i < items.size() && i < result->fresh.size(); ++i) {
             if (!result->fresh[i]) continue;
-            record.item = std::move(items_[i]);
+            // Lent to the record and taken back, so the item keeps its buffers.
+            std::swap(record.item, batch.items[i]);
             feed(record, result->journal_seq);
+            std::swap(record.item, batch.items[i]);
         }
     }
     (void)flush_effects();

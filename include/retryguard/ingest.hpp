@@ -87,6 +87,21 @@ struct IngestStats {
     std::map<std::string, std::uint64_t, std::less<>> by_category;  // deferrals by category
 };
 
+// Lines parsed and classified, ready for the ledger (Ingestor::ingest_prepared).
+// Filled by Ingestor::add_line, which touches nothing but its arguments, so an
+// import can parse on one thread while the ledger and the engine work on the
+// previous batch on another. The items keep their string buffers between uses
+// (clear() does not free them): a batch that is reused parses without
+// allocating for most fields.
+struct PreparedBatch {
+    std::vector<IngestItem> items;  // the first `count` are this batch's events, in log order
+    std::size_t count = 0;
+    std::size_t lines = 0;           // lines added (recognised or not)
+    std::uint64_t poison_lines = 0;  // lines whose parsing threw: skipped
+    void clear() noexcept { count = 0, lines = 0, poison_lines = 0; }
+    std::span<const IngestItem> events() const noexcept { return {items.data(), count}; }
+};
+
 class Ingestor {
   public:
     using VerdictSink = std::function<void(const Verdict&)>;
@@ -118,6 +133,16 @@ class Ingestor {
     // A line the parser throws on is skipped, counted and reported to the poison sink.
     Status ingest_lines(LogParser& parser, std::span<const std::string> lines,
                         const std::optional<FollowerPosition>& end);
+
+    // The two halves of ingest_lines, for a caller that parses on another
+    // thread. add_line parses and classifies one line into `batch` (a line the
+    // parser or classifier throws on is counted and reported to `poison` with
+    // its index in the batch); it uses only its arguments. ingest_prepared
+    // records the batch in the ledger and feeds the engine, as ingest_lines
+    // does after parsing; the batch's items keep their buffers for reuse.
+    static void add_line(PreparedBatch& batch, LogParser& parser, const Classifier& classifier,
+                         std::string_view line, const PoisonSink& poison);
+    Status ingest_prepared(PreparedBatch& batch, const std::optional<FollowerPosition>& end);
 
     // Time-based rules at event time `now` (end of an import; a quiet live log),
     // journaled first: an error means nothing was evaluated (try again later).
@@ -186,7 +211,7 @@ class Ingestor {
     OutboxSink outbox_sink_;
     std::function<void()> lines_done_;
     IngestStats stats_;
-    std::vector<IngestItem> items_;     // reused between batches
+    PreparedBatch prepared_;            // ingest_lines' batch, reused between calls
     std::uint64_t journal_seq_ = 0;     // last journal entry the engine consumed
     std::uint64_t verdict_seq_ = 0;     // last verdict number given
     std::uint64_t outbox_written_ = 0;  // outbox entries up to here reached the sink: trim them
