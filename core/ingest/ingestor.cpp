@@ -188,19 +188,32 @@ void Ingestor::queue(std::vector<Verdict>& verdicts) {
     }
 }
 
+std::vector<Verdict> Ingestor::engine_on_event(const IngestItem& item) {
+    if (item.event.kind == EventKind::delivery && item.event.status == DeliveryStatus::deferred)
+        ++stats_.by_category[std::string(to_string(item.category))];
+    return engine_.on_event(item.event, item.category);
+}
+
+void Ingestor::feed_event(const IngestItem& item, std::uint64_t seq) {
+    // feed() of an event record, without one to build (no observer wants it).
+    std::vector<Verdict> verdicts;
+    try {
+        verdicts = engine_on_event(item);
+    } catch (const std::exception& e) {
+        ++stats_.engine_errors;
+        if (poison_) poison_("journal entry", seq, e.what());
+    }
+    queue(verdicts);
+    journal_seq_ = seq;
+}
+
 void Ingestor::feed(const EngineJournalRecord& r, std::uint64_t seq) {
     // The engine must not stop ingestion: an entry it throws on is skipped
     // (deterministically: a replay throws and skips it too).
     std::vector<Verdict> verdicts;
     try {
         switch (r.kind) {
-            case EngineJournalRecord::Kind::event: {
-                const auto& item = r.item;
-                if (item.event.kind == EventKind::delivery && item.event.status == DeliveryStatus::deferred)
-                    ++stats_.by_category[std::string(to_string(item.category))];
-                verdicts = engine_.on_event(item.event, item.category);
-                break;
-            }
+            case EngineJournalRecord::Kind::event: verdicts = engine_on_event(r.item); break;
             case EngineJournalRecord::Kind::tick: verdicts = engine_.advance(r.time); break;
             case EngineJournalRecord::Kind::clear_flag:
                 if (auto v = engine_.clear_flag(r.destination, r.time)) verdicts.push_back(std::move(*v));
@@ -292,6 +305,10 @@ Status Ingestor::ingest_prepared(PreparedBatch& batch, const std::optional<Follo
         EngineJournalRecord record;
         for (std::size_t i = 0; i < items.size() && i < result->fresh.size(); ++i) {
             if (!result->fresh[i]) continue;
+            if (!observer_) {
+                feed_event(items[i], result->journal_seq);
+                continue;
+            }
             // Lent to the record and taken back, so the item keeps its buffers.
             std::swap(record.item, batch.items[i]);
             feed(record, result->journal_seq);

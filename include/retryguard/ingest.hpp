@@ -192,6 +192,8 @@ class Ingestor {
     };
     // Feeds one journal record to the engine; its verdicts are numbered and queued.
     void feed(const EngineJournalRecord& record, std::uint64_t seq);
+    void feed_event(const IngestItem& item, std::uint64_t seq);
+    std::vector<Verdict> engine_on_event(const IngestItem& item);
     void queue(std::vector<Verdict>& verdicts);
     // Journal entries after journal_seq_ (written by an earlier run or with a
     // lost reply) into the engine.
