@@ -266,6 +266,7 @@ void Ingestor::add_line(PreparedBatch& batch, LogParser& parser, const Classifie
     try {
         if (!parser.parse(line, item.event)) return;  // unknown lines are counted by the parser
         item.category = classify_event(classifier, item.event);
+        item.key = event_key(item.event);
         ++batch.count;
     } catch (const std::exception& e) {
         ++batch.poison_lines;

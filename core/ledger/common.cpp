@@ -193,7 +193,7 @@ std::string bounded_host(std::string_view host) {
 Op plan(const IngestItem& item) {
     const Event& e = item.event;
     Op op;
-    op.key = event_key(e);
+    op.key = item.key != 0 ? item.key : event_key(e);
     op.time = to_micros(e.time);
     op.queue_id = e.queue_id.substr(0, std::min<std::size_t>(e.queue_id.size(), 64));
     op.host = bounded_host(e.host);

@@ -84,6 +84,9 @@ std::vector<Category> categories_in(CategorySet set);
 struct IngestItem {
     Event event;
     Category category = Category::unknown;
+    // event_key(event) when computed ahead (Ingestor::add_line, on an import's
+    // reading thread); 0: the ledger computes it.
+    std::uint64_t key = 0;
 };
 
 struct IngestResult {
