@@ -170,6 +170,29 @@ TEST_P(LedgerContract, DeliveriesAreCountedPerRecipientInTheirTimeRange) {
     EXPECT_EQ(count(901, 10000), 0);
 }
 
+// More messages than one round trip of the Redis backend reads (1000): every
+// one is counted once.
+TEST_P(LedgerContract, DeliveriesOfManyMessagesAreAllCounted) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    std::vector<IngestItem> events;
+    for (int i = 0; i < 2500; ++i) {
+        const std::string q = "N" + std::to_string(i);
+        events.push_back(queue_active(q, 100 + i, "s@x.test"));
+        if (i % 5 == 0)
+            events.push_back(deferred(q, 100 + i, "r" + std::to_string(i) + "@d.test"));
+        else
+            events.push_back(sent(q, 100 + i, "r" + std::to_string(i) + "@d.test"));
+    }
+    ingest(*l, events);
+    auto n = l->count_deliveries(at(0), at(100000));
+    ASSERT_TRUE(n.ok()) << n.error().message;
+    EXPECT_EQ(*n, 2000);
+    n = l->count_deliveries(at(1100), at(100000));
+    ASSERT_TRUE(n.ok());
+    EXPECT_EQ(*n, 1200);  // i from 1000 on, four in five sent
+}
+
 TEST_P(LedgerContract, OpenEpisodeCountsDistinctMessagesAndCategories) {
     auto l = open();
     ASSERT_TRUE(l);
