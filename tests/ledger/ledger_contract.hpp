@@ -183,6 +183,10 @@ TEST_P(LedgerContract, DeliveriesOfManyMessagesAreAllCounted) {
             events.push_back(deferred(q, 100 + i, "r" + std::to_string(i) + "@d.test"));
         else
             events.push_back(sent(q, 100 + i, "r" + std::to_string(i) + "@d.test"));
+        if (events.size() >= 500) {  // batches of the size a follower sends
+            ingest(*l, events);
+            events.clear();
+        }
     }
     ingest(*l, events);
     auto n = l->count_deliveries(at(0), at(100000));

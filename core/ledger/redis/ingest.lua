@@ -394,17 +394,20 @@ local function apply(ev)
   if kind == '9' then return set_state(ev.q, ev.t, 'rejected', true) end
 end
 
--- Replay protection: one ZMSCORE for the batch's keys (Redis 6.2; ZSCORE per
--- key before that), one ZADD of the fresh ones. A key twice in the batch is
--- applied once.
+-- Replay protection: one ZMSCORE for the batch's keys, one ZADD of the fresh
+-- ones at the end. A key twice in the batch is applied once. Where ZMSCORE is
+-- refused (Redis before 6.2, or an ACL user configured before the ledger used
+-- it: docs/ledger.md, "Running a fleet") each event is checked and recorded
+-- with its own ZADD NX, as before.
 local known = {}
+local per_event = false
 for from = 0, E - 1, 1000 do
   local keys = {}
   for i = from, math.min(E, from + 1000) - 1 do keys[#keys + 1] = ARGV[7 + i * F + 1] end
   local ok, r = pcall(redis.call, 'ZMSCORE', KEYS[1], unpack(keys))
   if not ok then
-    r = {}
-    for i, key in ipairs(keys) do r[i] = redis.call('ZSCORE', KEYS[1], key) end
+    per_event = true
+    break
   end
   for i = 1, #keys do known[from + i] = r[i] end
 end
@@ -417,7 +420,13 @@ local seen_args = {}
 for i = 0, E - 1 do
   local b = 7 + i * F
   local key = ARGV[b + 1]
-  if known[i + 1] or seen_now[key] then
+  local dup
+  if per_event then
+    dup = redis.call('ZADD', KEYS[1], 'NX', ARGV[b + 3], key) == 0
+  else
+    dup = known[i + 1] or seen_now[key]
+  end
+  if dup then
     duplicates = duplicates + 1
     fresh[#fresh + 1] = '0'
   else
@@ -428,8 +437,10 @@ for i = 0, E - 1 do
                 code = ARGV[b + 14], enhanced = ARGV[b + 15], reason = ARGV[b + 16], stage = ARGV[b + 17],
                 category = ARGV[b + 18], catbit = ARGV[b + 19], journal = ARGV[b + 20],
                 host = ARGV[b + 21]}
-    seen_args[#seen_args + 1] = ev.t
-    seen_args[#seen_args + 1] = key
+    if not per_event then
+      seen_args[#seen_args + 1] = ev.t
+      seen_args[#seen_args + 1] = key
+    end
     -- the log's host field names the host holding the queue id; it wins over
     -- the name the milter recorded
     if ev.kind ~= '0' and ev.host ~= '' then
@@ -453,7 +464,13 @@ if #identities > 0 then
   for i, id in ipairs(identities) do qs[i] = id[1] end
   for i = 1, #qs, 1000 do redis.call('SADD', P .. 'open-msgs', unpack(qs, i, math.min(i + 999, #qs))) end
   long(P .. 'open-msgs')
-  local seq = redis.call('INCRBY', P .. 'identities-seq', #identities) - #identities
+  -- INCR per entry where INCRBY is refused (an ACL user configured before the
+  -- ledger used it)
+  local ok, last = pcall(redis.call, 'INCRBY', P .. 'identities-seq', #identities)
+  if not ok then
+    for _ = 1, #identities do last = redis.call('INCR', P .. 'identities-seq') end
+  end
+  local seq = last - #identities
   long(P .. 'identities-seq')
   for _, id in ipairs(identities) do
     seq = seq + 1
