@@ -69,16 +69,29 @@ start_rg() {
     for _ in $(seq 600); do [ -S "$RG_SOCK" ] && break; sleep 0.1; done
     [ -S "$RG_SOCK" ] || e2e_daemon_failed rg "socket $RG_SOCK did not appear"
 }
+# PREFILL_STATE: what the prefilled messages are. "gone" (default): history, as
+# a ledger that has followed the log holds it (delivered and removed, one in
+# 1000 still queued as 'deferred'); "incoming": every one still open, as if no
+# follower ever ran (the worst case for the milter's identity filter, which
+# holds the keys of every open message).
+PREFILL_STATE=${PREFILL_STATE:-gone}
 prefill() {  # N: the ledger holds N recorded messages (plus what earlier rounds recorded)
-    local have
+    local have state finished
     have=$(sqlite3 "$DB" "SELECT COUNT(*) FROM messages WHERE queue_id LIKE 'P%'")
     [ "$have" -ge "$1" ] && return 0
+    if [ "$PREFILL_STATE" = incoming ]; then
+        state="'incoming'" finished=NULL
+    else
+        state="CASE WHEN i % 1000 = 0 THEN 'deferred' ELSE 'gone' END"
+        finished="CASE WHEN i % 1000 = 0 THEN NULL ELSE 1764547200000000 + i END"
+    fi
     sqlite3 "$DB" "PRAGMA journal_mode=WAL; BEGIN;
       WITH RECURSIVE c(i) AS (SELECT $have + 1 UNION ALL SELECT i + 1 FROM c WHERE i < $1)
-      INSERT INTO messages(queue_id, first_queue_id, message_id, fingerprint, sender, arrival, state, updated)
+      INSERT INTO messages(queue_id, first_queue_id, message_id, fingerprint, sender, arrival, state, updated,
+                           finished)
       SELECT printf('P%09d', i), printf('P%09d', i), printf('prefill-%d@bench.example', i),
-             lower(hex(randomblob(20))), 'someone@bench.example', 1764547200000000 + i, 'incoming',
-             1764547200000000 + i FROM c;
+             lower(hex(randomblob(20))), 'someone@bench.example', 1764547200000000 + i, $state,
+             1764547200000000 + i, $finished FROM c;
       COMMIT;" >/dev/null
     chown nobody:nogroup "$DB" "$DB"-* 2>/dev/null || true
 }
