@@ -93,7 +93,10 @@ class LedgerStore final : public PendingStore {
 
     Result<std::vector<PendingCopy>> find_pending(const MessageFacts& msg,
                                                   std::chrono::steady_clock::time_point deadline) override {
-        if (filtered_ && !filter_.may_have_copy(msg.message_id, msg.fingerprint)) {
+        const auto now = std::chrono::steady_clock::now();
+        const std::uint64_t content =
+            filtered_ ? IdentityFilter::content_key(msg.fingerprint, msg.recipients) : 0;
+        if (filtered_ && !filter_.may_have_copy(msg.message_id, msg.fingerprint, content, now)) {
             ++filtered_lookups_;
             return std::vector<PendingCopy>{};
         }
@@ -103,7 +106,13 @@ class LedgerStore final : public PendingStore {
         q.fingerprint = msg.fingerprint;
         q.recipients = msg.recipients;
         q.exclude_queue_id = msg.queue_id;
-        return ledger_->find_pending_copies(q);
+        auto found = ledger_->find_pending_copies(q);
+        // Identical content: remember for a moment that these recipients have
+        // no copy (identity_filter.hpp), so the next identical message is not
+        // looked up again. Only an empty answer says so: a copy found by
+        // Message-ID can hide one by fingerprint for the same recipient.
+        if (found && found->empty() && content != 0) filter_.note_no_fingerprint_copy(content, now);
+        return found;
     }
 
     Status record(const MessageFacts& msg, TimePoint when) override {

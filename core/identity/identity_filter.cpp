@@ -3,6 +3,7 @@
 // answer "no copy" for a key it was given, whatever a rebuild does.
 #include "retryguard/identity_filter.hpp"
 
+#include <algorithm>
 #include <exception>
 #include <functional>
 #include <string>
@@ -49,6 +50,59 @@ bool IdentityFilter::may_have_copy(std::string_view message_id, std::string_view
     for (std::size_t i = 0; i < k.n; ++i)
         if (keys_.contains(k.key[i])) return true;
     return false;
+}
+
+bool IdentityFilter::may_have_copy(std::string_view message_id, std::string_view fingerprint,
+                                   std::uint64_t content_key,
+                                   std::chrono::steady_clock::time_point now) const {
+    Keys k;
+    try {
+        k = keys_of(message_id, fingerprint);
+    } catch (...) {
+        return true;
+    }
+    std::lock_guard lock(mu_);
+    if (!ready_) return true;
+    const std::size_t fp_index = fingerprint.empty() ? k.n : k.n - 1;  // keys_of: the fingerprint last
+    for (std::size_t i = 0; i < k.n; ++i) {
+        if (!keys_.contains(k.key[i])) continue;
+        if (i != fp_index || content_key == 0) return true;  // by Message-ID
+        auto it = clear_.find(content_key);
+        if (it == clear_.end() || now - it->second >= kFingerprintClearFor || now < it->second) return true;
+    }
+    return false;
+}
+
+std::uint64_t IdentityFilter::content_key(std::string_view fingerprint,
+                                          const std::vector<std::string>& recipients) {
+    if (fingerprint.empty()) return 0;
+    try {
+        std::vector<std::string> sorted;
+        sorted.reserve(recipients.size());
+        for (const auto& r : recipients) sorted.push_back(normalize_address(r));
+        std::sort(sorted.begin(), sorted.end());
+        std::string all(fingerprint);
+        for (const auto& r : sorted) {
+            all.push_back('\0');
+            all += r;
+        }
+        std::uint64_t h = std::hash<std::string>{}(all);
+        return h == 0 ? 1 : h;
+    } catch (...) {
+        return 0;  // cannot tell: no remembered answer applies
+    }
+}
+
+void IdentityFilter::note_no_fingerprint_copy(std::uint64_t content_key,
+                                              std::chrono::steady_clock::time_point now) {
+    if (content_key == 0) return;
+    std::lock_guard lock(mu_);
+    try {
+        if (clear_.size() >= kMaxClear && !clear_.contains(content_key)) clear_.clear();
+        clear_[content_key] = now;
+    } catch (...) {
+        clear_.clear();
+    }
 }
 
 void IdentityFilter::insert(std::unordered_set<std::uint64_t>& into, std::vector<std::uint64_t>* also,

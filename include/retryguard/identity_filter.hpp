@@ -11,13 +11,26 @@
 // follower's `message-id=` lines, another milter) arrive with the next
 // rebuild, or sooner from the ledger's change stream where it has one
 // (add_normalised; invalidate when the stream broke). Never throws; thread-safe.
+//
+// One answer is remembered for a short time: identical content (alerts, cron
+// mail, templates) keeps its fingerprint in the set, so every such message
+// would be looked up. When a lookup finds no copy by fingerprint for a
+// message's recipients, note_no_fingerprint_copy() remembers that for
+// kFingerprintClearFor; a message with the same fingerprint and recipients and
+// no known Message-ID is then answered "no copy" without a lookup. A copy that
+// became retryable in that window (its first deferral logged and ingested) is
+// found at most kFingerprintClearFor later, well inside the second the
+// milter's protection is meant to start in.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -38,6 +51,18 @@ class IdentityFilter {
     // Whether the ledger may hold a copy with this Message-ID (as the message
     // carries it; normalised here) or this fingerprint.
     bool may_have_copy(std::string_view message_id, std::string_view fingerprint) const;
+    // The same, and false also when only the fingerprint is in the set and a
+    // lookup for this content key found no copy by fingerprint less than
+    // kFingerprintClearFor before `now`.
+    bool may_have_copy(std::string_view message_id, std::string_view fingerprint, std::uint64_t content_key,
+                       std::chrono::steady_clock::time_point now) const;
+    // The key of (fingerprint, recipients): the answer by fingerprint holds
+    // for these recipients only. 0 when there is no fingerprint.
+    static std::uint64_t content_key(std::string_view fingerprint,
+                                     const std::vector<std::string>& recipients);
+    // A lookup at `now` found no copy by fingerprint for this content key.
+    void note_no_fingerprint_copy(std::uint64_t content_key, std::chrono::steady_clock::time_point now);
+    static constexpr std::chrono::milliseconds kFingerprintClearFor{250};
     // A message the ledger now holds (call after the write).
     void add(std::string_view message_id, std::string_view fingerprint);
     // A message's keys as the ledger stores them (Message-ID already
@@ -69,6 +94,9 @@ class IdentityFilter {
 
     mutable std::mutex mu_;
     std::unordered_set<std::uint64_t> keys_;
+    // content key -> when a lookup found no copy by fingerprint (bounded: cleared when full)
+    std::unordered_map<std::uint64_t, std::chrono::steady_clock::time_point> clear_;
+    static constexpr std::size_t kMaxClear = 4096;
     std::vector<std::uint64_t> added_during_rebuild_;
     bool ready_ = false;
     bool rebuilding_ = false;

@@ -59,7 +59,7 @@ printf '%s\n%s\n' "$out" "$log"
 check() { grep -qE -- "$1" <<<"$log" || { echo "FAIL: no /$1/ in the milter's log" >&2; exit 1; }; }
 grep -q "protocol: all checks passed" <<<"$out"
 # the verdict lines say what happened to each message and why
-check 'BBB0000001: verdict=reject path=smtp original=AAA0000001 duplicates=bob@defer.example matched=message-id destination=defer.example .* reply="451 4.3.5 System config error" response="550 5.7.1"'
+check 'BBB0000001: verdict=reject path=smtp original=AAA0000001 original_host=sender duplicates=bob@defer.example matched=message-id destination=defer.example .* reply="451 4.3.5 System config error" response="550 5.7.1"'
 check 'BBB0000002: verdict=reject .*matched=fingerprint'
 check 'BBB0000003: verdict=drop_duplicates .*duplicates=bob@defer.example new=carol@new.example'
 check 'BBB0000004: verdict=hold .*original=AAA0000002'

@@ -2,6 +2,7 @@
 // too often, never "no" for a key it was given or a rebuild read.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -133,3 +134,34 @@ TEST(IdentityFilter, InvalidatedItSendsEveryMessageToTheLedgerUntilTheNextRebuil
 }
 
 }  // namespace
+
+// Identical content: a fingerprint whose lookup found no copy for these
+// recipients is answered "no copy" for a moment, then looked up again; a
+// known Message-ID, other recipients or another fingerprint are never covered.
+TEST(IdentityFilter, AFingerprintFoundClearIsRememberedBriefly) {
+    using namespace std::chrono;
+    IdentityFilter f;
+    ASSERT_TRUE(f.rebuild(listing({{"orig@client.example", "fp-alert"}})).ok());
+    const std::vector<std::string> ops = {"<ops@example.org>", "oncall@Example.ORG"};
+    const auto key = IdentityFilter::content_key("fp-alert", ops);
+    EXPECT_NE(key, 0u);
+    EXPECT_EQ(key, IdentityFilter::content_key("fp-alert", {"oncall@example.org", "ops@example.org"}));
+    EXPECT_NE(key, IdentityFilter::content_key("fp-alert", {"ops@example.org"}));
+    EXPECT_EQ(IdentityFilter::content_key("", ops), 0u);
+
+    const auto t0 = steady_clock::time_point{} + hours(1);
+    EXPECT_TRUE(f.may_have_copy("alert-2@host", "fp-alert", key, t0));  // not known clear yet
+    f.note_no_fingerprint_copy(key, t0);
+    EXPECT_FALSE(f.may_have_copy("alert-3@host", "fp-alert", key, t0 + milliseconds(100)));
+    EXPECT_FALSE(f.may_have_copy("", "fp-alert", key, t0 + milliseconds(249)));
+    EXPECT_TRUE(f.may_have_copy("alert-4@host", "fp-alert", key, t0 + IdentityFilter::kFingerprintClearFor));
+    // a Message-ID the ledger holds is always looked up
+    EXPECT_TRUE(f.may_have_copy("orig@client.example", "fp-alert", key, t0 + milliseconds(100)));
+    // other recipients: another key, not remembered
+    const auto other = IdentityFilter::content_key("fp-alert", {"boss@example.org"});
+    EXPECT_TRUE(f.may_have_copy("alert-5@host", "fp-alert", other, t0 + milliseconds(100)));
+    // a clock that went backwards does not extend the answer
+    EXPECT_TRUE(f.may_have_copy("alert-6@host", "fp-alert", key, t0 - milliseconds(1)));
+    // without a content key the remembered answer never applies
+    EXPECT_TRUE(f.may_have_copy("alert-7@host", "fp-alert", 0, t0 + milliseconds(100)));
+}
