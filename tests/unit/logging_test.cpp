@@ -136,16 +136,22 @@ TEST(Logging, ShortHostnameHasNoDomain) {
 
 const std::regex kRecord(R"([A-Z][a-z]{2} \d{2} \d{2}:\d{2}:\d{2} mx retryguard/test\[\d+\]: .*)");
 
-TEST(LoggingSinks, FileSinkAppendsStampedLinesAndDropsBelowFloor) {
-    auto path = temp_dir("file") / "mail.log";
+// A file sink for "retryguard/test" on host "mx".
+Result<std::unique_ptr<Sink>> open_file_sink(const std::filesystem::path& path,
+                                             Severity floor = Severity::info) {
     Target t;
     t.kind = Target::Kind::file;
     t.path = path;
     Options o;
     o.program = "retryguard/test";
     o.hostname = "mx";
-    o.min_severity = Severity::warning;
-    auto sink = open_sink(t, o);
+    o.min_severity = floor;
+    return open_sink(t, o);
+}
+
+TEST(LoggingSinks, FileSinkAppendsStampedLinesAndDropsBelowFloor) {
+    auto path = temp_dir("file") / "mail.log";
+    auto sink = open_file_sink(path, Severity::warning);
     ASSERT_TRUE(sink.ok()) << sink.error().message;
     EXPECT_TRUE((*sink)->write(Severity::info, "dropped below the floor"));
     EXPECT_TRUE((*sink)->write(Severity::warning, "disk\nforged line"));
@@ -163,13 +169,7 @@ TEST(LoggingSinks, FileSinkAppendsStampedLinesAndDropsBelowFloor) {
 TEST(LoggingSinks, FileSinkEndsATornLine) {
     auto path = temp_dir("torn") / "mail.log";
     { std::ofstream(path) << "cut mid-wr"; }
-    Target t;
-    t.kind = Target::Kind::file;
-    t.path = path;
-    Options o;
-    o.program = "retryguard/test";
-    o.hostname = "mx";
-    auto sink = open_sink(t, o);
+    auto sink = open_file_sink(path);
     ASSERT_TRUE(sink.ok());
     EXPECT_TRUE((*sink)->end_torn_line());
     (*sink)->info("whole");
