@@ -147,9 +147,14 @@ void reload(const Options& o) {
 
 // Where the milter's lines go: log.verdicts when set (it carries the verdicts,
 // and the milter's other lines belong next to them), else log.target.
+// "none" would drop every line of the milter's, warnings and errors too.
 Result<logging::Target> log_target(const config::Config& c) {
     if (c.log.verdicts.empty()) return logging::lines_target(c);
-    return logging::verdicts_target(c);
+    auto t = logging::verdicts_target(c);
+    if (t && t->kind == logging::Target::Kind::none)
+        return make_error(ErrorKind::config,
+                          "log.verdicts: none would drop all of the milter's lines; set log.target instead");
+    return t;
 }
 
 // An exception caught at the top of one of the milter's own threads.
