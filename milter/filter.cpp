@@ -18,6 +18,10 @@ namespace retryguard::milter {
 
 namespace {
 
+// The actions a verdict can take: add a header (tag), delete recipients
+// (drop_duplicates), quarantine (hold).
+constexpr unsigned long kFilterActions = SMFIF_ADDHDRS | SMFIF_DELRCPT | SMFIF_QUARANTINE;
+
 struct MessageContext {
     explicit MessageContext(std::shared_ptr<const FilterConfig> c)
         : config(std::move(c)),
@@ -32,6 +36,7 @@ struct MessageContext {
 };
 
 struct ConnectionState {
+    bool can_skip = false;  // the MTA offered SMFIP_SKIP (on_negotiate)
     int client_port = -1;
     SubmissionPath path = SubmissionPath::smtp;
     std::unique_ptr<MessageContext> msg;
@@ -121,6 +126,29 @@ int port_of(const sockaddr* sa) {
     return 0;
 }
 
+// What the MTA is asked for: the actions the filter declares, the protocol
+// steps it has callbacks for, and SMFIP_SKIP where offered, so that the rest
+// of a body the fingerprint no longer reads is not sent (on_body). Postfix
+// offers it since 2.6 (milter protocol 6).
+sfsistat on_negotiate(SMFICTX* ctx, unsigned long f0, unsigned long f1, unsigned long, unsigned long,
+                      unsigned long* pf0, unsigned long* pf1, unsigned long* pf2, unsigned long* pf3) {
+    try {
+        auto* c = conn(ctx);
+        if (!c) {
+            c = new ConnectionState;
+            smfi_setpriv(ctx, c);
+        }
+        c->can_skip = (f1 & SMFIP_SKIP) != 0;
+        *pf0 = f0 & kFilterActions;
+        *pf1 = f1 & (SMFIP_SKIP | SMFIP_NOHELO | SMFIP_NOEOH | SMFIP_NOUNKNOWN | SMFIP_NODATA);
+        *pf2 = 0;
+        *pf3 = 0;
+        return SMFIS_CONTINUE;
+    } catch (...) {
+        return SMFIS_ALL_OPTS;  // libmilter's defaults; on_body then never skips
+    }
+}
+
 sfsistat on_connect(SMFICTX* ctx, char*, _SOCK_ADDR* addr) {
     return guarded(ctx, "connect", [&] {
         auto* c = conn(ctx);
@@ -181,6 +209,8 @@ sfsistat on_body(SMFICTX* ctx, unsigned char* chunk, size_t len) {
     return guarded(ctx, "body", [&] {
         auto* m = message(ctx);
         if (m && chunk) m->fingerprint.body(std::string_view(reinterpret_cast<const char*>(chunk), len));
+        // nothing more to read: the MTA may keep the rest of the body to itself
+        if (m && m->fingerprint.body_done() && conn(ctx)->can_skip) return SMFIS_SKIP;
         return SMFIS_CONTINUE;
     });
 }
@@ -293,7 +323,7 @@ smfiDesc filter_description() {
     smfiDesc d{};
     d.xxfi_name = const_cast<char*>("retryguard-milter");
     d.xxfi_version = SMFI_VERSION;
-    d.xxfi_flags = SMFIF_ADDHDRS | SMFIF_DELRCPT | SMFIF_QUARANTINE;
+    d.xxfi_flags = kFilterActions;
     d.xxfi_connect = on_connect;
     d.xxfi_envfrom = on_envfrom;
     d.xxfi_envrcpt = on_envrcpt;
@@ -302,6 +332,7 @@ smfiDesc filter_description() {
     d.xxfi_eom = on_eom;
     d.xxfi_abort = on_abort;
     d.xxfi_close = on_close;
+    d.xxfi_negotiate = on_negotiate;
     return d;
 }
 

@@ -83,6 +83,9 @@ class FingerprintBuilder {
     // Every header may be passed; only Subject and Content-Type are used.
     void header(std::string_view name, std::string_view value);
     void body(std::string_view chunk);
+    // Whether more body would change nothing: the body is not a part, or its
+    // first body_limit bytes have been seen.
+    bool body_done() const noexcept { return !parts_.body || body_seen_ >= body_limit_; }
     // 40 lowercase hex digits, or "" when no part counts. Ends the builder.
     std::string finish();
 

@@ -158,6 +158,31 @@ r = message(conn, "BBB0000010", "alice@example.org", { "dave@else.example" }, "<
   "y\r\n")
 if r ~= SMFIR_ACCEPT then fail("bad Message-ID not accepted") end
 
+-- a body longer than the fingerprint reads (reinjection.fingerprint.body_limit,
+-- 1 MiB): the chunk that reaches the limit is answered SKIP (negotiated), so the
+-- MTA keeps the rest to itself, and the message goes on to end of message
+mt.macro(conn, SMFIC_MAIL, "i", "BBB0000013")
+if mt.mailfrom(conn, "<alice@example.org>") ~= nil then fail("mailfrom") end
+mt.macro(conn, SMFIC_RCPT, "i", "BBB0000013")
+if mt.rcptto(conn, "<frank@big.example>") ~= nil then fail("rcptto") end
+if mt.header(conn, "Subject", "Big") ~= nil then fail("header") end
+if mt.header(conn, "Message-ID", "<big-1@client.example>") ~= nil then fail("header") end
+-- body chunks of 60000 bytes (one milter command each, as an MTA sends them)
+local chunk = string.rep(string.rep("0123456789abcdef", 4) .. "\r\n", 909) .. string.rep("x", 54)
+local sent, skipped = 0, false
+for _ = 1, 40 do
+  if mt.bodystring(conn, chunk) ~= nil then fail("big body chunk") end
+  sent = sent + #chunk
+  r = mt.getreply(conn)
+  if r == SMFIR_SKIP then skipped = true break end
+  if r ~= SMFIR_CONTINUE then fail("big body chunk answered " .. tostring(r)) end
+end
+if not skipped then fail("body past the fingerprint's limit not answered SKIP") end
+if sent < 1048576 or sent >= 1048576 + #chunk then fail("SKIP after " .. sent .. " bytes, not at the 1 MiB limit") end
+if mt.eom(conn) ~= nil then fail("eom") end
+r = mt.getreply(conn)
+if r ~= SMFIR_ACCEPT then fail("big message not accepted: " .. tostring(r)) end
+
 mt.disconnect(conn)
 mt.echo("protocol: all checks passed")
 end
