@@ -2,11 +2,10 @@
 # check-format.sh -- every C and C++ file the repository tracks is formatted as
 # .clang-format says (clang-format from Debian 12). Prints the files that are not
 # and exits 1; `scripts/check-format.sh --fix` rewrites them instead.
-# core/ledger/redis_scripts.cpp is generated from the Lua scripts and left out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v clang-format >/dev/null || { echo "check-format: clang-format not installed (scripts/install-deps.sh)" >&2; exit 1; }
-mapfile -t files < <(git ls-files '*.c' '*.h' '*.cpp' '*.hpp' | grep -v '^core/ledger/redis_scripts\.cpp$')
+mapfile -t files < <(git ls-files '*.c' '*.h' '*.cpp' '*.hpp')
 if [ "${1:-}" = --fix ]; then
   clang-format -i "${files[@]}"
   exit 0

@@ -505,15 +505,19 @@ class RedisLedger final : public Ledger {
         return run<std::int64_t>([&] {
             std::int64_t n = 0;
             auto qids = call({"ZRANGEBYSCORE", P_ + "msgs", std::to_string(to_micros(from)), "+inf"});
-            for (std::size_t i = 0; qids->type == REDIS_REPLY_ARRAY && i < qids->elements; ++i) {
-                auto r = call({"HGETALL", P_ + "rcpt:" + str(qids->element[i])});
-                for (auto& [k, v] : to_fields(r.get())) {
+            // The messages' recipient hashes are read pipelined, a chunk per
+            // round trip, not one round trip per message.
+            std::vector<std::vector<std::string>> reads;
+            for (std::size_t i = 0; qids->type == REDIS_REPLY_ARRAY && i < qids->elements; ++i)
+                reads.push_back({"HGETALL", P_ + "rcpt:" + str(qids->element[i])});
+            call_pipelined(reads, [&](const redisReply* r) {
+                for (auto& [k, v] : to_fields(r)) {
                     auto rc = to_recipient(nlohmann::json::parse(v));
                     if (rc.state == RecipientState::sent && rc.last_attempt && *rc.last_attempt >= from &&
                         *rc.last_attempt < to)
                         ++n;
                 }
-            }
+            });
             return n;
         });
     }
@@ -1043,6 +1047,56 @@ class RedisLedger final : public Ledger {
         auto sha = call({"SCRIPT", "LOAD", std::string(scripts[index].text)});
         shas_[index] = str(sha.get());
         return reply;
+    }
+
+    // Many commands pipelined, kChunk per round trip, each reply handed to f in
+    // order. Every reply of a chunk is read (the connection stays in step)
+    // before an error reply is thrown; a broken connection is dropped as in
+    // call_once.
+    void call_pipelined(const std::vector<std::vector<std::string>>& cmds,
+                        const std::function<void(const redisReply*)>& f) {
+        constexpr std::size_t kChunk = 1000;
+        std::vector<const char*> ptrs;
+        std::vector<std::size_t> lens;
+        for (std::size_t next = 0; next < cmds.size();) {
+            const std::size_t end = std::min(cmds.size(), next + kChunk);
+            connect_locked();
+            SigpipeGuard no_sigpipe;
+            for (std::size_t i = next; i < end; ++i) {
+                ptrs.clear();
+                lens.clear();
+                for (const auto& a : cmds[i]) {
+                    ptrs.push_back(a.data());
+                    lens.push_back(a.size());
+                }
+                if (redisAppendCommandArgv(ctx_, static_cast<int>(ptrs.size()), ptrs.data(), lens.data()) !=
+                    REDIS_OK)
+                    throw Failure{make_error(ErrorKind::internal, "ledger (redis): out of memory")};
+            }
+            std::optional<Error> failed;
+            for (std::size_t i = next; i < end; ++i) {
+                void* raw = nullptr;
+                if (redisGetReply(ctx_, &raw) != REDIS_OK || !raw) {
+                    std::string why = ctx_->errstr;
+                    redisFree(ctx_);
+                    ctx_ = nullptr;
+                    back_off(std::chrono::steady_clock::now());
+                    auto msg = "ledger (redis): " + location() + ": " + why;
+                    options_.warn(msg);
+                    throw Failure{make_error(ErrorKind::unavailable, msg)};
+                }
+                ReplyPtr reply(static_cast<redisReply*>(raw));
+                if (reply->type == REDIS_REPLY_ERROR) {
+                    if (!failed)
+                        failed = make_error(ErrorKind::io,
+                                            "ledger (redis): " + std::string(reply->str, reply->len));
+                    continue;
+                }
+                if (!failed) f(reply.get());
+            }
+            if (failed) throw Failure{std::move(*failed)};
+            next = end;
+        }
     }
 
     // Many EVALSHA calls of one script in pipelined chunks: every reply is read

@@ -1,6 +1,7 @@
 // redis_scripts.hpp -- the Lua scripts of the Redis ledger backend, embedded
 // from core/ledger/redis/*.lua (each file's header states its KEYS, ARGV and
-// return value). Never edited by hand: see scripts/gen-redis-scripts.sh.
+// return value). The definition is generated at build time by
+// scripts/gen-redis-scripts.sh (core/CMakeLists.txt); nothing generated is committed.
 #pragma once
 
 #include <string_view>

@@ -170,6 +170,33 @@ TEST_P(LedgerContract, DeliveriesAreCountedPerRecipientInTheirTimeRange) {
     EXPECT_EQ(count(901, 10000), 0);
 }
 
+// More messages than one round trip of the Redis backend reads (1000): every
+// one is counted once.
+TEST_P(LedgerContract, DeliveriesOfManyMessagesAreAllCounted) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    std::vector<IngestItem> events;
+    for (int i = 0; i < 2500; ++i) {
+        const std::string q = "N" + std::to_string(i);
+        events.push_back(queue_active(q, 100 + i, "s@x.test"));
+        if (i % 5 == 0)
+            events.push_back(deferred(q, 100 + i, "r" + std::to_string(i) + "@d.test"));
+        else
+            events.push_back(sent(q, 100 + i, "r" + std::to_string(i) + "@d.test"));
+        if (events.size() >= 500) {  // batches of the size a follower sends
+            ingest(*l, events);
+            events.clear();
+        }
+    }
+    ingest(*l, events);
+    auto n = l->count_deliveries(at(0), at(100000));
+    ASSERT_TRUE(n.ok()) << n.error().message;
+    EXPECT_EQ(*n, 2000);
+    n = l->count_deliveries(at(1100), at(100000));
+    ASSERT_TRUE(n.ok());
+    EXPECT_EQ(*n, 1200);  // i from 1000 on, four in five sent
+}
+
 TEST_P(LedgerContract, OpenEpisodeCountsDistinctMessagesAndCategories) {
     auto l = open();
     ASSERT_TRUE(l);
@@ -393,6 +420,76 @@ TEST_P(LedgerContract, ByFingerprintOnlyACopyTheQueueIsRetryingMatches) {
     ASSERT_TRUE(r.ok());
     ASSERT_EQ(r->size(), 1u);
     EXPECT_EQ((*r)[0].queue_id, "F3");
+}
+
+// Many recorded messages with one content (a mailing, a monitor's alert), most
+// of them finished: a lookup by that content answers exactly the copies still
+// waiting in the queue, one per recipient, whatever way the others finished.
+TEST_P(LedgerContract, ByFingerprintOnlyTheStillPendingCopiesOfManyAreFound) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    constexpr int kMessages = 300;
+    auto qid = [](int i) { return "B" + std::to_string(i); };
+    auto rcpt = [](int i) { return "user" + std::to_string(i) + "@dest.test"; };
+    std::vector<MessageIdentity> ids;
+    for (int i = 0; i < kMessages; ++i) {
+        MessageIdentity id;
+        id.queue_id = qid(i);
+        id.message_id = "<bulk-" + std::to_string(i) + "@list.example>";
+        id.fingerprint = "fp-bulk";
+        id.sender = "list@x.test";
+        id.recipients = {rcpt(i)};
+        id.time = at(10 + i);
+        ids.push_back(std::move(id));
+    }
+    ASSERT_TRUE(l->record_identities(ids).ok());
+    std::vector<IngestItem> events;
+    for (int i = 0; i < kMessages; ++i) {
+        events.push_back(queue_active(qid(i), 1000 + i, "list@x.test", 500, 1));
+        events.push_back(deferred(qid(i), 1400 + i, rcpt(i)));
+    }
+    ingest(*l, events);
+    // Finished three ways; every 15th (and one on hold) stays queued.
+    std::set<std::string> pending;
+    events.clear();
+    for (int i = 0; i < kMessages; ++i) {
+        const std::int64_t t = 2000 + i;
+        if (i % 15 == 0) {
+            pending.insert(qid(i));
+        } else if (i == 7) {
+            events.push_back(queue_op(qid(i), t, "placed on hold"));
+            pending.insert(qid(i));
+        } else if (i % 3 == 0) {
+            events.push_back(expired(qid(i), t, "list@x.test"));
+        } else {
+            events.push_back(sent(qid(i), t, rcpt(i)));
+            events.push_back(removed(qid(i), t + 1));
+        }
+    }
+    ingest(*l, events);
+    PendingCopyQuery q;
+    q.message_id = "<bulk-new@list.example>";
+    q.fingerprint = "fp-bulk";
+    for (int i = 0; i < kMessages; ++i) q.recipients.push_back(rcpt(i));
+    auto r = l->find_pending_copies(q);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    std::set<std::string> found;
+    for (const auto& c : *r) {
+        EXPECT_FALSE(c.matched_by_message_id) << c.queue_id;
+        EXPECT_EQ(c.recipient, rcpt(std::stoi(c.queue_id.substr(1)))) << c.queue_id;
+        found.insert(c.queue_id);
+    }
+    EXPECT_EQ(r->size(), pending.size());
+    EXPECT_EQ(found, pending);
+
+    // A pending copy finishing later drops out too.
+    ingest(*l, {removed(qid(0), 5000)});
+    pending.erase(qid(0));
+    r = l->find_pending_copies(q);
+    ASSERT_TRUE(r.ok());
+    found.clear();
+    for (const auto& c : *r) found.insert(c.queue_id);
+    EXPECT_EQ(found, pending);
 }
 
 TEST_P(LedgerContract, RecordedButNotYetAttemptedMessageIsPending) {

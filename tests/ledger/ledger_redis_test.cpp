@@ -94,6 +94,49 @@ TEST(LedgerRedis, ScriptsForgottenByTheServerAreSentAgain) {
     EXPECT_EQ((*rs)[0].attempts, 2);
 }
 
+// The set a lookup by content reads holds only the copies it can match
+// (queued, unfinished), so its size follows the queue, not how many recorded
+// messages ever shared the content (docs/milter.md, "Identical content").
+TEST(LedgerRedis, TheFingerprintSetHoldsOnlyQueuedUnfinishedCopies) {
+    auto* server = RedisServer::shared();
+    RETRYGUARD_REQUIRE_REDIS(server);
+    auto l = open_ledger(options_for(*server, "rgfp:"));
+    ASSERT_TRUE(l.ok());
+    RawRedis raw(server->port());
+    auto scard = [&] {
+        auto* r = raw.cmd("SCARD %s", "rgfp:fp:fp-many");
+        long long n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+        if (r) freeReplyObject(r);
+        return n;
+    };
+    std::vector<MessageIdentity> ids;
+    for (int i = 0; i < 100; ++i)
+        ids.push_back(MessageIdentity{"M" + std::to_string(i),
+                                      "<m" + std::to_string(i) + "@x>",
+                                      "fp-many",
+                                      "s@x.test",
+                                      {"r" + std::to_string(i) + "@d.test"},
+                                      at(i)});
+    ASSERT_TRUE((*l)->record_identities(ids).ok());
+    EXPECT_EQ(scard(), 0) << "recorded, not yet picked up by the queue manager";
+    std::vector<IngestItem> events;
+    for (int i = 0; i < 100; ++i)
+        events.push_back(queue_active("M" + std::to_string(i), 200 + i, "s@x.test"));
+    ASSERT_TRUE((*l)->ingest(events, std::nullopt).ok());
+    EXPECT_EQ(scard(), 100);
+    events.clear();
+    for (int i = 0; i < 90; ++i) events.push_back(removed("M" + std::to_string(i), 400 + i));
+    ASSERT_TRUE((*l)->ingest(events, std::nullopt).ok());
+    EXPECT_EQ(scard(), 10);
+    // Recorded after the log showed it queued (the log came first): listed at once.
+    ASSERT_TRUE(
+        (*l)->ingest(std::vector<IngestItem>{queue_active("LATE", 600, "s@x.test")}, std::nullopt).ok());
+    ASSERT_TRUE((*l)->record_identity(
+                        MessageIdentity{"LATE", "<late@x>", "fp-many", "s@x.test", {"r@d.test"}, at(601)})
+                    .ok());
+    EXPECT_EQ(scard(), 11);
+}
+
 // The milter's batches go out pipelined (more than one chunk here); a server
 // that forgot the script answers NOSCRIPT to each, and each is sent again.
 TEST(LedgerRedis, PipelinedIdentityBatchesSurviveAForgottenScript) {

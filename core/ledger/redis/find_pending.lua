@@ -2,7 +2,8 @@
 -- (same Message-ID or same content fingerprint) still pending in the queue.
 -- Read-only.
 --
--- KEYS[1]  <prefix>mid:<message_id> (may not exist); KEYS[2] <prefix>fp:<fingerprint> (may not exist)
+-- KEYS[1]  <prefix>mid:<message_id> (may not exist); KEYS[2] <prefix>fp:<fingerprint> (may not exist;
+--          only queued, unfinished copies: ingest.lua keeps it so, and the states are checked again here)
 -- ARGV[1]  key prefix; ARGV[2] queue id to exclude ('' = none); then the normalised recipients
 -- Returns  a flat array, 13 fields per recipient found: recipient queue_id first_queue_id domain
 --          relay last_reply first_deferral last_attempt arrival attempts message_state by_message_id host

@@ -20,7 +20,7 @@ if not host or (#ARGV - 9) % 2 ~= 0 then return redis.error_reply('record_identi
 local k = KEYS[1]
 local function num(s) return tonumber(s) or 0 end
 local function blank(v) return (not v) or v == '' end
-local cur = redis.call('HMGET', k, 'updated', 'arrival', 'message_id', 'fingerprint', 'host')
+local cur = redis.call('HMGET', k, 'updated', 'arrival', 'message_id', 'fingerprint', 'host', 'state', 'finished')
 if not cur[1] then
   redis.call('HSET', k, 'queue_id', q, 'first_queue_id', q, 'state', 'incoming', 'size', '-1', 'nrcpt', '-1',
              'updated', t, 'arrival', t)
@@ -32,6 +32,9 @@ local function identity(field, kind, value, old)
   if blank(value) or value == old then return end
   if not blank(old) then redis.call('SREM', P .. kind .. ':' .. old, q) end
   redis.call('HSET', k, field, value)
+  -- <prefix>fp:<fingerprint> lists only copies the queue manager has picked up
+  -- and that have not finished (see ingest.lua): the log may come first.
+  if kind == 'fp' and (blank(cur[6]) or cur[6] == 'incoming' or not blank(cur[7])) then return end
   redis.call('SADD', P .. kind .. ':' .. value, q)
   redis.call('EXPIRE', P .. kind .. ':' .. value, MTTL)
 end
