@@ -147,14 +147,14 @@ void reload(const Options& o) {
 
 // Where the milter's lines go: log.verdicts when set (it carries the verdicts,
 // and the milter's other lines belong next to them), else log.target.
-std::string log_sink_spec(const config::Config& c) {
-    if (!c.log.verdicts.empty()) return c.log.verdicts;
-    switch (c.log.target) {
-        case config::LogTarget::syslog: return "syslog";
-        case config::LogTarget::stderr_: return "stderr";
-        case config::LogTarget::both: return "both";
-    }
-    return "syslog";
+// "none" would drop every line of the milter's, warnings and errors too.
+Result<logging::Target> log_target(const config::Config& c) {
+    if (c.log.verdicts.empty()) return logging::lines_target(c);
+    auto t = logging::verdicts_target(c);
+    if (t && t->kind == logging::Target::Kind::none)
+        return make_error(ErrorKind::config,
+                          "log.verdicts: none would drop all of the milter's lines; set log.target instead");
+    return t;
 }
 
 // An exception caught at the top of one of the milter's own threads.
@@ -167,10 +167,111 @@ GuardReport milter_report() {
     };
 }
 
-}  // namespace
+// The user and group the milter runs as: milter.user / milter.group when
+// started as root (the packaged service); a milter started by an ordinary user
+// keeps that user.
+struct RunAs {
+    uid_t uid = getuid();
+    gid_t gid = getgid();
+    bool as_root = geteuid() == 0;
+};
 
-int main(int argc, char** argv) {
-    Options o;
+RunAs run_as_from(const config::Config& c) {
+    RunAs r;
+    if (!r.as_root) return r;
+    if (!lookup_owner(c.milter.user, c.milter.group, r.uid, r.gid))
+        die(2, "milter.user/milter.group: unknown user or group \"" + c.milter.user + ":" + c.milter.group +
+                   "\"");
+    if (r.uid == 0) die(2, "refusing to run as root: set milter.user to an unprivileged user");
+    return r;
+}
+
+// The milter's lines go to their sink from here on; returns the host name its
+// stamped lines carry (log.hostname, else this host's short name), which is
+// also the name the store records messages under.
+std::string open_logging(const config::Config& c) {
+    const logging::Options log_options = logging::program_options(c, "milter");
+    auto target = log_target(c);
+    if (!target) die(2, target.error().message);
+    auto sink = logging::open_sink(*target, log_options);
+    if (!sink) die(2, "log: " + sink.error().message);
+    globals().log = std::move(*sink);
+    return log_options.hostname.empty() ? logging::short_hostname() : log_options.hostname;
+}
+
+// Registers the filter and opens its socket (as root: the socket gets its
+// mode and owner before privileges are dropped); returns libmilter's spec.
+std::string open_milter_socket(const config::Config& c, const RunAs& run) {
+    const config::SocketSpec& spec = c.milter.socket;
+    smfiDesc desc = filter_description();
+    std::string conn = libmilter_spec(spec);
+    if (smfi_setconn(conn.data()) != MI_SUCCESS) die(2, "smfi_setconn failed for " + conn);
+    const auto timeout_s = std::chrono::duration_cast<std::chrono::seconds>(c.milter.timeout).count();
+    if (smfi_settimeout(static_cast<int>(timeout_s)) != MI_SUCCESS) die(2, "smfi_settimeout failed");
+    if (smfi_register(desc) != MI_SUCCESS) die(2, "smfi_register failed");
+    if (smfi_opensocket(true) != MI_SUCCESS) die(1, "cannot open the milter socket " + conn);
+    if (spec.kind != config::SocketSpec::Kind::unix_path) return conn;
+    struct stat st {};
+    if (::lstat(spec.path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+        g_socket = OwnSocket{spec.path, st.st_dev, st.st_ino};
+        std::atexit(remove_own_socket);
+    }
+    if (chmod(spec.path.c_str(), static_cast<mode_t>(c.milter.socket_mode)) != 0)
+        die(1, fmt::format("chmod {}: {}", spec.path, std::strerror(errno)));
+    if (run.as_root && chown(spec.path.c_str(), run.uid, run.gid) != 0)
+        die(1, fmt::format("chown {}: {}", spec.path, std::strerror(errno)));
+    return conn;
+}
+
+void drop_root(const config::Config& c, const RunAs& run) {
+    if (!run.as_root) return;
+    if (initgroups(c.milter.user.c_str(), run.gid) != 0 || setgid(run.gid) != 0 || setuid(run.uid) != 0)
+        die(1, fmt::format("cannot drop privileges to {}: {}", c.milter.user, std::strerror(errno)));
+    if (setuid(0) == 0) die(1, "privileges were not dropped");
+}
+
+// libmilter takes SIGTERM/SIGHUP/SIGINT with sigwait() in its own thread;
+// threads started before smfi_main() (the record writer) must block them too,
+// or the default action would kill the process without a clean stop. SIGUSR1
+// (reload) has a thread of its own; libmilter never waits for it.
+void start_reload_thread(const Options& o) {
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGHUP);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    std::thread([o] {
+        sigset_t usr1;
+        sigemptyset(&usr1);
+        sigaddset(&usr1, SIGUSR1);
+        for (;;) {
+            int sig = 0;
+            // This thread's top level: a reload that throws is a failed reload.
+            if (sigwait(&usr1, &sig) == 0 && sig == SIGUSR1 &&
+                !run_guarded(
+                    "reload", [&] { reload(o); }, globals().counters.exceptions, milter_report())) {
+                ++globals().counters.reload_errors;
+                sd_notify(0, "READY=1");
+            }
+        }
+    }).detach();
+}
+
+// An asynchronous store writes what it still holds; its counts join the
+// milter's for the last line.
+void close_store() {
+    if (!globals().store) return;
+    globals().store->close();
+    globals().counters.record_errors += globals().store->failed_records();
+    globals().counters.lookups_filtered += globals().store->filtered_lookups();
+    globals().counters.filter_errors += globals().store->filter_errors();
+    globals().counters.exceptions += globals().store->exceptions_caught();
+}
+
+// false: exit with `rc` (--help, --version, a bad option).
+bool parse_command_line(int argc, char** argv, Options& o, int& rc) {
     CLI::App app{"retryguard-milter: refuse manual re-injection of messages Postfix is already retrying",
                  "retryguard-milter"};
     app.set_version_flag("--version", RETRYGUARD_VERSION);
@@ -184,40 +285,23 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e) == 0 ? 0 : 2;
+        rc = app.exit(e) == 0 ? 0 : 2;
+        return false;
     }
+    return true;
+}
 
+}  // namespace
+
+int main(int argc, char** argv) {
+    Options o;
+    if (int rc = 0; !parse_command_line(argc, argv, o, rc)) return rc;
     auto loaded = load_config(o);
     if (!loaded) die(2, "configuration errors:\n" + loaded.error().message);
     const config::Config& c = **loaded;
     globals().config.store(std::make_shared<const FilterConfig>(filter_settings(c)));
-
-    std::string log_hostname = c.log.hostname;
-    if (log_hostname.empty()) {
-        char host[256] = {};
-        gethostname(host, sizeof host - 1);
-        log_hostname = std::string(host).substr(0, std::string(host).find('.'));
-    }
-    LogSinkOptions lso;
-    lso.program = c.log.ident + "/milter";
-    lso.hostname = log_hostname;
-    lso.facility = config::syslog_facility_code(c.log.facility);
-    lso.min_severity = severity_floor(c.log.level);
-    auto sink = open_log_sink(log_sink_spec(c), lso);
-    if (!sink) die(2, sink.error().message);
-    globals().log = std::move(*sink);
-
-    // milter.user / milter.group apply when started as root (the packaged
-    // service); a milter started by an ordinary user keeps that user.
-    uid_t run_uid = getuid();
-    gid_t run_gid = getgid();
-    const bool as_root = geteuid() == 0;
-    if (as_root) {
-        if (!lookup_owner(c.milter.user, c.milter.group, run_uid, run_gid))
-            die(2, "milter.user/milter.group: unknown user or group \"" + c.milter.user + ":" +
-                       c.milter.group + "\"");
-        if (run_uid == 0) die(2, "refusing to run as root: set milter.user to an unprivileged user");
-    }
+    const std::string log_hostname = open_logging(c);
+    const RunAs run = run_as_from(c);
 
     // the store's own lines (the identity filter's rebuilds) go where the verdicts go
     const StoreLog store_log = [](Severity s, const std::string& text) {
@@ -239,60 +323,9 @@ int main(int argc, char** argv) {
         return 0;
     }
 
-    const config::SocketSpec& spec = c.milter.socket;
-    smfiDesc desc = filter_description();
-    std::string conn = libmilter_spec(spec);
-    if (smfi_setconn(conn.data()) != MI_SUCCESS) die(2, "smfi_setconn failed for " + conn);
-    const auto timeout_s = std::chrono::duration_cast<std::chrono::seconds>(c.milter.timeout).count();
-    if (smfi_settimeout(static_cast<int>(timeout_s)) != MI_SUCCESS) die(2, "smfi_settimeout failed");
-    if (smfi_register(desc) != MI_SUCCESS) die(2, "smfi_register failed");
-    if (smfi_opensocket(true) != MI_SUCCESS) die(1, "cannot open the milter socket " + conn);
-    if (spec.kind == config::SocketSpec::Kind::unix_path) {
-        struct stat st {};
-        if (::lstat(spec.path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
-            g_socket = OwnSocket{spec.path, st.st_dev, st.st_ino};
-            std::atexit(remove_own_socket);
-        }
-    }
-    if (spec.kind == config::SocketSpec::Kind::unix_path) {
-        if (chmod(spec.path.c_str(), static_cast<mode_t>(c.milter.socket_mode)) != 0)
-            die(1, fmt::format("chmod {}: {}", spec.path, std::strerror(errno)));
-        if (as_root && chown(spec.path.c_str(), run_uid, run_gid) != 0)
-            die(1, fmt::format("chown {}: {}", spec.path, std::strerror(errno)));
-    }
-    if (as_root) {
-        if (initgroups(c.milter.user.c_str(), run_gid) != 0 || setgid(run_gid) != 0 || setuid(run_uid) != 0)
-            die(1, fmt::format("cannot drop privileges to {}: {}", c.milter.user, std::strerror(errno)));
-        if (setuid(0) == 0) die(1, "privileges were not dropped");
-    }
-
-    // libmilter takes SIGTERM/SIGHUP/SIGINT with sigwait() in its own thread;
-    // threads started before smfi_main() (the record writer) must block them
-    // too, or the default action would kill the process without a clean stop.
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGTERM);
-    sigaddset(&stop_signals, SIGHUP);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-    // SIGUSR1 (reload) has a thread of its own; libmilter never waits for it.
-    std::thread([o] {
-        sigset_t usr1;
-        sigemptyset(&usr1);
-        sigaddset(&usr1, SIGUSR1);
-        for (;;) {
-            int sig = 0;
-            // This thread's top level: a reload that throws is a failed reload.
-            if (sigwait(&usr1, &sig) == 0 && sig == SIGUSR1 &&
-                !run_guarded(
-                    "reload", [&] { reload(o); }, globals().counters.exceptions, milter_report())) {
-                ++globals().counters.reload_errors;
-                sd_notify(0, "READY=1");
-            }
-        }
-    }).detach();
-
+    const std::string conn = open_milter_socket(c, run);
+    drop_root(c, run);
+    start_reload_thread(o);
     auto store = open_store();
     if (!store) die(2, store.error().message);
     globals().store = std::move(*store);
@@ -307,13 +340,7 @@ int main(int argc, char** argv) {
     sd_notify(0, "READY=1");
     int rc = smfi_main();
     sd_notify(0, "STOPPING=1");
-    if (globals().store) {
-        globals().store->close();  // an asynchronous store writes what it still holds
-        globals().counters.record_errors += globals().store->failed_records();
-        globals().counters.lookups_filtered += globals().store->filtered_lookups();
-        globals().counters.filter_errors += globals().store->filter_errors();
-        globals().counters.exceptions += globals().store->exceptions_caught();
-    }
+    close_store();
     globals().log->write(Severity::info, "stopping: " + counters_line());
     remove_own_socket();
     return rc == MI_SUCCESS ? 0 : 1;

@@ -22,12 +22,13 @@
 #include "retryguard/ingest.hpp"
 #include "retryguard/ledger.hpp"
 #include "retryguard/ledger_decider.hpp"
+#include "retryguard/logging.hpp"
 #include "retryguard/policy_service.hpp"
 #include "retryguard/verdict_log.hpp"
 
 namespace retryguard::policyd {
 
-class Logger;
+using Logger = logging::Sink;
 
 struct LiveOptions {
     std::chrono::milliseconds save_every{5000};

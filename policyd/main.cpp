@@ -170,16 +170,6 @@ std::string listen_spec(const config::SocketSpec& sock) {
     return fmt::format("tcp:{}:{}", sock.host, sock.port);
 }
 
-LogOptions log_options_from(const config::Config& c) {
-    LogOptions o;
-    o.to_syslog = c.log.target != config::LogTarget::stderr_;
-    o.to_stderr = c.log.target != config::LogTarget::syslog;
-    o.ident = c.log.ident + "/policyd";
-    o.facility = config::syslog_facility_code(c.log.facility);
-    o.max_priority = config::syslog_priority(c.log.level);
-    return o;
-}
-
 // Verdict lines: log.verdicts when set, else where log.target sends the
 // daemon's other lines (syslog wins for "both": verdicts belong in the mail log).
 Result<VerdictLogTarget> verdict_target_from(const config::Config& c) {
@@ -225,44 +215,93 @@ Result<PolicyStageSet> stages_from(const config::Config& c) {
     return parsed;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-    CLI::App app{"retryguard-policyd: Postfix policy service of retryguard", "retryguard-policyd"};
-    app.set_version_flag("--version", RETRYGUARD_VERSION);
+// What the command line says: which configuration, and the testing aids.
+struct CommandLine {
     std::string config_path, flagged, ready_file;
     std::vector<std::string> overrides;
     bool foreground = false;
     long slow_ms = 0;
-    app.add_option("-c,--config", config_path,
+};
+
+int fail_early(const std::string& msg, int rc) {
+    std::fprintf(stderr, "retryguard-policyd: error: %s\n", msg.c_str());
+    return rc;
+}
+
+// false: exit with `rc` (--help, --version, a bad option or value).
+bool parse_command_line(int argc, char** argv, CommandLine& o, int& rc) {
+    CLI::App app{"retryguard-policyd: Postfix policy service of retryguard", "retryguard-policyd"};
+    app.set_version_flag("--version", RETRYGUARD_VERSION);
+    app.add_option("-c,--config", o.config_path,
                    std::string("configuration file (default ") + kDefaultConfigPath +
                        "; built-in defaults when it does not exist)");
-    app.add_option("-o", overrides,
+    app.add_option("-o", o.overrides,
                    "KEY=VALUE: set a configuration key (dotted, as in the file; repeatable), e.g. "
                    "-o policy.socket=inet:10040@127.0.0.1");
-    app.add_flag("--foreground", foreground, "do not detach (systemd, tests); logging follows log.target");
-    app.add_option("--ready-file", ready_file, "write the bound endpoints and the pid here once listening");
-    app.add_option("--flagged", flagged,
+    app.add_flag("--foreground", o.foreground, "do not detach (systemd, tests); logging follows log.target");
+    app.add_option("--ready-file", o.ready_file, "write the bound endpoints and the pid here once listening");
+    app.add_option("--flagged", o.flagged,
                    "testing and measuring aid: answer from a static table ('domain ACTION [text]' lines) "
                    "instead of the ledger; no log is followed");
-    app.add_option("--simulate-slow-decider", slow_ms, "testing aid: every decision sleeps this many ms");
+    app.add_option("--simulate-slow-decider", o.slow_ms, "testing aid: every decision sleeps this many ms");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e) == 0 ? kExitOk : kExitUsage;
+        rc = app.exit(e) == 0 ? kExitOk : kExitUsage;
+        return false;
     }
-    auto fail_early = [](const std::string& msg, int rc) {
-        std::fprintf(stderr, "retryguard-policyd: error: %s\n", msg.c_str());
-        return rc;
-    };
-    if (slow_ms < 0) return fail_early("--simulate-slow-decider must not be negative", kExitUsage);
-
+    if (o.slow_ms < 0) {
+        rc = fail_early("--simulate-slow-decider must not be negative", kExitUsage);
+        return false;
+    }
     // A daemon runs in "/": relative paths must not change meaning (SIGHUP
     // re-reads the configuration and the table by name).
     std::error_code path_error;
-    if (!flagged.empty()) flagged = std::filesystem::absolute(flagged, path_error).string();
-    if (!ready_file.empty()) ready_file = std::filesystem::absolute(ready_file, path_error).string();
-    if (!config_path.empty()) config_path = std::filesystem::absolute(config_path, path_error).string();
+    if (!o.flagged.empty()) o.flagged = std::filesystem::absolute(o.flagged, path_error).string();
+    if (!o.ready_file.empty()) o.ready_file = std::filesystem::absolute(o.ready_file, path_error).string();
+    if (!o.config_path.empty()) o.config_path = std::filesystem::absolute(o.config_path, path_error).string();
+    return true;
+}
+
+// The endpoints bound and the pid, for whoever waits on the daemon (tests,
+// scripts); written whole, then renamed into place.
+void write_ready_file(const std::string& path, const std::vector<std::string>& bound) {
+    if (path.empty()) return;
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream f(tmp, std::ios::trunc);
+        for (const auto& line : bound) f << line << '\n';
+        f << "pid " << ::getpid() << '\n';
+    }
+    std::rename(tmp.c_str(), path.c_str());
+}
+
+// Files this process created as root go to the user it runs as (the SQLite
+// ledger and its WAL files, a verdict log file), then root is given up.
+Status hand_over_and_drop(const config::Config& cfg, bool ledger_files,
+                          const VerdictLogTarget& verdict_target, const RunAs& run_as) {
+    std::vector<std::string> owned;
+    const std::string spec = ledger_options_from(cfg).spec;
+    if (ledger_files && spec.starts_with("sqlite:")) {
+        const std::string db = spec.substr(7);
+        owned = {db, db + "-wal", db + "-shm", db + "-journal"};
+    }
+    if (verdict_target.kind == VerdictLogTarget::Kind::file) owned.push_back(verdict_target.path);
+    for (const auto& path : owned)
+        if (Status st = give_to(path, run_as); !st) return st;
+    return drop_privileges(run_as);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CommandLine cl;
+    if (int rc = 0; !parse_command_line(argc, argv, cl, rc)) return rc;
+    std::string& config_path = cl.config_path;
+    const std::vector<std::string>& overrides = cl.overrides;
+    const std::string& flagged = cl.flagged;
+    const bool foreground = cl.foreground;
+    const long slow_ms = cl.slow_ms;
 
     // The configuration (file, or built-in defaults, with the -o overrides),
     // the ledger and the classifier, opened as every program opens them. A
@@ -282,7 +321,9 @@ int main(int argc, char** argv) {
     auto config_holder = std::make_shared<config::ConfigHolder>(runtime->config, overrides);
     const config::Config& cfg = *runtime->config;
 
-    Logger log(log_options_from(cfg));
+    auto log_sink = logging::open_sink(logging::lines_target(cfg), logging::program_options(cfg, "policyd"));
+    if (!log_sink) return fail_early("log: " + log_sink.error().message, kExitUsage);
+    Logger& log = **log_sink;
     ServerOptions opt = server_options_from(cfg);
     const std::size_t worker_threads = static_cast<std::size_t>(cfg.policy.worker_threads);
     auto stages = stages_from(cfg);
@@ -368,20 +409,7 @@ int main(int argc, char** argv) {
     ::signal(SIGPIPE, SIG_IGN);
 
     if (run_as) {
-        // Files this process created as root go to the user it runs as: the
-        // SQLite ledger (and its WAL files), a verdict log file.
-        std::vector<std::string> owned;
-        const std::string spec = ledger_options_from(cfg).spec;
-        if (ledger_decider && spec.starts_with("sqlite:")) {
-            const std::string db = spec.substr(7);
-            owned = {db, db + "-wal", db + "-shm", db + "-journal"};
-        }
-        if (verdict_target->kind == VerdictLogTarget::Kind::file) owned.push_back(verdict_target->path);
-        Status st;
-        for (const auto& path : owned)
-            if (st.ok()) st = give_to(path, *run_as);
-        if (st.ok()) st = drop_privileges(*run_as);
-        if (!st) {
+        if (Status st = hand_over_and_drop(cfg, ledger_decider != nullptr, *verdict_target, *run_as); !st) {
             log.error(st.error().message);
             daemonize_end(daemon_fd, kExitFailure);
             return kExitFailure;
@@ -483,15 +511,7 @@ int main(int argc, char** argv) {
     server.start();
     for (const auto& line : *bound) log.info("listening: " + line);
     log.info(fmt::format("ready: {}; stages {}", decider->describe(), stages->to_string()));
-    if (!ready_file.empty()) {
-        const std::string tmp = ready_file + ".tmp";
-        {
-            std::ofstream f(tmp, std::ios::trunc);
-            for (const auto& line : *bound) f << line << '\n';
-            f << "pid " << ::getpid() << '\n';
-        }
-        std::rename(tmp.c_str(), ready_file.c_str());
-    }
+    write_ready_file(cl.ready_file, *bound);
     notify("READY=1");
     daemonize_end(daemon_fd, kExitOk);
 

@@ -11,7 +11,6 @@
 #include "server.hpp"
 
 #include <sys/stat.h>
-#include <syslog.h>
 #include <unistd.h>
 
 #include <boost/beast/core.hpp>
@@ -30,31 +29,6 @@ namespace http = beast::http;
 using asio::awaitable;
 using asio::use_awaitable;
 using boost::system::error_code;
-
-// ------------------------------------------------------------------ Logger
-
-Logger::Logger(LogOptions options) : options_(std::move(options)), pid_(static_cast<int>(::getpid())) {
-    // openlog keeps the pointer: options_.ident lives as long as the logger.
-    if (options_.to_syslog) openlog(options_.ident.c_str(), LOG_PID | LOG_NDELAY, options_.facility);
-}
-void Logger::info(const std::string& msg) {
-    emit(LOG_INFO, nullptr, msg);
-}
-void Logger::warning(const std::string& msg) {
-    emit(LOG_WARNING, "warning: ", msg);
-}
-void Logger::error(const std::string& msg) {
-    emit(LOG_ERR, "error: ", msg);
-}
-void Logger::emit(int priority, const char* level, const std::string& msg) {
-    if (priority > options_.max_priority) return;
-    if (options_.to_stderr) {
-        std::fprintf(stderr, "retryguard-policyd[%d]: %s%s\n", static_cast<int>(::getpid()),
-                     level ? level : "", msg.c_str());
-        std::fflush(stderr);
-    }
-    if (options_.to_syslog) syslog(priority, "%s%s", level ? level : "", msg.c_str());
-}
 
 // ---------------------------------------------------------------- sessions
 

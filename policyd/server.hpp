@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "retryguard/daemon_guard.hpp"
+#include "retryguard/logging.hpp"
 #include "retryguard/policy.hpp"
 #include "retryguard/policy_service.hpp"
 #include "retryguard/verdict_log.hpp"
@@ -27,6 +28,10 @@
 namespace retryguard::policyd {
 
 namespace asio = boost::asio;
+
+// The daemon's own lines: the core's logging module (log.target, log.facility,
+// log.ident + "/policyd", log.level as the least severity).
+using Logger = logging::Sink;
 
 struct ServerOptions {
     std::vector<std::string> listen;  // "unix:/path" or "tcp:127.0.0.1:10040" (port 0: any free port)
@@ -47,8 +52,6 @@ struct ServerOptions {
     std::size_t max_pending_decisions = 1024;  // queued for the worker pool before failing open
     std::chrono::milliseconds drain_timeout{10'000};
 };
-
-class Logger;
 
 class Server {
   public:
@@ -145,31 +148,6 @@ class Server {
     std::uint64_t accept_errors_policy_ = 0, accept_errors_metrics_ = 0;
     std::uint64_t accept_backoffs_policy_ = 0, accept_backoffs_metrics_ = 0;
     std::uint64_t metrics_refused_ = 0;
-};
-
-// One line per event, to stderr in the foreground and to syslog (facility
-// mail, next to Postfix's own lines) otherwise.
-// Where the daemon's own lines go: log.target (syslog, stderr or both),
-// log.facility, log.ident + "/policyd", and log.level as the least severity.
-struct LogOptions {
-    bool to_syslog = true;
-    bool to_stderr = false;
-    std::string ident = "retryguard/policyd";
-    int facility = 2 << 3;  // LOG_MAIL
-    int max_priority = 6;   // LOG_INFO: syslog priorities count down, so this is the least severe kept
-};
-
-class Logger {
-  public:
-    explicit Logger(LogOptions options);
-    void info(const std::string& msg);
-    void warning(const std::string& msg);
-    void error(const std::string& msg);
-
-  private:
-    void emit(int priority, const char* level, const std::string& msg);
-    LogOptions options_;
-    int pid_;  // stderr logging means --foreground: the pid never changes
 };
 
 }  // namespace retryguard::policyd

@@ -8,6 +8,7 @@
 
 #include "retryguard/actions.hpp"
 #include "retryguard/ledger.hpp"
+#include "retryguard/text.hpp"
 
 namespace retryguard::actions {
 
@@ -56,8 +57,7 @@ std::string unbracket(std::string_view a) {
 // Senders that are programs, not people: list owners, bounce handlers,
 // no-reply robots (the log carries no header; docs/guidance.md says so).
 bool automated_sender(std::string_view sender) {
-    std::string local(sender.substr(0, sender.rfind('@')));
-    for (auto& ch : local) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    const std::string local = text::ascii_lower(sender.substr(0, sender.rfind('@')));
     static constexpr std::string_view kExact[] = {"mailer-daemon", "postmaster", "listserv",   "majordomo",
                                                   "noreply",       "no-reply",   "donotreply", "do-not-reply",
                                                   "bounce",        "bounces"};

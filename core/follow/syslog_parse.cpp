@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "retryguard/follower.hpp"
+#include "retryguard/time.hpp"
 
 namespace retryguard {
 namespace {
@@ -17,42 +18,15 @@ bool is_print(char c) {
     return c > 32 && c < 127;
 }
 
-// "Nov 29 20:38:50" / "Nov  9 20:38:50": exactly 15 characters.
-bool rfc3164_timestamp(std::string_view s) {
-    static constexpr std::string_view months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                                  "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-    if (s.size() < 15) return false;
-    bool month = false;
-    for (auto m : months) month = month || s.substr(0, 3) == m;
-    if (!month || s[3] != ' ') return false;
-    if (!(s[4] == ' ' || is_digit(s[4])) || !is_digit(s[5]) || s[6] != ' ') return false;
-    return is_digit(s[7]) && is_digit(s[8]) && s[9] == ':' && is_digit(s[10]) && is_digit(s[11]) &&
-           s[12] == ':' && is_digit(s[13]) && is_digit(s[14]);
+// The time stamp shapes a datagram may start with (time.hpp reads both);
+// their length, or 0. Ranges are the log parser's to check.
+std::size_t rfc3164_timestamp(std::string_view s) {
+    const auto p = scan_rfc3164(s);
+    return p ? p->length : 0;
 }
-
-// RFC 3339 "2026-11-29T20:38:50(.1-9 digits)?(Z|+hh:mm|-hh:mm)"; returns its length or 0.
 std::size_t rfc3339_timestamp(std::string_view s) {
-    auto digits = [&](std::size_t at, std::size_t n) {
-        if (s.size() < at + n) return false;
-        for (std::size_t i = 0; i < n; ++i)
-            if (!is_digit(s[at + i])) return false;
-        return true;
-    };
-    auto at = [&](std::size_t i, char c) { return s.size() > i && s[i] == c; };
-    if (!(digits(0, 4) && at(4, '-') && digits(5, 2) && at(7, '-') && digits(8, 2) &&
-          (at(10, 'T') || at(10, 't')) && digits(11, 2) && at(13, ':') && digits(14, 2) && at(16, ':') &&
-          digits(17, 2)))
-        return 0;
-    std::size_t i = 19;
-    if (at(i, '.')) {
-        std::size_t n = 0;
-        while (s.size() > i + 1 + n && is_digit(s[i + 1 + n]) && n < 9) ++n;
-        if (n == 0) return 0;
-        i += 1 + n;
-    }
-    if (at(i, 'Z') || at(i, 'z')) return i + 1;
-    if ((at(i, '+') || at(i, '-')) && digits(i + 1, 2) && at(i + 3, ':') && digits(i + 4, 2)) return i + 6;
-    return 0;
+    const auto p = scan_rfc3339(s);
+    return p && p->has_zone ? p->length : 0;
 }
 
 // Next space-separated header token of at most `max` printable characters.
@@ -153,10 +127,8 @@ Result<SyslogLine> syslog_datagram_to_line(std::string_view d, std::string_view 
         if (*procid != "-") line.append("[").append(*procid).append("]");
         line.append(": ").append(rest);
     } else {
-        std::size_t ts_len = 0;
-        if (rfc3164_timestamp(rest))
-            ts_len = 15;
-        else
+        std::size_t ts_len = rfc3164_timestamp(rest);
+        if (ts_len == 0)
             ts_len = rfc3339_timestamp(rest);  // rsyslog's forward format: RFC 3339 without VERSION
         if (ts_len == 0 || rest.size() <= ts_len + 1 || rest[ts_len] != ' ')
             return make_error(ErrorKind::invalid_input, "syslog: no RFC 3164 or RFC 3339 timestamp");

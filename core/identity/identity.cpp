@@ -89,12 +89,6 @@ constexpr std::size_t kMaxBoundaries = 64;
 }  // namespace
 
 bool marks_automated(std::string_view name, std::string_view value) noexcept {
-    auto iequal = [](std::string_view a, std::string_view b) {
-        return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-                   return std::tolower(static_cast<unsigned char>(x)) ==
-                          std::tolower(static_cast<unsigned char>(y));
-               });
-    };
     // The first token of the value: up to ';', '(' or white space, after leading white space.
     std::size_t b = 0;
     while (b < value.size() && (is_wsp(value[b]) || value[b] == '\r' || value[b] == '\n')) ++b;
@@ -103,10 +97,11 @@ bool marks_automated(std::string_view name, std::string_view value) noexcept {
            value[e] != '\n')
         ++e;
     const std::string_view token = value.substr(b, e - b);
-    if (iequal(name, "Auto-Submitted")) return !token.empty() && !iequal(token, "no");
-    if (iequal(name, "Precedence"))
-        return iequal(token, "bulk") || iequal(token, "list") || iequal(token, "junk");
-    return iequal(name, "List-Id") || iequal(name, "List-Unsubscribe") || iequal(name, "List-Post");
+    if (text::iequals(name, "Auto-Submitted")) return !token.empty() && !text::iequals(token, "no");
+    if (text::iequals(name, "Precedence"))
+        return text::iequals(token, "bulk") || text::iequals(token, "list") || text::iequals(token, "junk");
+    return text::iequals(name, "List-Id") || text::iequals(name, "List-Unsubscribe") ||
+           text::iequals(name, "List-Post");
 }
 
 std::optional<std::string> parse_message_id_header(std::string_view value) {

@@ -12,6 +12,7 @@
 
 #include "retryguard/reply.hpp"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <chrono>
@@ -86,47 +87,6 @@ bool is_queue_id(sv s) {
         return true;
     }
     return false;
-}
-
-int month_of(sv m) {
-    static constexpr std::array<sv, 12> names = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                                 "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-    for (int i = 0; i < 12; ++i)
-        if (m == names[i]) return i + 1;
-    return 0;
-}
-
-// "HH:MM:SS" + optional ".fraction"; advances pos.
-bool parse_clock(sv s, std::size_t& pos, std::int64_t& seconds_of_day, std::int64_t& micros) {
-    if (s.size() < pos + 8 || s[pos + 2] != ':' || s[pos + 5] != ':') return false;
-    int h = 0, m = 0, sec = 0;
-    if (!digits(s.substr(pos, 2), h) || !digits(s.substr(pos + 3, 2), m) ||
-        !digits(s.substr(pos + 6, 2), sec))
-        return false;
-    if (h > 23 || m > 59 || sec > 60) return false;
-    if (sec == 60) sec = 59;  // a leap second is kept within its minute
-    pos += 8;
-    micros = 0;
-    if (pos < s.size() && (s[pos] == '.' || s[pos] == ',')) {
-        ++pos;
-        std::size_t start = pos;
-        std::int64_t scale = 100000;
-        while (pos < s.size() && is_digit(s[pos])) {
-            if (scale > 0) micros += (s[pos] - '0') * scale, scale /= 10;
-            ++pos;
-            if (pos - start > 12) return false;
-        }
-        if (pos == start) return false;
-    }
-    seconds_of_day = h * 3600 + m * 60 + sec;
-    return true;
-}
-
-std::int64_t days_from_civil(int y, int m, int d, bool& ok) {
-    using namespace std::chrono;
-    year_month_day ymd{year{y}, month{unsigned(m)}, day{unsigned(d)}};
-    ok = ymd.ok();
-    return ok ? sys_days{ymd}.time_since_epoch().count() : 0;
 }
 
 int year_of(TimePoint t) {
@@ -862,10 +822,9 @@ bool LogParser::convert_3164(int month, int day, std::int64_t seconds_of_day, st
                              TimePoint& out) {
     using namespace std::chrono;
     auto make = [&](int y, TimePoint& t) {
-        bool ok = false;
-        std::int64_t days = days_from_civil(y, month, day, ok);
+        const auto days = days_from_civil(y, month, day);
         std::int64_t utc = 0;
-        if (!ok || !local_to_utc(days * 86400 + seconds_of_day, utc)) return false;
+        if (!days || !local_to_utc(*days * 86400 + seconds_of_day, utc)) return false;
         t = TimePoint{Duration{utc * 1000000 + micros}};
         return true;
     };
@@ -935,64 +894,34 @@ bool LogParser::parse_line(std::string_view line, Event& out) {
     // Time stamp.
     std::size_t pos = 0;
     TimePoint time{};
-    if (s.size() >= 19 && is_digit(s[0]) && s[4] == '-' && s[7] == '-' && (s[10] == 'T' || s[10] == ' ')) {
-        int y = 0, mo = 0, d = 0;
-        std::int64_t sod = 0, micros = 0;
-        pos = 11;
-        if (!digits(s.substr(0, 4), y) || !digits(s.substr(5, 2), mo) || !digits(s.substr(8, 2), d) ||
-            !parse_clock(s, pos, sod, micros)) {
+    // A leap second is kept within its minute.
+    auto second_of_day = [](int h, int m, int sec) { return h * 3600 + m * 60 + std::min(sec, 59); };
+    if (s.size() >= 19 && is_digit(s[0]) && s[4] == '-' && s[7] == '-' &&
+        (s[10] == 'T' || s[10] == 't' || s[10] == ' ')) {
+        const auto p = scan_rfc3339(s);
+        if (!p || !rfc3339_in_range(*p) || p->offset_hours > 23 || p->offset_minutes > 59) {
             mark_unknown(out, "bad-time");
             return false;
         }
-        bool ok = false;
-        std::int64_t days = days_from_civil(y, mo, d, ok);
-        if (!ok) {
+        const std::int64_t local = *days_from_civil(p->year, p->month, p->day) * 86400 +
+                                   second_of_day(p->hour, p->minute, p->second);
+        std::int64_t utc = local - p->offset_seconds;
+        if (!p->has_zone && !local_to_utc(local, utc)) {
             mark_unknown(out, "bad-time");
             return false;
         }
-        std::int64_t local = days * 86400 + sod, utc = 0;
-        if (pos < s.size() && (s[pos] == 'Z' || s[pos] == 'z')) {
-            utc = local;
-            ++pos;
-        } else if (pos + 6 <= s.size() && (s[pos] == '+' || s[pos] == '-') && s[pos + 3] == ':') {
-            int oh = 0, om = 0;
-            if (!digits(s.substr(pos + 1, 2), oh) || !digits(s.substr(pos + 4, 2), om) || oh > 23 ||
-                om > 59) {
-                mark_unknown(out, "bad-time");
-                return false;
-            }
-            std::int64_t off = oh * 3600 + om * 60;
-            utc = s[pos] == '+' ? local - off : local + off;
-            pos += 6;
-        } else if (pos + 5 <= s.size() && (s[pos] == '+' || s[pos] == '-') && is_digit(s[pos + 1]) &&
-                   is_digit(s[pos + 2]) && is_digit(s[pos + 3]) && is_digit(s[pos + 4])) {
-            // "+0100" as journalctl -o short-iso writes it.
-            int oh = (s[pos + 1] - '0') * 10 + (s[pos + 2] - '0'),
-                om = (s[pos + 3] - '0') * 10 + (s[pos + 4] - '0');
-            if (oh > 23 || om > 59) {
-                mark_unknown(out, "bad-time");
-                return false;
-            }
-            std::int64_t off = oh * 3600 + om * 60;
-            utc = s[pos] == '+' ? local - off : local + off;
-            pos += 5;
-        } else if (!local_to_utc(local, utc)) {
-            mark_unknown(out, "bad-time");
-            return false;
-        }
-        time = TimePoint{Duration{utc * 1000000 + micros}};
-        note_time(time, y);
+        pos = p->length;
+        time = TimePoint{Duration{utc * 1000000 + p->micros}};
+        note_time(time, p->year);
     } else if (!rfc5424 && s.size() >= 15 && s[3] == ' ' && (s[4] == ' ' || is_digit(s[4])) &&
                is_digit(s[5]) && s[6] == ' ') {
-        int month = month_of(s.substr(0, 3));
-        int day = 0;
-        std::int64_t sod = 0, micros = 0;
-        pos = 7;
-        if (month == 0 || !digits(s[4] == ' ' ? s.substr(5, 1) : s.substr(4, 2), day) || day < 1 ||
-            day > 31 || !parse_clock(s, pos, sod, micros) || !convert_3164(month, day, sod, micros, time)) {
+        const auto p = scan_rfc3164(s);
+        if (!p || p->day < 1 || p->day > 31 || p->hour > 23 || p->minute > 59 || p->second > 60 ||
+            !convert_3164(p->month, p->day, second_of_day(p->hour, p->minute, p->second), p->micros, time)) {
             mark_unknown(out, "bad-time");
             return false;
         }
+        pos = p->length;
     } else if (rfc5424 && starts_with(s, "- ")) {
         time = std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now());
         pos = 1;

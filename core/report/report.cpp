@@ -236,59 +236,6 @@ std::string format_when(TimePoint t, TimePoint now) {
     return fmt::format("{} ({})", format_local(t), format_relative(t, now));
 }
 
-Result<TimePoint> parse_rfc3339(std::string_view text) {
-    // YYYY-MM-DDTHH:MM:SS[.frac](Z|+HH:MM|-HH:MM)
-    auto bad = [&] {
-        return make_error(ErrorKind::invalid_input, fmt::format("not an RFC 3339 time: '{}'", text));
-    };
-    if (text.size() < 20 || text.size() > 40) return bad();
-    auto num = [&](std::size_t pos, std::size_t len, int& out) {
-        out = 0;
-        for (std::size_t i = pos; i < pos + len; ++i) {
-            if (!std::isdigit(static_cast<unsigned char>(text[i]))) return false;
-            out = out * 10 + (text[i] - '0');
-        }
-        return true;
-    };
-    int y, mo, d, h, mi, s;
-    if (!num(0, 4, y) || text[4] != '-' || !num(5, 2, mo) || text[7] != '-' || !num(8, 2, d) ||
-        (text[10] != 'T' && text[10] != 't' && text[10] != ' ') || !num(11, 2, h) || text[13] != ':' ||
-        !num(14, 2, mi) || text[16] != ':' || !num(17, 2, s))
-        return bad();
-    std::size_t pos = 19;
-    std::int64_t micros = 0;
-    if (text[pos] == '.') {
-        ++pos;
-        int digits = 0;
-        while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) {
-            if (digits < 6) micros = micros * 10 + (text[pos] - '0');
-            ++digits;
-            ++pos;
-        }
-        if (digits == 0) return bad();
-        for (; digits < 6; ++digits) micros *= 10;
-    }
-    if (pos >= text.size()) return bad();
-    int offset_min = 0;
-    if (text[pos] == 'Z' || text[pos] == 'z') {
-        if (pos + 1 != text.size()) return bad();
-    } else if (text[pos] == '+' || text[pos] == '-') {
-        int oh, om;
-        if (text.size() != pos + 6 || !num(pos + 1, 2, oh) || text[pos + 3] != ':' || !num(pos + 4, 2, om))
-            return bad();
-        offset_min = (oh * 60 + om) * (text[pos] == '-' ? -1 : 1);
-    } else {
-        return bad();
-    }
-    if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60) return bad();
-    using namespace std::chrono;
-    year_month_day ymd{year{y}, month{static_cast<unsigned>(mo)}, day{static_cast<unsigned>(d)}};
-    if (!ymd.ok()) return bad();
-    auto tp =
-        sys_days{ymd} + hours{h} + minutes{mi} + seconds{s} + microseconds{micros} - minutes{offset_min};
-    return TimePoint{duration_cast<Duration>(tp.time_since_epoch())};
-}
-
 std::string Table::render(bool bold_header) const {
     std::vector<std::size_t> w(headers_.size(), 0);
     // Widths in characters: cells hold UTF-8 and our own colour sequences.

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "retryguard/classifier.hpp"
+#include "retryguard/text.hpp"
 
 namespace retryguard {
 
@@ -65,16 +66,14 @@ std::string recipient_domain(std::string_view recipient) {
     auto at = recipient.rfind('@');
     std::string d(at == std::string_view::npos ? std::string_view{} : recipient.substr(at + 1));
     while (!d.empty() && (d.back() == '>' || d.back() == '.')) d.pop_back();
-    for (auto& ch : d) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    return d;
+    return text::ascii_lower(d);
 }
 
 std::string answering_host(const Event& e) {
     std::string h = e.relay_host;
     if ((h.empty() || h == "none") && e.reply && !e.reply->remote_host.empty()) h = e.reply->remote_host;
     if (h == "none" || h == "local" || h == "virtual" || h == "private") return {};
-    for (auto& ch : h) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    return h;
+    return text::ascii_lower(h);
 }
 
 namespace {

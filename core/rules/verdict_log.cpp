@@ -2,132 +2,71 @@
 // The postlogd datagram has the shape Postfix's own msg_logger sends
 // ("Mon DD HH:MM:SS host ident[pid]: text"), so the line lands in maillog_file
 // exactly like Postfix's lines and the project's log parser reads it back.
+// verdict_log.cpp -- verdict lines through the logging module (syslog,
+// postlogd, a file or stderr), counted, and replayed after a crash without
+// writing a line twice to a file that already holds it.
 #include "retryguard/verdict_log.hpp"
 
 #include <fcntl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
-#include <syslog.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
-#include <cerrno>
-#include <cstring>
-#include <ctime>
 #include <utility>
 #include <vector>
 
 namespace retryguard {
-namespace {
 
-constexpr std::size_t kMaxRecord = 2000;  // Postfix's MSG_LOGGER_RECLEN
-
-struct FacilityName {
-    std::string_view name;
-    int value;
-};
-constexpr std::array kFacilities = {
-    FacilityName{"mail", LOG_MAIL},     FacilityName{"daemon", LOG_DAEMON},
-    FacilityName{"user", LOG_USER},     FacilityName{"local0", LOG_LOCAL0},
-    FacilityName{"local1", LOG_LOCAL1}, FacilityName{"local2", LOG_LOCAL2},
-    FacilityName{"local3", LOG_LOCAL3}, FacilityName{"local4", LOG_LOCAL4},
-    FacilityName{"local5", LOG_LOCAL5}, FacilityName{"local6", LOG_LOCAL6},
-    FacilityName{"local7", LOG_LOCAL7},
-};
-
-int facility_value(std::string_view name) {
-    for (const auto& f : kFacilities)
-        if (f.name == name) return f.value;
-    return -1;
-}
-
-// Peer text must not forge extra log lines.
-std::string printable(std::string_view s) {
-    std::string out;
-    out.reserve(std::min(s.size(), kMaxRecord));
-    for (unsigned char c : s) {
-        if (out.size() >= kMaxRecord) break;
-        out += (c < ' ' || c == 0x7f) ? '?' : static_cast<char>(c);
-    }
-    return out;
-}
-
-}  // namespace
+using logging::kMaxRecord;
+using logging::printable;
 
 Result<VerdictLogTarget> parse_verdict_log_target(std::string_view spec) {
-    VerdictLogTarget t;
-    auto colon = spec.find(':');
-    std::string_view kind = spec.substr(0, colon);
-    std::string_view arg = colon == std::string_view::npos ? std::string_view{} : spec.substr(colon + 1);
-    if (kind == "syslog") {
-        t.kind = VerdictLogTarget::Kind::syslog;
-        if (!arg.empty()) {
-            if (facility_value(arg) < 0)
-                return make_error(ErrorKind::config, "unknown syslog facility '" + std::string(arg) + "'");
-            t.facility = std::string(arg);
-        }
-    } else if (kind == "postlog" || kind == "file") {
-        if (arg.empty() || arg.front() != '/')
-            return make_error(ErrorKind::config, std::string(kind) + ": needs an absolute path");
-        t.kind = kind == "postlog" ? VerdictLogTarget::Kind::postlog : VerdictLogTarget::Kind::file;
-        t.path = std::string(arg);
-    } else if (kind == "stderr" && arg.empty()) {
-        t.kind = VerdictLogTarget::Kind::stderr_stream;
-    } else if (kind == "none" && arg.empty()) {
-        t.kind = VerdictLogTarget::Kind::none;
-    } else {
+    auto parsed = logging::parse_target(spec);
+    if (!parsed || parsed->kind == logging::Target::Kind::both)
         return make_error(ErrorKind::config, "bad verdict log target '" + std::string(spec) +
                                                  "' (expected syslog[:facility], postlog:/path, file:/path, "
                                                  "stderr or none)");
+    VerdictLogTarget t;
+    switch (parsed->kind) {
+        case logging::Target::Kind::syslog: t.kind = VerdictLogTarget::Kind::syslog; break;
+        case logging::Target::Kind::postlog: t.kind = VerdictLogTarget::Kind::postlog; break;
+        case logging::Target::Kind::file: t.kind = VerdictLogTarget::Kind::file; break;
+        case logging::Target::Kind::stderr_stream: t.kind = VerdictLogTarget::Kind::stderr_stream; break;
+        case logging::Target::Kind::both:
+        case logging::Target::Kind::none: t.kind = VerdictLogTarget::Kind::none; break;
     }
+    t.path = parsed->path;
+    if (const auto colon = spec.find(':');
+        t.kind == VerdictLogTarget::Kind::syslog && colon != std::string_view::npos)
+        t.facility = std::string(spec.substr(colon + 1));
     return t;
 }
 
-VerdictLog::~VerdictLog() {
-    if (fd_ >= 0) ::close(fd_);
-    if (target_.kind == VerdictLogTarget::Kind::syslog) ::closelog();
-}
+VerdictLog::~VerdictLog() = default;
 
 Status VerdictLog::open(const VerdictLogTarget& target) {
     std::lock_guard lock(mu_);
-    if (fd_ >= 0) ::close(fd_), fd_ = -1;
+    sink_.reset();
     target_ = target;
-    std::array<char, 256> host{};
-    if (::gethostname(host.data(), host.size() - 1) == 0) {
-        hostname_ = host.data();
-        hostname_ = hostname_.substr(0, hostname_.find('.'));
-    }
-    if (hostname_.empty()) hostname_ = "localhost";
+    logging::Target t;
     switch (target.kind) {
-        case VerdictLogTarget::Kind::syslog:
-            // openlog keeps the pointer: the ident lives in target_.
-            ::openlog(target_.ident.c_str(), LOG_PID | LOG_NDELAY, facility_value(target_.facility));
-            return {};
-        case VerdictLogTarget::Kind::postlog: {
-            fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-            if (fd_ < 0) return make_error(ErrorKind::io, std::string("socket: ") + std::strerror(errno));
-            sockaddr_un addr{};
-            addr.sun_family = AF_UNIX;
-            if (target.path.size() >= sizeof(addr.sun_path))
-                return make_error(ErrorKind::config, "postlog socket path too long: " + target.path);
-            std::memcpy(addr.sun_path, target.path.c_str(), target.path.size() + 1);
-            if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0) {
-                int err = errno;
-                ::close(fd_), fd_ = -1;
-                return make_error(ErrorKind::io, "connect to " + target.path + ": " + std::strerror(err));
-            }
-            return {};
-        }
-        case VerdictLogTarget::Kind::file:
-            fd_ = ::open(target.path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
-            if (fd_ < 0)
-                return make_error(ErrorKind::io, "open " + target.path + ": " + std::strerror(errno));
-            return {};
-        case VerdictLogTarget::Kind::stderr_stream:
-        case VerdictLogTarget::Kind::none: return {};
+        case VerdictLogTarget::Kind::syslog: t.kind = logging::Target::Kind::syslog; break;
+        case VerdictLogTarget::Kind::postlog: t.kind = logging::Target::Kind::postlog; break;
+        case VerdictLogTarget::Kind::file: t.kind = logging::Target::Kind::file; break;
+        case VerdictLogTarget::Kind::stderr_stream: t.kind = logging::Target::Kind::stderr_stream; break;
+        case VerdictLogTarget::Kind::none: t.kind = logging::Target::Kind::none; break;
     }
+    t.path = target.path;
+    logging::Options o;
+    o.program = target.ident;
+    o.hostname = target.hostname;
+    o.facility = logging::facility_code(target.facility);
+    if (o.facility < 0)
+        return make_error(ErrorKind::config, "unknown syslog facility '" + target.facility + "'");
+    o.stderr_program = false;
+    auto sink = logging::open_sink(t, o);
+    if (!sink) return sink.error();
+    sink_ = std::move(*sink);
     return {};
 }
 
@@ -197,7 +136,7 @@ VerdictLog::Replay VerdictLog::replay(std::span<const std::string> lines) {
         r.torn = m.torn;
         // The next line must start on a line of its own; a reader sees the cut
         // line, then the whole line written again below.
-        if (m.torn && fd_ >= 0 && ::write(fd_, "\n", 1) != 1) failures_.fetch_add(1);
+        if (m.torn && sink_ && !sink_->end_torn_line()) failures_.fetch_add(1);
     }
     for (std::size_t i = r.found; i < lines.size(); ++i) write_line(lines[i]);
     return r;
@@ -208,41 +147,9 @@ void VerdictLog::write(const Verdict& v) {
 }
 
 void VerdictLog::write_line(std::string_view message) {
-    std::string text = printable(message);
     std::lock_guard lock(mu_);
-    bool ok = true;
-    switch (target_.kind) {
-        case VerdictLogTarget::Kind::none: return;
-        case VerdictLogTarget::Kind::syslog: ::syslog(LOG_INFO, "%s", text.c_str()); break;
-        case VerdictLogTarget::Kind::stderr_stream: {
-            text += '\n';
-            ok = ::write(STDERR_FILENO, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-            break;
-        }
-        case VerdictLogTarget::Kind::postlog:
-        case VerdictLogTarget::Kind::file: {
-            std::time_t now = std::time(nullptr);
-            std::tm lt{};
-            ::localtime_r(&now, &lt);
-            char stamp[32];
-            std::size_t n = std::strftime(stamp, sizeof stamp, "%b %d %H:%M:%S ", &lt);
-            std::string record(stamp, n);
-            record += hostname_;
-            record += ' ';
-            record += target_.ident;
-            record += '[' + std::to_string(::getpid()) + "]: ";
-            record += text;
-            if (target_.kind == VerdictLogTarget::Kind::file) {
-                record += '\n';
-                ok = fd_ >= 0 &&
-                     ::write(fd_, record.data(), record.size()) == static_cast<ssize_t>(record.size());
-            } else {
-                ok = fd_ >= 0 && ::send(fd_, record.data(), record.size(), MSG_DONTWAIT | MSG_NOSIGNAL) ==
-                                     static_cast<ssize_t>(record.size());
-            }
-            break;
-        }
-    }
+    if (target_.kind == VerdictLogTarget::Kind::none) return;
+    const bool ok = sink_ && sink_->write(logging::Severity::info, message);
     (ok ? written_ : failures_).fetch_add(1);
 }
 

@@ -35,8 +35,9 @@ std::string format_when(TimePoint t, TimePoint now);
 // "1 d 4 h", "35 min", "12 s"
 std::string format_duration_short(Duration d);
 
-// Reads "2026-11-29T23:05:58Z" / "...+01:00" / with fractions (the hidden --now of the commands).
-Result<TimePoint> parse_rfc3339(std::string_view text);
+// Reads "2026-11-29T23:05:58Z" / "...+01:00" / with fractions (the hidden --now
+// of the commands): the core's one reader (time.hpp).
+using retryguard::parse_rfc3339;
 
 // A left-aligned text table; every column as wide as its widest cell.
 class Table {

@@ -1,17 +1,19 @@
 // verdict_log.hpp -- where verdict lines go: the mail log, next to Postfix's
-// own lines. Targets: syslog (facility mail by default), Postfix's postlogd
-// socket (for sites that use maillog_file instead of syslog), a plain file,
-// or standard error. Writing a verdict never fails the caller: errors are
-// counted and the line is dropped (fail open).
+// own lines, through the logging module (logging.hpp). Targets: syslog
+// (facility mail by default), Postfix's postlogd socket (for sites that use
+// maillog_file instead of syslog), a plain file, or standard error. Writing a verdict never fails the caller:
+// errors are counted and the line is dropped (fail open).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 
+#include "retryguard/logging.hpp"
 #include "retryguard/result.hpp"
 #include "retryguard/verdict.hpp"
 
@@ -23,6 +25,7 @@ struct VerdictLogTarget {
     std::string path;                  // postlog socket or file
     std::string ident = "retryguard";  // syslog tag, e.g. "retryguard/milter"
     std::string facility = "mail";
+    std::string hostname;  // host field of postlog and file records ("" = this host's short name)
 };
 
 // "syslog", "syslog:local3", "postlog:/var/spool/postfix/public/postlog",
@@ -68,8 +71,7 @@ class VerdictLog {
   private:
     std::mutex mu_;
     VerdictLogTarget target_;
-    int fd_ = -1;
-    std::string hostname_;
+    std::unique_ptr<logging::Sink> sink_;
     std::atomic<std::uint64_t> written_{0};
     std::atomic<std::uint64_t> failures_{0};
 };

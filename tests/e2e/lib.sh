@@ -45,6 +45,8 @@ export PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 E2E_DEFER_DOMAINS=${E2E_DEFER_DOMAINS:-defer.e2e.test}
 E2E_OK_DOMAINS=${E2E_OK_DOMAINS:-ok.e2e.test}
 E2E_DEFER_REPLY=${E2E_DEFER_REPLY:-451 4.3.5 System config error}
+# Lines added to every sending instance's main.cf (empty: none).
+E2E_SENDER_MAIN_CF=${E2E_SENDER_MAIN_CF:-}
 
 e2e_log() { printf 'e2e[%s]: %s\n' "${E2E_NAME:-?}" "$*" >&2; }
 e2e_fail() {
@@ -315,6 +317,8 @@ EOF
             echo "smtpd_milters = $milter"
             echo "non_smtpd_milters = $milter"
         fi
+        # A test's own settings for its sending instances (e.g. a policy service).
+        [ -z "${E2E_SENDER_MAIN_CF:-}" ] || printf '%s\n' "$E2E_SENDER_MAIN_CF"
     } >"$etc/main.cf"
     { _e2e_common_master_cf; echo "127.0.0.1:$port inet n - n - - smtpd"; } >"$etc/master.cf"
     : >"$etc/transport"
