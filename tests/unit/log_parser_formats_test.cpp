@@ -363,6 +363,10 @@ TEST(LogParserFormats, HeaderVariants) {
     // Single-digit day padded with a space.
     Event padded = parse("Dec  1 01:02:03 mx " + msg);
     EXPECT_EQ(format_rfc3339(padded.time), "2025-12-01T01:02:03Z");
+    // ... or with a zero, as Postfix's maillog_file (and the daemons' postlog lines) write it.
+    Event zero = parse("Dec 01 01:02:03 mx " + msg);
+    ASSERT_EQ(zero.kind, EventKind::queue_removed);
+    EXPECT_EQ(format_rfc3339(zero.time), "2025-12-01T01:02:03Z");
     // RFC 5424 from a forwarding daemon.
     Event rfc5424 =
         parse("<22>1 2026-11-29T20:38:50.5Z mx postfix/qmgr 5 - [meta x=\"]\"] 3F1A22C0E1: removed");
