@@ -963,6 +963,18 @@ class RedisLedger final : public Ledger {
         ever_connected_ = true;
     }
 
+    // A pipelined reply could not be read: the connection is unusable (as in
+    // call_once); drop it, back off, warn and fail as unavailable.
+    [[noreturn]] void drop_connection() {
+        std::string why = ctx_->errstr;
+        redisFree(ctx_);
+        ctx_ = nullptr;
+        back_off(std::chrono::steady_clock::now());
+        auto msg = "ledger (redis): " + location() + ": " + why;
+        options_.warn(msg);
+        throw Failure{make_error(ErrorKind::unavailable, msg)};
+    }
+
     void back_off(std::chrono::steady_clock::time_point now) {
         backoff_ =
             backoff_.count() == 0 ? options_.reconnect_min : std::min(backoff_ * 2, options_.reconnect_max);
@@ -1076,15 +1088,7 @@ class RedisLedger final : public Ledger {
             std::optional<Error> failed;
             for (std::size_t i = next; i < end; ++i) {
                 void* raw = nullptr;
-                if (redisGetReply(ctx_, &raw) != REDIS_OK || !raw) {
-                    std::string why = ctx_->errstr;
-                    redisFree(ctx_);
-                    ctx_ = nullptr;
-                    back_off(std::chrono::steady_clock::now());
-                    auto msg = "ledger (redis): " + location() + ": " + why;
-                    options_.warn(msg);
-                    throw Failure{make_error(ErrorKind::unavailable, msg)};
-                }
+                if (redisGetReply(ctx_, &raw) != REDIS_OK || !raw) drop_connection();
                 ReplyPtr reply(static_cast<redisReply*>(raw));
                 if (reply->type == REDIS_REPLY_ERROR) {
                     if (!failed)
@@ -1146,16 +1150,7 @@ class RedisLedger final : public Ledger {
             }
             for (std::size_t i = next; i < end; ++i) {
                 void* raw = nullptr;
-                if (redisGetReply(ctx_, &raw) != REDIS_OK || !raw) {
-                    // as in call_once: the connection is unusable
-                    std::string why = ctx_->errstr;
-                    redisFree(ctx_);
-                    ctx_ = nullptr;
-                    back_off(std::chrono::steady_clock::now());
-                    auto msg = "ledger (redis): " + location() + ": " + why;
-                    options_.warn(msg);
-                    throw Failure{make_error(ErrorKind::unavailable, msg)};
-                }
+                if (redisGetReply(ctx_, &raw) != REDIS_OK || !raw) drop_connection();
                 ReplyPtr reply(static_cast<redisReply*>(raw));
                 if (reply->type != REDIS_REPLY_ERROR) continue;
                 std::string msg(reply->str, reply->len);
