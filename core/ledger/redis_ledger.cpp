@@ -218,10 +218,46 @@ class RedisLedger final : public Ledger {
     void try_first_connect() {
         std::lock_guard lock(mutex_);
         try {
-            connect_locked();
+            keyer_locked();
         } catch (const Failure&) {
             // counted as unavailable by the first operation that needs the connection
         }
+    }
+
+    std::optional<EventKeyer> event_keyer() override {
+        std::lock_guard lock(mutex_);
+        return keyer_;
+    }
+
+    // The event-key secret (docs/ledger.md "Event keys"): <prefix>event_keyer,
+    // read after each new connection (a Redis that lost its data makes a new
+    // one). The first host to write it wins (SET NX), so a fleet shares one.
+    // Seen keys already stored (FNV-1a, from before the secret) give the
+    // newest of their times as the horizon. Its TTL (the long-lived keys') is
+    // renewed at every connection of any host: if it lapsed, the seen keys
+    // written under it would no longer match.
+    EventKeyer keyer_locked() {
+        connect_locked();
+        if (keyer_) return *keyer_;
+        const std::string key = P_ + "event_keyer";
+        auto stored = call({"GET", key});
+        if (stored->type != REDIS_REPLY_STRING) {
+            std::optional<TimePoint> horizon;
+            auto newest = call({"ZREVRANGE", P_ + "seen", "0", "0", "WITHSCORES"});
+            if (newest->type == REDIS_REPLY_ARRAY && newest->elements == 2)
+                horizon = from_micros(to_int(str(newest->element[1])));
+            auto made = new_event_keyer(horizon);
+            if (!made)
+                throw Failure{
+                    make_error(ErrorKind::internal, "ledger (redis): no random bytes for the event key")};
+            call({"SET", key, encode_event_keyer(*made), "NX", "EX", ttl(options_.key_ttl)});
+            stored = call({"GET", key});
+        }
+        call({"EXPIRE", key, ttl(options_.key_ttl)});
+        auto keyer = decode_event_keyer(str(stored.get()));
+        if (!keyer) throw Failure{make_error(ErrorKind::io, "ledger (redis): unreadable " + key)};
+        keyer_ = keyer;
+        return *keyer;
     }
 
     std::string_view backend() const noexcept override { return "redis"; }
@@ -229,6 +265,7 @@ class RedisLedger final : public Ledger {
     Result<IngestResult> ingest(std::span<const IngestItem> batch,
                                 const std::optional<FollowerPosition>& position) override {
         return run<IngestResult>([&] {
+            const EventKeyer keyer = keyer_locked();
             std::vector<std::string> args = {P_, ttl(options_.message_ttl), ttl(options_.key_ttl),
                                              ttl(options_.seen_ttl)};
             args.push_back(position ? position->source : std::string());
@@ -236,7 +273,7 @@ class RedisLedger final : public Ledger {
             args.push_back(std::to_string(batch.size()));
             args.reserve(args.size() + batch.size() * 21);
             for (const auto& item : batch) {
-                Op op = plan(item);
+                Op op = plan(item, keyer);
                 args.push_back(key_hex(op.key));
                 args.push_back(std::to_string(static_cast<int>(op.kind)));
                 args.push_back(std::to_string(op.time));
@@ -930,6 +967,7 @@ class RedisLedger final : public Ledger {
         }
         redisSetTimeout(c, to_timeval(options_.command_timeout));
         ctx_ = c;
+        keyer_.reset();  // read again on this connection (keyer_locked)
         try {
             if (!options_.redis_password.empty()) {
                 try {
@@ -1173,7 +1211,8 @@ class RedisLedger final : public Ledger {
     std::string P_;
     std::mutex mutex_;
     redisContext* ctx_ = nullptr;
-    bool read_only_ = false;  // the operation in progress only reads (see call_once)
+    std::optional<EventKeyer> keyer_;  // the event-key secret, once read on the connection
+    bool read_only_ = false;           // the operation in progress only reads (see call_once)
     bool ever_connected_ = false;
     bool attempted_ = false;
     std::chrono::steady_clock::time_point next_attempt_{};

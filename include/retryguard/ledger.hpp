@@ -13,6 +13,7 @@
 // anything a verdict depends on.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -48,9 +49,24 @@ std::string normalize_address(std::string_view address);
 // "user@Example.COM" -> "example.com"; "" when there is no '@'.
 std::string domain_of(std::string_view address);
 
-// The stable key of one log event: a 64-bit FNV-1a hash of time, host,
-// program, pid and text. Replaying a line gives the same key.
-std::uint64_t event_key(const Event& event) noexcept;
+// The key of one log event in a ledger's replay protection (docs/ledger.md
+// "Event keys"): replaying a line gives the same key. Remote servers write the
+// reply texts, so the key is SipHash-2-4 of time, host, program, pid and text
+// under the ledger's 128-bit secret: without it nobody can make a new event
+// share the key of another and pass it off as a replay. A ledger recorded
+// before it had a secret keeps its keys for the events it may already hold:
+// those at or before `horizon` get the unkeyed FNV-1a key of that time (log
+// times come from syslog, not from the remote server).
+struct EventKeyer {
+    std::array<unsigned char, 16> secret{};
+    std::optional<TimePoint> horizon;  // none: every event gets the keyed hash
+};
+std::uint64_t event_key(const Event& event, const EventKeyer& keyer) noexcept;
+// The unkeyed 64-bit FNV-1a key of ledgers recorded before the secret.
+std::uint64_t fnv_event_key(const Event& event) noexcept;
+// Keys that fell back to fnv_event_key because the SipHash of the crypto
+// library could not be computed (process-wide; 0 in practice).
+std::uint64_t event_key_fallbacks() noexcept;
 
 // ---------------------------------------------------------------------------
 // What the ledger records.
@@ -84,8 +100,8 @@ std::vector<Category> categories_in(CategorySet set);
 struct IngestItem {
     Event event;
     Category category = Category::unknown;
-    // event_key(event) when computed ahead (Ingestor::add_line, on an import's
-    // reading thread); 0: the ledger computes it.
+    // event_key(event, ledger.event_keyer()) when computed ahead
+    // (Ingestor::add_line, on an import's reading thread); 0: the ledger computes it.
     std::uint64_t key = 0;
 };
 
@@ -188,7 +204,7 @@ struct RecipientInfo {
     int reply_code = 0;
     std::string enhanced;    // "4.3.5" (or the dsn= Postfix logged)
     std::string reply_text;  // the literal reason Postfix logged
-    std::string stage;       // to_string(SmtpStage)
+    std::string stage;       // to_string(SmtpStage); "" when the reply names no stage
     std::string relay;       // relay host that answered
     Category category = Category::unknown;
 };
@@ -366,6 +382,12 @@ class Ledger {
     // cache and fewer WAL checkpoints). Crash safety is unchanged: every batch
     // is still its own transaction. Off again with false (and at close).
     virtual void set_bulk_mode(bool on) noexcept { (void)on; }
+
+    // The key function of this ledger's events (its secret and horizon), for
+    // a caller that computes IngestItem::key ahead on another thread. nullopt
+    // while the ledger has not read its secret (Redis not reached yet): leave
+    // the keys 0 and ingest() computes them.
+    virtual std::optional<EventKeyer> event_keyer() = 0;
 
     // Follower positions by source id.
     virtual Result<std::optional<FollowerPosition>> load_position(std::string_view source) = 0;

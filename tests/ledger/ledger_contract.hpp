@@ -1539,3 +1539,5 @@ TEST_P(LedgerContract, TwoWritersIngestAndQueryAtOnce) {
 }
 
 }  // namespace retryguard::ledger_test
+
+#include "ledger/ledger_event_key_contract.hpp"  // the event-key part of the contract

@@ -1,0 +1,111 @@
+// The event-key secret on Redis (docs/ledger.md "Event keys"): one key under
+// the prefix, shared by every host, with a TTL, and the upgrade of a ledger
+// whose seen set holds FNV-1a keys from before the secret. Label: redis.
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include <cstdio>
+
+#include "ledger/ledger_events.hpp"
+#include "ledger/redis_server.hpp"
+#include "retryguard/ledger.hpp"
+
+namespace retryguard::ledger_test {
+namespace {
+
+LedgerOptions key_test_options(const RedisServer& server, const std::string& prefix) {
+    LedgerOptions o;
+    o.spec = server.spec();
+    o.key_prefix = prefix;
+    o.connect_timeout = std::chrono::milliseconds(500);
+    o.command_timeout = std::chrono::milliseconds(2000);
+    return o;
+}
+
+std::string hex_key(std::uint64_t key) {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(key));
+    return buf;
+}
+
+struct Raw {
+    redisContext* c;
+    explicit Raw(int port) : c(redisConnect("127.0.0.1", port)) {}
+    ~Raw() {
+        if (c) redisFree(c);
+    }
+    Raw(const Raw&) = delete;
+    Raw& operator=(const Raw&) = delete;
+    // The reply as an integer, or -1 when it is not one.
+    long long integer(const std::vector<std::string>& argv) {
+        std::vector<const char*> p;
+        std::vector<std::size_t> n;
+        for (const auto& a : argv) p.push_back(a.data()), n.push_back(a.size());
+        auto* r =
+            static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), p.data(), n.data()));
+        long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+        if (r) freeReplyObject(r);
+        return v;
+    }
+};
+
+TEST(LedgerRedisEventKey, HostsOfAFleetShareOneSecretThatHasATimeToLive) {
+    auto* server = RedisServer::shared();
+    RETRYGUARD_REQUIRE_REDIS(server);
+    auto a = open_ledger(key_test_options(*server, "rgkey-fleet:"));
+    auto b = open_ledger(key_test_options(*server, "rgkey-fleet:"));
+    ASSERT_TRUE(a.ok() && b.ok());
+    auto ka = (*a)->event_keyer(), kb = (*b)->event_keyer();
+    ASSERT_TRUE(ka.has_value() && kb.has_value());
+    EXPECT_EQ(ka->secret, kb->secret);
+    Raw raw(server->port());
+    EXPECT_GT(raw.integer({"TTL", "rgkey-fleet:event_keyer"}), 0);
+}
+
+TEST(LedgerRedisEventKey, LedgerFromBeforeTheSecretKeepsItsReplaysSeen) {
+    auto* server = RedisServer::shared();
+    RETRYGUARD_REQUIRE_REDIS(server);
+    const std::string prefix = "rgkey-upgrade:";
+    const std::vector<IngestItem> old = {client("Q1", 100), queue_active("Q1", 101, "a@src.test"),
+                                         deferred("Q1", 102, "u@dest.test")};
+    {
+        auto l = open_ledger(key_test_options(*server, prefix));
+        ASSERT_TRUE(l.ok());
+        auto r = (*l)->ingest(old, std::nullopt);
+        ASSERT_TRUE(r.ok()) << r.error().message;
+        ASSERT_EQ(r->applied, old.size());
+    }
+    // As the version before the secret left it: no secret, FNV-1a keys.
+    Raw raw(server->port());
+    ASSERT_GE(raw.integer({"DEL", prefix + "event_keyer", prefix + "seen"}), 1);
+    for (const auto& item : old)
+        ASSERT_EQ(raw.integer({"ZADD", prefix + "seen", std::to_string(to_micros(item.event.time)),
+                               hex_key(fnv_event_key(item.event))}),
+                  1);
+
+    auto l = open_ledger(key_test_options(*server, prefix));
+    ASSERT_TRUE(l.ok());
+    auto keyer = (*l)->event_keyer();
+    ASSERT_TRUE(keyer.has_value());
+    ASSERT_TRUE(keyer->horizon.has_value());
+    EXPECT_EQ(*keyer->horizon, at(102));
+    auto again = (*l)->ingest(old, std::nullopt);
+    ASSERT_TRUE(again.ok()) << again.error().message;
+    EXPECT_EQ(again->applied, 0u);
+    EXPECT_EQ(again->duplicates, old.size());
+
+    const std::vector<IngestItem> later = {deferred("Q1", 700, "u@dest.test"),
+                                           sent("Q1", 900, "u@dest.test")};
+    auto fresh = (*l)->ingest(later, std::nullopt);
+    ASSERT_TRUE(fresh.ok()) << fresh.error().message;
+    EXPECT_EQ(fresh->applied, later.size());
+    for (const auto& item : later) {
+        // ZRANK: the member's rank, or nil (-1 here) when absent.
+        EXPECT_GE(raw.integer({"ZRANK", prefix + "seen", hex_key(event_key(item.event, *keyer))}), 0);
+        EXPECT_EQ(raw.integer({"ZRANK", prefix + "seen", hex_key(fnv_event_key(item.event))}), -1);
+    }
+    EXPECT_EQ((*l)->ingest(later, std::nullopt)->duplicates, later.size());
+}
+
+}  // namespace
+}  // namespace retryguard::ledger_test
