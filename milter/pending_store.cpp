@@ -241,7 +241,7 @@ class LedgerStore final : public PendingStore {
         }
     }
 
-    std::unique_ptr<Ledger> ledger_;
+    std::unique_ptr<LedgerLookup> ledger_;
     std::string spec_;
     std::string host_;  // recorded with each message (MessageIdentity::host)
     std::chrono::seconds rescan_;

@@ -411,13 +411,13 @@ std::function<void(std::string_view)> default_warn() {
 
 }  // namespace ledger_detail
 
-Status Ledger::for_each_open_identity(
+Status LedgerLookup::for_each_open_identity(
     const std::function<void(std::string_view message_id, std::string_view fingerprint)>&) {
     return make_error(ErrorKind::unavailable,
                       "ledger (" + std::string(backend()) + "): cannot list its identities");
 }
 
-Result<std::unique_ptr<IdentityStream>> Ledger::open_identity_stream() {
+Result<std::unique_ptr<IdentityStream>> LedgerLookup::open_identity_stream() {
     return make_error(ErrorKind::unavailable,
                       "ledger (" + std::string(backend()) + "): has no stream of identity changes");
 }

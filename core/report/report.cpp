@@ -58,7 +58,7 @@ std::string primary_category(CategorySet set) {
     return cats.empty() ? std::string() : std::string(to_string(cats.front()));
 }
 
-std::optional<json> saved_engine(Ledger& ledger) {
+std::optional<json> saved_engine(LedgerReports& ledger) {
     auto saved = ledger.get_state("engine");
     if (!saved || !*saved) return std::nullopt;
     auto view = describe_saved_state(**saved);
@@ -82,7 +82,7 @@ json open_incident(const json& e) {
                 {"absorbed", i.value("absorbed", std::int64_t{0})}};
 }
 
-Result<std::vector<DestinationEpisodes>> read_period(Ledger& ledger, TimePoint from, TimePoint to) {
+Result<std::vector<DestinationEpisodes>> read_period(LedgerReports& ledger, TimePoint from, TimePoint to) {
     auto list = ledger.list_destinations(DestinationFilter{});
     if (!list) return list.error();
     std::vector<DestinationEpisodes> out;
@@ -277,7 +277,7 @@ std::string_view kind_name(DestinationKind kind) noexcept {
 
 namespace {
 
-Result<std::map<std::string, Flag>> active_flags_by_key(Ledger& ledger, TimePoint now) {
+Result<std::map<std::string, Flag>> active_flags_by_key(LedgerReports& ledger, TimePoint now) {
     auto fl = ledger.list_flags(std::nullopt, now, false);
     if (!fl) return fl.error();
     std::map<std::string, Flag> out;
@@ -389,7 +389,7 @@ void sort_listing(std::vector<Listed>& v, DestinationSort sort) {
 
 }  // namespace
 
-Result<json> destinations(Ledger& ledger, const DestinationQuery& query, TimePoint now) {
+Result<json> destinations(LedgerReports& ledger, const DestinationQuery& query, TimePoint now) {
     DestinationFilter f;
     f.kind = query.kind;
     if (query.state && *query.state != "none") f.state = query.state;
@@ -438,7 +438,7 @@ std::string render_destinations(const json& raw, const RenderOptions& ro) {
 
 // ---------------------------------------------------------------------------
 
-Result<json> status(Ledger& ledger, const StatusInputs& in, TimePoint now) {
+Result<json> status(LedgerReports& ledger, const StatusInputs& in, TimePoint now) {
     json doc{{"now", format_rfc3339(now)}};
     // Config.
     json cfg{{"file", in.config_path.empty() ? json(nullptr) : json(in.config_path)}};
@@ -686,7 +686,7 @@ struct EngineEscalations {
     std::vector<json> closed;
 };
 
-EngineEscalations engine_escalations(Ledger& ledger, std::optional<TimePoint> from, TimePoint now) {
+EngineEscalations engine_escalations(LedgerReports& ledger, std::optional<TimePoint> from, TimePoint now) {
     EngineEscalations out;
     auto e = saved_engine(ledger);
     if (!e || !e->contains("dests") || !(*e)["dests"].is_array()) return out;
@@ -725,7 +725,7 @@ EngineEscalations engine_escalations(Ledger& ledger, std::optional<TimePoint> fr
 
 }  // namespace
 
-Result<json> escalations(Ledger& ledger, const config::Config& config, TimePoint now,
+Result<json> escalations(LedgerReports& ledger, const config::Config& config, TimePoint now,
                          const EscalationQuery& query) {
     DestinationQuery q;
     q.state = "escalate";
@@ -905,7 +905,7 @@ json message_json(const MessageInfo& m) {
 
 }  // namespace
 
-Result<json> explain(Ledger& ledger, const Classifier& classifier, const config::Config& config,
+Result<json> explain(LedgerReports& ledger, const Classifier& classifier, const config::Config& config,
                      std::string_view query, TimePoint now, const ExplainOptions& opt) {
     constexpr std::size_t kMaxChain = 32;  // postsuper -r loops are not expected; bound anyway
     constexpr std::size_t kMaxMessages = 50;
@@ -1123,7 +1123,7 @@ std::size_t bucket_of(Duration age) {
 }
 }  // namespace
 
-Result<json> queue(std::string_view text, const Classifier& classifier, Ledger* ledger, TimePoint now,
+Result<json> queue(std::string_view text, const Classifier& classifier, LedgerReports* ledger, TimePoint now,
                    const Page& page) {
     struct Dest {
         std::int64_t total = 0;
@@ -1270,7 +1270,7 @@ std::string render_queue(const json& raw, const RenderOptions& ro) {
 
 // ---------------------------------------------------------------------------
 
-Result<json> flags(Ledger& ledger, TimePoint now, bool include_inactive, const Page& page) {
+Result<json> flags(LedgerReports& ledger, TimePoint now, bool include_inactive, const Page& page) {
     auto fl = ledger.list_flags(std::nullopt, now, include_inactive);
     if (!fl) return fl.error();
     json arr = json::array();
