@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <set>
 
+#include "ledger/event_key_upgrade.hpp"
 #include "ledger/ledger_events.hpp"
 #include "retryguard/ledger.hpp"
 
@@ -154,27 +155,13 @@ TEST(LedgerEventKey, SqliteLedgerFromBeforeTheSecretKeepsItsReplaysSeen) {
 
     auto l = open_ledger("sqlite:" + path);
     ASSERT_TRUE(l.ok()) << l.error().message;
-    auto keyer = (*l)->event_keyer();
-    ASSERT_TRUE(keyer.has_value());
-    ASSERT_TRUE(keyer->horizon.has_value());
-    EXPECT_EQ(*keyer->horizon, at(102));
-    auto again = (*l)->ingest(old, std::nullopt);
-    ASSERT_TRUE(again.ok()) << again.error().message;
-    EXPECT_EQ(again->applied, 0u);
-    EXPECT_EQ(again->duplicates, old.size());
-
     const std::vector<IngestItem> later = {deferred("Q1", 700, "u@dest.test"),
                                            sent("Q1", 900, "u@dest.test")};
-    auto fresh = (*l)->ingest(later, std::nullopt);
-    ASSERT_TRUE(fresh.ok()) << fresh.error().message;
-    EXPECT_EQ(fresh->applied, later.size());
-    const auto stored = seen_batch_keys(path);
-    for (const auto& item : later) {
-        const auto t = to_micros(item.event.time);
-        EXPECT_TRUE(stored.contains({t, event_key(item.event, *keyer)}));
-        EXPECT_FALSE(stored.contains({t, fnv_event_key(item.event)}));
-    }
-    EXPECT_EQ((*l)->ingest(later, std::nullopt)->duplicates, later.size());
+    expect_upgrade_keeps_replays(**l, old, later, [&](std::int64_t t, std::uint64_t key) {
+        return seen_batch_keys(path).contains({t, key});
+    });
+    auto keyer = (*l)->event_keyer();
+    ASSERT_TRUE(keyer.has_value());
 
     // The horizon is stored with the secret: the next opening keeps both.
     l->reset();
