@@ -221,6 +221,69 @@ CREATE INDEX seen_batches_last ON seen_batches(last);
     R"sql(
 ALTER TABLE messages ADD COLUMN host TEXT NOT NULL DEFAULT '';
 )sql",
+    // version 9: the UNIQUE constraints of messages(queue_id) and
+    // recipients(queue_id, address) become unique indexes of their own (same
+    // columns, same uniqueness, same upsert targets), so that bulk mode into an
+    // empty ledger can drop them with the other secondary indexes and build
+    // them once at its end: keyed by random queue ids, they were the pages
+    // every batch rewrote all over (set_bulk_mode). Same columns in the same
+    // order, same ids.
+    R"sql(
+CREATE TABLE messages_v9(
+  id INTEGER PRIMARY KEY,
+  queue_id TEXT NOT NULL,
+  first_queue_id TEXT NOT NULL,
+  previous_queue_id TEXT,
+  next_queue_id TEXT,
+  message_id TEXT,
+  fingerprint TEXT,
+  sender TEXT,
+  size INTEGER NOT NULL DEFAULT -1,
+  nrcpt INTEGER NOT NULL DEFAULT -1,
+  arrival INTEGER,
+  state TEXT NOT NULL DEFAULT 'incoming',
+  updated INTEGER NOT NULL,
+  finished INTEGER,
+  host TEXT NOT NULL DEFAULT ''
+);
+INSERT INTO messages_v9(id, queue_id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint,
+  sender, size, nrcpt, arrival, state, updated, finished, host)
+  SELECT id, queue_id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint, sender, size,
+  nrcpt, arrival, state, updated, finished, host FROM messages ORDER BY id;
+DROP TABLE messages;
+ALTER TABLE messages_v9 RENAME TO messages;
+CREATE UNIQUE INDEX messages_queue_id ON messages(queue_id);
+CREATE INDEX messages_message_id ON messages(message_id) WHERE message_id IS NOT NULL;
+CREATE INDEX messages_fingerprint_queued ON messages(fingerprint)
+  WHERE fingerprint IS NOT NULL AND state IN ('active','deferred','hold');
+CREATE INDEX messages_finished ON messages(finished) WHERE finished IS NOT NULL;
+CREATE INDEX messages_updated ON messages(updated);
+CREATE TABLE recipients_v9(
+  id INTEGER PRIMARY KEY,
+  queue_id TEXT NOT NULL,
+  address TEXT NOT NULL,
+  domain TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT 'pending',
+  attempts INTEGER NOT NULL DEFAULT 0,
+  first_attempt INTEGER,
+  last_attempt INTEGER,
+  first_deferral INTEGER,
+  reply_code INTEGER NOT NULL DEFAULT 0,
+  enhanced TEXT NOT NULL DEFAULT '',
+  reply_text TEXT NOT NULL DEFAULT '',
+  stage TEXT NOT NULL DEFAULT '',
+  relay TEXT NOT NULL DEFAULT '',
+  category TEXT NOT NULL DEFAULT 'unknown'
+);
+INSERT INTO recipients_v9(id, queue_id, address, domain, state, attempts, first_attempt, last_attempt,
+  first_deferral, reply_code, enhanced, reply_text, stage, relay, category)
+  SELECT id, queue_id, address, domain, state, attempts, first_attempt, last_attempt, first_deferral, reply_code,
+  enhanced, reply_text, stage, relay, category FROM recipients ORDER BY id;
+DROP TABLE recipients;
+ALTER TABLE recipients_v9 RENAME TO recipients;
+CREATE UNIQUE INDEX recipients_queue_address ON recipients(queue_id, address);
+CREATE INDEX recipients_address ON recipients(address);
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -444,10 +507,13 @@ class SqliteLedger final : public Ledger {
     // syncs twice; a page written by many batches is written back once).
     // synchronous stays NORMAL: a kill -9 loses nothing committed.
     // Into an empty ledger, the secondary indexes of messages and recipients
-    // (kSecondaryIndexes: Message-ID, fingerprint, address, times) are dropped
-    // and built once when bulk mode ends: keyed by random values, each batch
-    // rewrote pages all over them. Lookups stay correct meanwhile (scans). A
-    // process killed before the end leaves them missing; open() builds them.
+    // (kSecondaryIndexes: queue id, Message-ID, fingerprint, address, times)
+    // are dropped and built once when bulk mode ends: keyed by random values,
+    // each batch rewrote pages all over them. Lookups stay correct meanwhile
+    // (scans); the ingest path finds its rows through the queue-id map instead
+    // (QueueIdMap), which also keeps queue ids unique while their index is
+    // missing. A process killed before the end leaves them missing; open()
+    // builds them.
     void set_bulk_mode(bool on) noexcept override {
         std::lock_guard lock(mutex_);
         (void)guard([&] {
@@ -465,8 +531,10 @@ class SqliteLedger final : public Ledger {
                     if (empty)
                         for (const auto& index : kSecondaryIndexes)
                             exec(("DROP INDEX IF EXISTS " + std::string(index.name)).c_str());
+                    const std::int64_t version = data_version();
                     exec("COMMIT");
                     indexes_deferred_ = empty;
+                    if (empty) qid_map_.start(version);
                 } catch (...) {
                     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
                     throw;
@@ -474,6 +542,7 @@ class SqliteLedger final : public Ledger {
             });
             if (!st) options_.warn("bulk mode: keeping the indexes: " + st.error().message);
         } else if (!on && indexes_deferred_) {
+            qid_map_.stop();
             auto st = guard([&] { ensure_indexes(); });
             if (!st)
                 options_.warn("bulk mode: building the indexes: " + st.error().message +
@@ -488,6 +557,9 @@ class SqliteLedger final : public Ledger {
         const char* create;
     };
     static constexpr IndexDef kSecondaryIndexes[] = {
+        {"messages_queue_id", "CREATE UNIQUE INDEX IF NOT EXISTS messages_queue_id ON messages(queue_id)"},
+        {"recipients_queue_address",
+         "CREATE UNIQUE INDEX IF NOT EXISTS recipients_queue_address ON recipients(queue_id, address)"},
         {"messages_message_id",
          "CREATE INDEX IF NOT EXISTS messages_message_id ON messages(message_id) WHERE message_id IS NOT "
          "NULL"},
@@ -499,6 +571,25 @@ class SqliteLedger final : public Ledger {
         {"messages_updated", "CREATE INDEX IF NOT EXISTS messages_updated ON messages(updated)"},
         {"recipients_address", "CREATE INDEX IF NOT EXISTS recipients_address ON recipients(address)"},
     };
+
+    // PRAGMA data_version: changes when another connection commits.
+    std::int64_t data_version() {
+        Query v = stmt("PRAGMA data_version");
+        const std::int64_t version = v.row() ? v.col(0) : -1;
+        v.run();
+        return version;
+    }
+
+    // The queue-id map is given up for good (another writer, a retired queue
+    // id seen again, a failed batch): the two unique indexes are built now, in
+    // the current transaction, and rows are looked up by queue id again. If
+    // that transaction rolls back, lookups stay correct (scans) and bulk mode's
+    // end or the next opening builds them.
+    void leave_queue_id_map(std::string_view why) {
+        options_.warn("bulk mode: " + std::string(why) + ": building the queue-id indexes now");
+        qid_map_.stop();
+        for (std::size_t i = 0; i < 2; ++i) exec(kSecondaryIndexes[i].create);
+    }
 
     void ensure_indexes() {
         exec("BEGIN IMMEDIATE");
@@ -519,6 +610,10 @@ class SqliteLedger final : public Ledger {
             journal_.assign(kJournalBatchTag);
             clear_rows();
             dests_.clear();
+            qid_map_.discard_staged();
+            // Another connection wrote since: rows the map does not know may exist.
+            if (qid_map_.active() && data_version() != qid_map_.version())
+                leave_queue_id_map("another connection wrote to the ledger");
             load_seen(batch);
             for (const auto& item : batch) {
                 Op op = plan(item);
@@ -547,7 +642,11 @@ class SqliteLedger final : public Ledger {
         });
         clear_rows();
         dests_.clear();
-        if (!st) return counters_.count(Result<IngestResult>(st.error()));
+        if (!st) {
+            qid_map_.discard_staged();  // rolled back with the batch: the map stays as committed
+            return counters_.count(Result<IngestResult>(st.error()));
+        }
+        qid_map_.commit_staged();
         counters_.events += result.applied;
         counters_.duplicates += result.duplicates;
         return counters_.count(Result<IngestResult>(result));
@@ -583,13 +682,24 @@ class SqliteLedger final : public Ledger {
     Status record_identities(std::span<const MessageIdentity> identities) override {
         if (auto st = check_identities(identities); !st) return counters_.count(std::move(st));
         return counters_.count(write([&] {
+            if (qid_map_.active())
+                leave_queue_id_map("a message identity is recorded");  // its upserts need them
             for (const auto& id : identities) store_identity(id);
         }));
     }
 
+    // An upsert on the queue-id indexes. While an import in bulk mode (in
+    // another process) has them dropped (set_bulk_mode), the upsert has no
+    // conflict target and fails to prepare: the same change is then made by
+    // an UPDATE, and an INSERT when it found no row (the same outcome under
+    // the write lock; the lookups scan until the indexes are back).
     void store_identity(const MessageIdentity& id) {
-        std::int64_t t = to_micros(id.time);
-        {
+        const std::int64_t t = to_micros(id.time);
+        const std::string message_id = normalize_message_id(id.message_id);
+        const std::string sender = normalize_address(id.sender);
+        const std::string host = bounded_host(id.host);
+        bool unique_indexes = true;
+        try {
             Query q = stmt(
                 "INSERT INTO messages(queue_id, first_queue_id, message_id, fingerprint, sender, "
                 "arrival, updated, host) VALUES(?1, ?1, ?2, ?3, ?4, ?5, ?5, ?6) ON CONFLICT(queue_id) DO "
@@ -600,18 +710,37 @@ class SqliteLedger final : public Ledger {
                 "sender = COALESCE(excluded.sender, sender), "
                 "arrival = MIN(COALESCE(arrival, excluded.arrival), excluded.arrival), "
                 "updated = MAX(updated, excluded.updated)");
-            q.text(id.queue_id)
-                .text_or_null(normalize_message_id(id.message_id))
-                .text_or_null(id.fingerprint)
-                .text_or_null(normalize_address(id.sender))
-                .i64(t)
-                .text(bounded_host(id.host))
-                .run();
+            q.text(id.queue_id).text_or_null(message_id).text_or_null(id.fingerprint).text_or_null(sender);
+            q.i64(t).text(host).run();
+        } catch (const SqlError& e) {
+            if ((e.code & 0xff) != SQLITE_ERROR) throw;
+            unique_indexes = false;
+            Query u = stmt(
+                "UPDATE messages SET message_id = COALESCE(?2, message_id), "
+                "host = CASE WHEN host = '' THEN ?6 ELSE host END, fingerprint = COALESCE(?3, fingerprint), "
+                "sender = COALESCE(?4, sender), arrival = MIN(COALESCE(arrival, ?5), ?5), "
+                "updated = MAX(updated, ?5) WHERE queue_id = ?1");
+            u.text(id.queue_id).text_or_null(message_id).text_or_null(id.fingerprint).text_or_null(sender);
+            u.i64(t).text(host).run();
+            if (sqlite3_changes(db_) == 0) {
+                Query q = stmt(
+                    "INSERT INTO messages(queue_id, first_queue_id, message_id, fingerprint, sender, "
+                    "arrival, updated, host) VALUES(?1, ?1, ?2, ?3, ?4, ?5, ?5, ?6)");
+                q.text(id.queue_id)
+                    .text_or_null(message_id)
+                    .text_or_null(id.fingerprint)
+                    .text_or_null(sender);
+                q.i64(t).text(host).run();
+            }
         }
         for (const auto& r : id.recipients) {
             auto address = normalize_address(r);
             if (address.empty()) continue;
-            Query q = stmt("INSERT OR IGNORE INTO recipients(queue_id, address, domain) VALUES(?, ?, ?)");
+            Query q =
+                stmt(unique_indexes
+                         ? "INSERT OR IGNORE INTO recipients(queue_id, address, domain) VALUES(?1, ?2, ?3)"
+                         : "INSERT INTO recipients(queue_id, address, domain) SELECT ?1, ?2, ?3 WHERE NOT "
+                           "EXISTS(SELECT 1 FROM recipients WHERE queue_id = ?1 AND address = ?2)");
             q.text(id.queue_id).text(address).text(domain_of(address)).run();
         }
     }
@@ -1010,6 +1139,7 @@ class SqliteLedger final : public Ledger {
         PruneResult r;
         auto st = write([&] {
             r = {};
+            if (qid_map_.active()) leave_queue_id_map("pruning");  // deletes rows the map knows
             std::int64_t finished_cut = to_micros(now - policy.finished_messages);
             std::int64_t stale_cut = to_micros(now - policy.stale_messages);
             std::int64_t ep_cut = to_micros(now - policy.episodes);
@@ -1492,6 +1622,129 @@ class SqliteLedger final : public Ledger {
         bool dirty = false;
     };
 
+    // Bulk mode into an empty ledger (set_bulk_mode): the row ids of the
+    // messages and recipients the import wrote, by queue id, so that the
+    // ingest path reads its rows by id without the two queue-id indexes
+    // (dropped meanwhile), and knows that a queue id it never wrote has no row
+    // (so never inserts one twice). A finished message leaves the map and only
+    // a 64-bit hash of its queue id stays: memory follows the mail queue, plus
+    // 8-16 bytes per finished message. A finished queue id logged again (rare:
+    // Postfix does not reuse a queue id soon), a hash collision, another
+    // connection's commit or the end of bulk mode ends the map for the rest of
+    // the import and builds the indexes (leave_queue_id_map). A batch's
+    // changes are staged and take effect when its transaction commits.
+    class QueueIdMap {
+      public:
+        struct Entry {
+            std::int64_t message = 0;                                      // row id, 0: no row
+            std::vector<std::pair<std::string, std::int64_t>> recipients;  // address, row id
+        };
+        bool active() const noexcept { return active_; }
+        std::int64_t version() const noexcept { return version_; }  // PRAGMA data_version at the start
+        void start(std::int64_t version) {
+            stop();
+            active_ = true;
+            version_ = version;
+        }
+        void stop() {
+            active_ = false;
+            live_ = {};
+            retired_.clear();
+            discard_staged();
+        }
+        const Entry* find(const std::string& queue_id) const {
+            auto it = live_.find(queue_id);
+            return it == live_.end() ? nullptr : &it->second;
+        }
+        bool retired(std::string_view queue_id) const { return retired_.contains(hash(queue_id)); }
+        void stage_message(const std::string& queue_id, std::int64_t id) {
+            if (active_) staged_messages_.emplace_back(queue_id, id);
+        }
+        void stage_recipient(const std::string& queue_id, const std::string& address, std::int64_t id) {
+            if (active_) staged_recipients_.push_back({queue_id, address, id});
+        }
+        void stage_finished(const std::string& queue_id) {
+            if (active_) staged_finished_.push_back(queue_id);
+        }
+        void discard_staged() {
+            staged_messages_.clear();
+            staged_recipients_.clear();
+            staged_finished_.clear();
+        }
+        void commit_staged() {
+            if (active_) {
+                for (auto& [queue_id, id] : staged_messages_) live_[queue_id].message = id;
+                for (auto& r : staged_recipients_)
+                    live_[r.queue_id].recipients.emplace_back(std::move(r.address), r.id);
+                for (const auto& queue_id : staged_finished_) {
+                    live_.erase(queue_id);
+                    retired_.insert(hash(queue_id));
+                }
+            }
+            discard_staged();
+        }
+        std::size_t live_size() const noexcept { return live_.size(); }
+
+      private:
+        static std::uint64_t hash(std::string_view s) noexcept {
+            const std::uint64_t h = std::hash<std::string_view>{}(s);
+            return h == 0 ? 1 : h;  // 0 marks an empty slot
+        }
+        // Open addressing over 64-bit hashes (0: empty), at most half full.
+        class HashSet {
+          public:
+            bool contains(std::uint64_t h) const noexcept {
+                if (slots_.empty()) return false;
+                const std::size_t mask = slots_.size() - 1;
+                for (std::size_t i = h & mask;; i = (i + 1) & mask) {
+                    if (slots_[i] == h) return true;
+                    if (slots_[i] == 0) return false;
+                }
+            }
+            void insert(std::uint64_t h) {
+                if ((size_ + 1) * 2 > slots_.size()) grow();
+                place(h);
+            }
+            void clear() {
+                slots_ = {};
+                size_ = 0;
+            }
+
+          private:
+            void place(std::uint64_t h) {
+                const std::size_t mask = slots_.size() - 1;
+                for (std::size_t i = h & mask;; i = (i + 1) & mask) {
+                    if (slots_[i] == h) return;
+                    if (slots_[i] == 0) {
+                        slots_[i] = h;
+                        ++size_;
+                        return;
+                    }
+                }
+            }
+            void grow() {
+                std::vector<std::uint64_t> old = std::move(slots_);
+                slots_.assign(std::max<std::size_t>(1024, old.size() * 2), 0);
+                size_ = 0;
+                for (std::uint64_t h : old)
+                    if (h != 0) place(h);
+            }
+            std::vector<std::uint64_t> slots_;
+            std::size_t size_ = 0;
+        };
+        struct StagedRecipient {
+            std::string queue_id, address;
+            std::int64_t id = 0;
+        };
+        bool active_ = false;
+        std::int64_t version_ = 0;
+        std::unordered_map<std::string, Entry> live_;
+        HashSet retired_;
+        std::vector<std::pair<std::string, std::int64_t>> staged_messages_;
+        std::vector<StagedRecipient> staged_recipients_;
+        std::vector<std::string> staged_finished_;
+    };
+
     static std::optional<std::string> opt_str(const Query& q, int i) {
         if (q.is_null(i)) return std::nullopt;
         return q.str(i);
@@ -1507,13 +1760,25 @@ class SqliteLedger final : public Ledger {
         auto it = msg_index_.find(queue_id);
         if (it == msg_index_.end()) {
             MessageRow row;
-            Query q = stmt(
-                "SELECT id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint, "
-                "sender, "
-                "size, nrcpt, arrival, state, updated, finished, host FROM messages WHERE queue_id = ?");
-            q.text(queue_id);
+            // With the queue-id map, by row id or not at all (a queue id it does not know has no row).
+            const QueueIdMap::Entry* known = nullptr;
+            if (qid_map_.active() && qid_map_.retired(queue_id))
+                leave_queue_id_map("a finished queue id was logged again");
+            if (qid_map_.active()) known = qid_map_.find(queue_id);
+            const bool by_id = known && known->message != 0;
+            Query q =
+                stmt(by_id ? "SELECT id, first_queue_id, previous_queue_id, next_queue_id, message_id, "
+                             "fingerprint, sender, size, nrcpt, arrival, state, updated, finished, host "
+                             "FROM messages WHERE id = ?"
+                           : "SELECT id, first_queue_id, previous_queue_id, next_queue_id, message_id, "
+                             "fingerprint, sender, size, nrcpt, arrival, state, updated, finished, host "
+                             "FROM messages WHERE queue_id = ?");
+            if (by_id)
+                q.i64(known->message);
+            else
+                q.text(queue_id);
             row.queue_id = queue_id;
-            if (q.row()) {
+            if ((by_id || !qid_map_.active()) && q.row()) {
                 row.id = q.col(0);
                 row.first_queue_id = q.str(1);
                 row.previous_queue_id = opt_str(q, 2);
@@ -1559,8 +1824,26 @@ class SqliteLedger final : public Ledger {
             rcpt_index_.emplace(std::move(key), kNoRow);
             return nullptr;
         }
-        Query q = stmt("SELECT " RECIPIENT_ROW_COLUMNS " FROM recipients WHERE queue_id = ? AND address = ?");
-        q.text(queue_id).text(address);
+        if (qid_map_.active() && qid_map_.retired(queue_id))
+            leave_queue_id_map("a finished queue id was logged again");
+        std::int64_t id = 0;
+        if (qid_map_.active()) {
+            // With the queue-id map, by row id or not at all.
+            if (const auto* known = qid_map_.find(queue_id))
+                for (const auto& [a, rid] : known->recipients)
+                    if (a == address) id = rid;
+            if (id == 0) {
+                rcpt_index_.emplace(std::move(key), kNoRow);
+                return nullptr;
+            }
+        }
+        Query q = stmt(id != 0 ? "SELECT " RECIPIENT_ROW_COLUMNS " FROM recipients WHERE id = ?"
+                               : "SELECT " RECIPIENT_ROW_COLUMNS
+                                 " FROM recipients WHERE queue_id = ? AND address = ?");
+        if (id != 0)
+            q.i64(id);
+        else
+            q.text(queue_id).text(address);
         if (!q.row()) {
             rcpt_index_.emplace(std::move(key), kNoRow);
             return nullptr;
@@ -1592,19 +1875,32 @@ class SqliteLedger final : public Ledger {
 
     // Every recipient row of `queue_id` (table and batch), in address order.
     std::vector<std::size_t> recipients_of(const std::string& queue_id) {
-        if (rcpts_loaded_.insert(queue_id).second) {
-            Query q = stmt("SELECT " RECIPIENT_ROW_COLUMNS " FROM recipients WHERE queue_id = ?");
-            q.text(queue_id);
-            while (q.row()) {
-                RecipientRow r = read_recipient_row(q);
+        if (!rcpts_loaded_.contains(queue_id)) {
+            if (qid_map_.active() && qid_map_.retired(queue_id))
+                leave_queue_id_map("a finished queue id was logged again");
+            rcpts_loaded_.insert(queue_id);
+            auto take = [&](RecipientRow r) {
                 std::string key = recipient_key(queue_id, r.address);
                 auto it = rcpt_index_.find(key);
-                if (it != rcpt_index_.end() && it->second != kNoRow) continue;  // the batch's copy is newer
+                if (it != rcpt_index_.end() && it->second != kNoRow) return;  // the batch's copy is newer
                 if (it != rcpt_index_.end())
                     it->second = rcpts_.size();
                 else
                     rcpt_index_.emplace(std::move(key), rcpts_.size());
                 rcpts_.push_back(std::move(r));
+            };
+            if (qid_map_.active()) {
+                // With the queue-id map: each row it knows, by its id.
+                if (const auto* known = qid_map_.find(queue_id))
+                    for (const auto& [address, id] : known->recipients) {
+                        Query q = stmt("SELECT " RECIPIENT_ROW_COLUMNS " FROM recipients WHERE id = ?");
+                        q.i64(id);
+                        if (q.row()) take(read_recipient_row(q));
+                    }
+            } else {
+                Query q = stmt("SELECT " RECIPIENT_ROW_COLUMNS " FROM recipients WHERE queue_id = ?");
+                q.text(queue_id);
+                while (q.row()) take(read_recipient_row(q));
             }
         }
         std::vector<std::size_t> out;
@@ -1775,10 +2071,13 @@ class SqliteLedger final : public Ledger {
             q.text(m.state).i64(m.updated);
             opt_int(q, m.finished);
             q.text(m.host);
-            if (m.id == 0)
+            if (m.id == 0) {
                 q.text(m.queue_id).run();
-            else
+                qid_map_.stage_message(m.queue_id, sqlite3_last_insert_rowid(db_));
+            } else {
                 q.i64(m.id).run();
+            }
+            if (m.finished) qid_map_.stage_finished(m.queue_id);
         }
         for (const RecipientRow& r : rcpts_) {
             if (!r.dirty) continue;
@@ -1800,10 +2099,12 @@ class SqliteLedger final : public Ledger {
                 .text(r.stage)
                 .text(r.relay)
                 .text(r.category);
-            if (r.id == 0)
+            if (r.id == 0) {
                 q.text(r.queue_id).text(r.address).run();
-            else
+                qid_map_.stage_recipient(r.queue_id, r.address, sqlite3_last_insert_rowid(db_));
+            } else {
                 q.i64(r.id).run();
+            }
         }
         clear_rows();
     }
@@ -1943,6 +2244,7 @@ class SqliteLedger final : public Ledger {
     std::vector<std::pair<std::int64_t, std::uint64_t>> fresh_keys_;
     std::string seen_blob_;
     bool indexes_deferred_ = false;  // bulk mode dropped kSecondaryIndexes (see set_bulk_mode)
+    QueueIdMap qid_map_;             // active while the two queue-id indexes are deferred
     std::mutex mutex_;
     Counters counters_;
     // Read-only connections for read_concurrent; idle ones are kept up to a
