@@ -15,6 +15,7 @@
 #include <ctime>
 
 #include "log/log_parser_internal.hpp"
+#include "log/syslog_header.hpp"
 #include "retryguard/reply.hpp"
 
 namespace retryguard {
@@ -215,17 +216,13 @@ bool LogParser::parse_line(std::string_view line, Event& out) {
     // Syslog priority "<PRI>" as received on a socket.
     bool rfc5424 = false;
     if (s[0] == '<') {
-        std::size_t close = s.find('>');
-        int pri = 0;
-        if (close == npos || close > 4 || !digits(s.substr(1, close - 1), pri)) {
+        const auto pri = syslog_header::scan_priority(s);
+        if (!pri) {
             mark_unknown(out, "not-syslog");
             return false;
         }
-        s.remove_prefix(close + 1);
-        if (s.size() > 2 && s[0] == '1' && s[1] == ' ') {
-            rfc5424 = true;
-            s.remove_prefix(2);
-        }
+        s.remove_prefix(pri->length);
+        rfc5424 = syslog_header::take_rfc5424_version(s);
     }
 
     // Time stamp.
@@ -293,26 +290,11 @@ bool LogParser::parse_line(std::string_view line, Event& out) {
         program = tok[1];
         std::int64_t pid = 0;
         if (parse_int64(tok[2], pid)) out.pid = pid;
-        // Structured data: "-" or one or more [id k="v" ...] with \] escapes.
-        if (starts_with(s, "-")) {
-            s.remove_prefix(1);
-        } else {
-            while (!s.empty() && s[0] == '[') {
-                std::size_t i = 1;
-                bool quoted = false;
-                for (; i < s.size(); ++i) {
-                    if (s[i] == '\\') {
-                        ++i;
-                        continue;
-                    }
-                    if (s[i] == '"') quoted = !quoted;
-                    if (s[i] == ']' && !quoted) break;
-                }
-                s.remove_prefix(i < s.size() ? i + 1 : s.size());
-            }
-        }
+        // Structured data: lenient here (a line, not a datagram): whatever
+        // does not close runs to the end of the line.
+        syslog_header::skip_structured_data(s);
         if (!s.empty() && s[0] == ' ') s.remove_prefix(1);
-        if (starts_with(s, "\xEF\xBB\xBF")) s.remove_prefix(3);
+        syslog_header::skip_bom(s);
         text = s;
     } else {
         std::size_t sp = s.find(' ');
