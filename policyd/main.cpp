@@ -178,6 +178,9 @@ Result<VerdictLogTarget> verdict_target_from(const config::Config& c) {
     auto t = parse_verdict_log_target(spec);
     if (!t) return make_error(ErrorKind::config, "log.verdicts: " + t.error().message);
     t->ident = c.log.ident + "/policyd";
+    // The host field of stamped records (file, postlog): log.hostname, as on
+    // every other line of the product, else this host's short name.
+    t->hostname = c.log.hostname;
     if (spec == "syslog") t->facility = std::string(config::to_string(c.log.facility));
     return t;
 }
