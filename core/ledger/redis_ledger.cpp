@@ -151,6 +151,47 @@ Flag to_flag(const nlohmann::json& j) {
     return f;
 }
 
+// The ingest script takes a batch as one MessagePack argument (ingest.lua's
+// header says why): arrays of strings are all it needs, so this writes just
+// those two types, in their shortest forms, which lua-cmsgpack reads.
+void msgpack_array(std::string& out, std::size_t n) {
+    if (n < 16) {
+        out.push_back(static_cast<char>(0x90 | n));
+    } else if (n <= 0xffff) {
+        out.push_back(static_cast<char>(0xdc));
+        out.push_back(static_cast<char>(n >> 8));
+        out.push_back(static_cast<char>(n & 0xff));
+    } else {
+        out.push_back(static_cast<char>(0xdd));
+        for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((n >> shift) & 0xff));
+    }
+}
+
+void msgpack_str(std::string& out, std::string_view s) {
+    const std::size_t n = s.size();
+    if (n < 32) {
+        out.push_back(static_cast<char>(0xa0 | n));
+    } else if (n <= 0xff) {
+        out.push_back(static_cast<char>(0xd9));
+        out.push_back(static_cast<char>(n));
+    } else if (n <= 0xffff) {
+        out.push_back(static_cast<char>(0xda));
+        out.push_back(static_cast<char>(n >> 8));
+        out.push_back(static_cast<char>(n & 0xff));
+    } else {
+        out.push_back(static_cast<char>(0xdb));
+        for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((n >> shift) & 0xff));
+    }
+    out.append(s);
+}
+
+void msgpack_int(std::string& out, std::int64_t v) {
+    char buf[24];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+    (void)ec;
+    msgpack_str(out, std::string_view(buf, static_cast<std::size_t>(end - buf)));
+}
+
 struct Failure {
     Error error;
 };
@@ -234,33 +275,39 @@ class RedisLedger final : public Ledger {
             args.push_back(position ? position->source : std::string());
             args.push_back(position ? position_json(*position) : std::string());
             args.push_back(std::to_string(batch.size()));
-            args.reserve(args.size() + batch.size() * 21);
+            // one MessagePack array of 21 strings per event, in ingest.lua's order
+            std::string packed;
+            packed.reserve(batch.size() * 160);
+            msgpack_array(packed, batch.size());
+            std::string part;
             for (const auto& item : batch) {
                 Op op = plan(item);
-                args.push_back(key_hex(op.key));
-                args.push_back(std::to_string(static_cast<int>(op.kind)));
-                args.push_back(std::to_string(op.time));
-                args.push_back(op.queue_id);
-                args.push_back(op.other_id);
-                args.push_back(op.text);
-                args.push_back(op.resent ? "1" : "0");
-                args.push_back(std::to_string(op.size));
-                args.push_back(std::to_string(op.nrcpt));
-                args.push_back(std::to_string(static_cast<int>(op.outcome)));
-                args.push_back(op.recipient);
-                args.push_back(op.domain);
-                args.push_back(op.relay);
-                args.push_back(std::to_string(op.code));
-                args.push_back(op.enhanced);
-                args.push_back(op.reason);
-                args.push_back(op.stage);
-                args.push_back(std::string(to_string(op.category)));
-                args.push_back(std::to_string(category_bit(op.category)));
-                std::string part;
+                msgpack_array(packed, 21);
+                msgpack_str(packed, key_hex(op.key));
+                msgpack_int(packed, static_cast<int>(op.kind));
+                msgpack_int(packed, op.time);
+                msgpack_str(packed, op.queue_id);
+                msgpack_str(packed, op.other_id);
+                msgpack_str(packed, op.text);
+                msgpack_str(packed, op.resent ? "1" : "0");
+                msgpack_int(packed, op.size);
+                msgpack_int(packed, op.nrcpt);
+                msgpack_int(packed, static_cast<int>(op.outcome));
+                msgpack_str(packed, op.recipient);
+                msgpack_str(packed, op.domain);
+                msgpack_str(packed, op.relay);
+                msgpack_int(packed, op.code);
+                msgpack_str(packed, op.enhanced);
+                msgpack_str(packed, op.reason);
+                msgpack_str(packed, op.stage);
+                msgpack_str(packed, to_string(op.category));
+                msgpack_int(packed, static_cast<std::int64_t>(category_bit(op.category)));
+                part.clear();
                 append_journal_batch_item(part, item);
-                args.push_back(std::move(part));
-                args.push_back(op.host);
+                msgpack_str(packed, part);
+                msgpack_str(packed, op.host);
             }
+            args.push_back(std::move(packed));
             auto r = eval("ingest", {P_ + "seen"}, args);
             IngestResult result;
             if (r->type == REDIS_REPLY_ARRAY && r->elements == 4) {
@@ -830,11 +877,16 @@ class RedisLedger final : public Ledger {
             s.episodes = integer({"HGET", P_ + "counts", "episodes"});
             for (auto& [k, v] : to_fields(call({"HGETALL", P_ + "flags"}).get()))
                 if (jget(nlohmann::json::parse(v), "cleared_at").empty()) ++s.flags;
+            // the per-hour sets (ingest.lua), and the keys of older builds
             s.seen_events = integer({"ZCARD", P_ + "seen"});
+            auto hours = call({"ZRANGE", P_ + "seen-hours", "0", "-1"});
+            if (hours->type == REDIS_REPLY_ARRAY)
+                for (std::size_t i = 0; i < hours->elements; ++i)
+                    s.seen_events += integer({"SCARD", P_ + "seen:" + str(hours->element[i])});
             auto info = str(call({"INFO", "memory"}).get());
             if (auto pos = info.find("used_memory:"); pos != std::string::npos)
                 s.bytes = to_int(std::string_view(info).substr(pos + 12, info.find('\r', pos) - pos - 12));
-            s.schema_version = 1;
+            s.schema_version = 2;  // 2: per-hour seen sets (1: one sorted set, still read)
             return s;
         });
     }
