@@ -152,8 +152,8 @@ Flag to_flag(const nlohmann::json& j) {
 }
 
 // The ingest script takes a batch as one MessagePack argument (ingest.lua's
-// header says why): arrays of strings are all it needs, so this writes just
-// those two types, in their shortest forms, which lua-cmsgpack reads.
+// header says why): arrays, strings and unsigned numbers are all it needs, so this
+// writes just those, in forms lua-cmsgpack reads.
 void msgpack_array(std::string& out, std::size_t n) {
     if (n < 16) {
         out.push_back(static_cast<char>(0x90 | n));
@@ -185,6 +185,17 @@ void msgpack_str(std::string& out, std::string_view s) {
     out.append(s);
 }
 
+void msgpack_uint(std::string& out, std::uint32_t n) {
+    if (n < 128) {
+        out.push_back(static_cast<char>(n));
+    } else {
+        out.push_back(static_cast<char>(0xce));
+        for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((n >> shift) & 0xff));
+    }
+}
+
+// A number the script reads as a decimal string (ingest.lua keeps its fields
+// as the strings it stores).
 void msgpack_int(std::string& out, std::int64_t v) {
     char buf[24];
     auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
@@ -275,11 +286,11 @@ class RedisLedger final : public Ledger {
             args.push_back(position ? position->source : std::string());
             args.push_back(position ? position_json(*position) : std::string());
             args.push_back(std::to_string(batch.size()));
-            // one MessagePack array of 21 strings per event, in ingest.lua's order
+            // one MessagePack array of 21 values per event, in ingest.lua's order
             std::string packed;
             packed.reserve(batch.size() * 160);
             msgpack_array(packed, batch.size());
-            std::string part;
+            std::string journal;  // the events' journal parts, one after the other
             for (const auto& item : batch) {
                 Op op = plan(item);
                 msgpack_array(packed, 21);
@@ -302,12 +313,13 @@ class RedisLedger final : public Ledger {
                 msgpack_str(packed, op.stage);
                 msgpack_str(packed, to_string(op.category));
                 msgpack_int(packed, static_cast<std::int64_t>(category_bit(op.category)));
-                part.clear();
-                append_journal_batch_item(part, item);
-                msgpack_str(packed, part);
+                const std::size_t before = journal.size();
+                append_journal_batch_item(journal, item);
+                msgpack_uint(packed, static_cast<std::uint32_t>(journal.size() - before));
                 msgpack_str(packed, op.host);
             }
             args.push_back(std::move(packed));
+            args.push_back(std::move(journal));
             auto r = eval("ingest", {P_ + "seen"}, args);
             IngestResult result;
             if (r->type == REDIS_REPLY_ARRAY && r->elements == 4) {

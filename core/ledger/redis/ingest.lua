@@ -11,7 +11,7 @@
 -- ARGV[5]  follower source id, '' for none
 -- ARGV[6]  follower position, JSON stored verbatim under <prefix>pos
 -- ARGV[7]  number of events E
--- ARGV[8]  the E events as one MessagePack array of E arrays of 21 strings (one
+-- ARGV[8]  the E events as one MessagePack array of E arrays of 21 values (one
 --          argument for the batch: Redis makes an object and Lua an interned
 --          string of every argument, which cost a third of a fresh event when
 --          each field was an argument of its own), in this order:
@@ -19,9 +19,11 @@
 --            8 size  9 nrcpt  10 outcome  11 recipient  12 domain  13 relay
 --            14 code  15 enhanced  16 reason  17 stage  18 category
 --            19 category_bit  20 journal  21 host
---          (kind and outcome numbers: OpKind and Outcome in core/ledger/internal.hpp;
---          times: microseconds since the epoch, as decimal strings; journal: the
---          event's part of the engine journal batch entry, kept when the event is fresh)
+--          (all strings but journal; kind and outcome numbers: OpKind and Outcome in
+--          core/ledger/internal.hpp; times: microseconds since the epoch, as decimal
+--          strings; journal: the length, a number, of the event's part in ARGV[9])
+-- ARGV[9]  the events' parts of the engine journal batch entry, one after the
+--          other; the fresh events' parts are kept
 -- Returns  {applied, duplicates, fresh, journal_seq} (fresh: a string of '1'/'0',
 --          one per event; journal_seq: the seq of the journal entry 'B' .. the fresh
 --          events' parts, appended to <prefix>journal; 0 when none was fresh)
@@ -38,12 +40,18 @@ if redis.replicate_commands then redis.replicate_commands() end
 local P = ARGV[1]
 local MTTL, KTTL, STTL = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local E = tonumber(ARGV[7])
-if not E or #ARGV ~= 8 then return redis.error_reply('ingest: bad argument count') end
+if not E or #ARGV ~= 9 then return redis.error_reply('ingest: bad argument count') end
 local unpacked, events = pcall(cmsgpack.unpack, ARGV[8])
 if not unpacked or type(events) ~= 'table' or #events ~= E then return redis.error_reply('ingest: bad event list') end
+local J = ARGV[9]
+local jtotal = 0
 for i = 1, E do
-  if type(events[i]) ~= 'table' or #events[i] ~= 21 then return redis.error_reply('ingest: bad event list') end
+  if type(events[i]) ~= 'table' or #events[i] ~= 21 or type(events[i][20]) ~= 'number' then
+    return redis.error_reply('ingest: bad event list')
+  end
+  jtotal = jtotal + events[i][20]
 end
+if jtotal ~= #J then return redis.error_reply('ingest: bad journal parts') end
 -- The batch's garbage is small next to the time the incremental collector
 -- spends walking the batch's live tables again and again while they grow: it
 -- is collected once, after the script (restarted below, also when the batch
@@ -468,8 +476,12 @@ local ok, result = pcall(function()
   local journal = {'B'}
   local seen_now = {}
   local seen_new = {}  -- hour -> fresh keys to add at the end
+  -- The fresh events' journal parts are cut from ARGV[9] a run of consecutive
+  -- fresh events at a time (the whole of it when none is a duplicate).
+  local jpos, run_from = 1, nil
   for i = 1, E do
     local ev = events[i]
+    local jnext = jpos + ev[20]
     local key = ev[1]
     local h = hour_of[i]
     local dup
@@ -482,8 +494,13 @@ local ok, result = pcall(function()
     if dup then
       duplicates = duplicates + 1
       fresh[#fresh + 1] = '0'
+      if run_from then
+        journal[#journal + 1] = string.sub(J, run_from, jpos - 1)
+        run_from = nil
+      end
     else
       seen_now[key] = true
+      if not run_from then run_from = jpos end
       if not per_event then
         local list = seen_new[h]
         if not list then
@@ -499,11 +516,12 @@ local ok, result = pcall(function()
         if mget(ev[4], 'host') ~= ev[21] then mput(ev[4], 'host', ev[21]) end
       end
       apply(ev)
-      journal[#journal + 1] = ev[20]
       applied = applied + 1
       fresh[#fresh + 1] = '1'
     end
+    jpos = jnext
   end
+  if run_from then journal[#journal + 1] = string.sub(J, run_from, jpos - 1) end
   -- Variadic commands in chunks of 1000 pairs (unpack has a limit on how many
   -- values it returns).
   local function chunked(cmd, key, args)
