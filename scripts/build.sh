@@ -18,6 +18,16 @@ case "$mode" in
   "") ;;
   *) echo "usage: $0 [--sanitize|--tsan|--fuzz] [TARGET...]" >&2; exit 2 ;;
 esac
+# ccache, when installed (scripts/install-deps.sh installs it), makes a rebuild
+# in another clone of the same sources (CI's fresh clone, a second work tree)
+# reuse the objects already compiled: paths below the project are hashed
+# relative to it, and the build directory is not hashed. The objects are the
+# compiler's own output for the same input, so nothing tested changes; set
+# CCACHE_DISABLE=1 to compile everything afresh.
+if command -v ccache >/dev/null 2>&1 && [ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]; then
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+fi
 gen=()
 command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
 [ -f "$dir/CMakeCache.txt" ] && gen=()

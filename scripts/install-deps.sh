@@ -12,6 +12,7 @@ set -euo pipefail
 
 BUILD_PKGS=(
   build-essential cmake ninja-build pkg-config clang clang-format
+  ccache                              # scripts/build.sh: a rebuild in another clone reuses objects
   libboost-dev libboost-system-dev    # Asio (policy daemon), Beast (metrics HTTP)
   libmilter-dev                       # the milter
   libyaml-cpp-dev                     # YAML configuration

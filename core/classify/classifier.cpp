@@ -13,6 +13,7 @@
 #include <re2/re2.h>
 #include <re2/set.h>
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <array>

@@ -9,9 +9,26 @@
 #include <variant>
 #include <vector>
 
+#include <re2/re2.h>
+#include <re2/set.h>
+#include <yaml-cpp/yaml.h>
+
 #include "retryguard/config.hpp"
 
+namespace retryguard::config {
+
+struct MxPatternSet {
+    explicit MxPatternSet(const RE2::Options& o) : set(o, RE2::ANCHOR_BOTH) {}
+    RE2::Set set;
+};
+
+}  // namespace retryguard::config
+
 namespace retryguard::config::detail {
+
+inline TextMark to_text_mark(const YAML::Mark& m) noexcept {
+    return TextMark{m.pos, m.line, m.column};
+}
 
 // A parsed value before it is stored into a typed field. Sizes, integers and
 // file modes are int64; enums and enum lists are their spelled names (already

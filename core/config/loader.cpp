@@ -180,7 +180,7 @@ class Loader {
                 continue;
             }
             SourceConfig s = source_defaults();
-            s.mark = item.Mark();
+            s.mark = detail::to_text_mark(item.Mark());
             std::map<std::string, YAML::Mark> set;
             bool bad = false;
             std::size_t before = errors_.size();
@@ -520,7 +520,7 @@ void Loader::walk_map(const YAML::Node& map, const std::string& prefix, const Co
                 continue;
             }
             if (top && full == "classifier.rules")
-                top->classifier.mark = vn.Mark().line >= 0 ? vn.Mark() : kn.Mark();
+                top->classifier.mark = detail::to_text_mark(vn.Mark().line >= 0 ? vn.Mark() : kn.Mark());
             auto v =
                 parse_value(e.spec, ctx.kind == Context::source ? "sources[]." + full : full, vn, kn.Mark());
             if (v) apply(e, *v);
@@ -684,11 +684,12 @@ void Loader::load_destinations(const YAML::Node& list, Config& c) {
     RE2::Options o;
     o.set_log_errors(false);
     o.set_max_mem(64 << 20);
-    auto set = std::make_shared<RE2::Set>(o, RE2::ANCHOR_BOTH);
+    auto set = std::make_shared<MxPatternSet>(o);
     bool ok = true;
     for (std::size_t idx : c.mx_rules)
-        ok = ok && set->Add(c.destinations[idx].mx_re->pattern(), nullptr) >= 0;
-    if (ok && set->Compile()) c.mx_set = std::move(set);  // otherwise resolve() falls back to rule by rule
+        ok = ok && set->set.Add(c.destinations[idx].mx_re->pattern(), nullptr) >= 0;
+    if (ok && set->set.Compile())
+        c.mx_set = std::move(set);  // otherwise resolve() falls back to rule by rule
 }
 
 void Loader::cross_checks(Config& c) {

@@ -58,7 +58,7 @@ Resolution Config::resolve(std::string_view domain_in, std::string_view mx_in) c
     if (!res.mx.empty() && !mx_rules.empty()) {
         std::vector<int> hits;
         RE2::Set::ErrorInfo info{RE2::Set::kNoError};
-        if (mx_set && (mx_set->Match(res.mx, &hits, &info) || info.kind == RE2::Set::kNoError)) {
+        if (mx_set && (mx_set->set.Match(res.mx, &hits, &info) || info.kind == RE2::Set::kNoError)) {
             std::sort(hits.begin(), hits.end());  // set index order is precedence order
             for (int h : hits) consider(&destinations[mx_rules[static_cast<std::size_t>(h)]]);
         } else {

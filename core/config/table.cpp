@@ -138,10 +138,11 @@ void assign(std::optional<HostPort>& f, const Value& v) {
 void assign(PolicyAction& f, const Value& v) {
     f = std::get<PolicyAction>(v);
 }
-// reset(), not operator=: yaml-cpp's operator= writes through to the node the
-// handle already refers to, which would edit the shared default snapshot.
-void assign(YAML::Node& f, const Value& v) {
-    f.reset(std::get<YAML::Node>(v));
+// A new handle, not operator= on the old one: yaml-cpp's operator= writes
+// through to the node the handle already refers to, which would edit the
+// shared default snapshot.
+void assign(std::shared_ptr<const YAML::Node>& f, const Value& v) {
+    f = std::make_shared<const YAML::Node>(std::get<YAML::Node>(v));
 }
 template <typename E>
 requires std::is_enum_v<E>

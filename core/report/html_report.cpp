@@ -235,7 +235,9 @@ Result<json> period_report(Ledger& ledger, const config::Config& config, TimePoi
               de.destination.episode.has_value(),
               Duration{0},
               &de,
-              {}};
+              {},
+              {},
+              false};
         if (state == "escalate")
             r.rank = Rank::escalated;
         else if (is_flagged)
@@ -597,7 +599,7 @@ std::string episode_bars(const Axis& axis, const json& episodes, TimePoint now) 
         const TimePoint a = json_time(e.at("first_deferral")).value_or(now);
         const TimePoint b = json_time(e.at("ended")).value_or(now);
         if (cur && (cur->category != category || axis.at(a) - axis.at(cur->to) >= 2.0)) flush();
-        if (!cur) cur = Bar{category, a, b};
+        if (!cur) cur = Bar{category, a, b, true, 0, 0, 0, {}};
         cur->to = std::max(cur->to, b);
         cur->ended = cur->ended && !e.at("ended").is_null();
         ++cur->count;

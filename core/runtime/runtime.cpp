@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -39,9 +40,10 @@ Result<std::shared_ptr<const Classifier>> classifier_from(const config::Config& 
     auto shipped = parse_rules_file(*shipped_path);
     if (!shipped) return shipped.error();
     std::vector<RuleFile> user;
-    if (c.classifier.rules && c.classifier.rules.IsSequence() && c.classifier.rules.size() > 0) {
+    if (c.classifier.rules && *c.classifier.rules && c.classifier.rules->IsSequence() &&
+        c.classifier.rules->size() > 0) {
         auto layer =
-            parse_rules(c.classifier.rules, c.classifier.file.empty() ? c.source : c.classifier.file);
+            parse_rules(*c.classifier.rules, c.classifier.file.empty() ? c.source : c.classifier.file);
         if (!layer) return layer.error();
         user.push_back(std::move(layer.value()));
     }

@@ -12,8 +12,6 @@
 // threads, replace it on reload. Nothing here throws.
 #pragma once
 
-#include <yaml-cpp/yaml.h>
-
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -25,6 +23,10 @@
 #include "retryguard/category.hpp"
 #include "retryguard/reply.hpp"
 #include "retryguard/result.hpp"
+
+namespace YAML {
+class Node;  // yaml-cpp: callers of parse_rules(node) include <yaml-cpp/yaml.h>
+}
 
 namespace retryguard {
 

@@ -23,17 +23,35 @@
 #include <unordered_map>
 #include <vector>
 
-#include <re2/re2.h>
-#include <re2/set.h>
-#include <yaml-cpp/yaml.h>
-
 #include "retryguard/category.hpp"
+
+// yaml-cpp and RE2 stay out of this header: the snapshot holds their objects
+// behind pointers (built and read in core/config), so that a program reading
+// the configuration does not compile either library's headers.
+namespace YAML {
+class Node;
+}
+namespace re2 {
+class RE2;
+}
 
 namespace retryguard::config {
 
 // Durations carry milliseconds so per-request deadlines ("100ms") and day-long
 // thresholds ("3d") share one type.
 using Duration = std::chrono::milliseconds;
+
+// A place in a YAML file, 0-based as yaml-cpp's YAML::Mark (errors print it
+// 1-based as file:line:column).
+struct TextMark {
+    int pos = 0;
+    int line = 0;
+    int column = 0;
+};
+
+// Every MX glob of `destinations:` compiled into one RE2::Set (defined in
+// core/config/internal.hpp).
+struct MxPatternSet;
 
 // ---------------------------------------------------------------------------
 // Value types that are more than a number or a string.
@@ -173,7 +191,7 @@ struct SourceConfig {
     std::string journal_match;
     SourceStart start = SourceStart::end;
     std::uint64_t max_line_length = 0;
-    YAML::Mark mark;  // where the entry starts (0-based, as yaml-cpp gives it)
+    TextMark mark;  // where the entry starts (0-based, as yaml-cpp gives it)
 };
 
 struct DaemonSocket {
@@ -307,8 +325,8 @@ struct Config {
     // User classifier rules: kept as YAML for the classifier module to
     // validate, with where they came from so its errors carry file:line:col.
     struct Classifier {
-        YAML::Node rules;  // a sequence (possibly empty)
-        YAML::Mark mark;   // 0-based, as yaml-cpp gives it
+        std::shared_ptr<const YAML::Node> rules;  // a sequence (possibly empty), never null after a load
+        TextMark mark;                            // 0-based, as yaml-cpp gives it
         std::string file;
     } classifier;
 
@@ -325,7 +343,7 @@ struct Config {
     std::unordered_map<std::string, std::size_t> wildcard_rules;  // ".example.com"
     std::vector<std::size_t> mx_rules;  // by literal_chars descending, then file order
     // Every MX glob in one automaton; pattern i of the set is mx_rules[i].
-    std::shared_ptr<const re2::RE2::Set> mx_set;
+    std::shared_ptr<const MxPatternSet> mx_set;  // core/config/internal.hpp
 };
 
 // ---------------------------------------------------------------------------

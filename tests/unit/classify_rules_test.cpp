@@ -4,6 +4,7 @@
 // refinement, user layers, bad rule files, retry-after hints, the registry.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <yaml-cpp/yaml.h>
 
 #include <filesystem>
 #include <fstream>

@@ -1,6 +1,7 @@
 // config_classifier_test.cpp -- classifier.rules is handed over as YAML with
 // its file and position, for the classifier to validate and report on.
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include "retryguard/config.hpp"
 #include "retryguard/runtime.hpp"
@@ -18,18 +19,21 @@ TEST(ConfigClassifierRules, KeptAsNodeWithFileAndPosition) {
     ASSERT_TRUE(out.ok());
     const auto& c = out.config->classifier;
     EXPECT_EQ(c.file, "site.yaml");
-    ASSERT_TRUE(c.rules.IsSequence());
-    ASSERT_EQ(c.rules.size(), 2u);
-    EXPECT_EQ(c.rules[1]["code"].as<std::string>(), "4.7.650");
+    ASSERT_TRUE(c.rules);
+    const YAML::Node& rules = *c.rules;
+    ASSERT_TRUE(rules.IsSequence());
+    ASSERT_EQ(rules.size(), 2u);
+    EXPECT_EQ(rules[1]["code"].as<std::string>(), "4.7.650");
     EXPECT_EQ(c.mark.line + 1, 4);  // yaml-cpp marks are 0-based
-    EXPECT_EQ(c.rules[1].Mark().line + 1, 5);
+    EXPECT_EQ(rules[1].Mark().line + 1, 5);
 }
 
 TEST(ConfigClassifierRules, DefaultIsEmptyListAndWrongTypeIsAnError) {
     auto out = cfg::load_string("", "e.yaml");
     ASSERT_TRUE(out.ok());
-    EXPECT_TRUE(out.config->classifier.rules.IsSequence());
-    EXPECT_EQ(out.config->classifier.rules.size(), 0u);
+    ASSERT_TRUE(out.config->classifier.rules);
+    EXPECT_TRUE(out.config->classifier.rules->IsSequence());
+    EXPECT_EQ(out.config->classifier.rules->size(), 0u);
     auto bad = cfg::load_string("classifier:\n  rules: {text: x}\n", "e.yaml");
     ASSERT_EQ(bad.errors.size(), 1u);
     EXPECT_EQ(bad.errors[0].to_string(),

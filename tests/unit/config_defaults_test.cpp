@@ -1,6 +1,7 @@
 // config_defaults_test.cpp -- the table, the shipped conf/retryguard.yaml and
 // the generated docs/configuration.md agree; the defaults follow the guidance.
 #include <gtest/gtest.h>
+#include <re2/re2.h>
 
 #include <fstream>
 #include <sstream>
