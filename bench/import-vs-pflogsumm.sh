@@ -14,23 +14,27 @@
 # shared); peak memory is GNU time's maximum resident set size. For Redis the
 # server's own CPU is shown too (it runs alongside the import).
 #
-# usage: bench/import-vs-pflogsumm.sh [--big] [--scales "0.1 1 3"] [--before CLI] [--no-redis] [BUILD_DIR]
+# usage: bench/import-vs-pflogsumm.sh [--big] [--scales "0.1 1 3"] [--before CLI] [--rounds N] [--no-redis] [BUILD_DIR]
 #   --big          also scale 10
 #   --scales LIST  the scales to run (default "1"; --big appends 10); with
 #                  several, the SQLite lines/s per scale is the flat-cost check
 #   --before CLI   also time another retryguard binary (e.g. a build of main)
 #                  on the same file, for before/after figures from one run
+#   --rounds N     measure each scale N times (default 1), pflogsumm, before and
+#                  after in turn each round, so that a shared machine's load
+#                  falls on all of them alike
 #   --no-redis     skip the Redis ledger
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scales="1" big=0 redis=1 build=build before=""
+scales="1" big=0 redis=1 build=build before="" rounds=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --big) big=1 ;;
     --scales) scales=$2; shift ;;
     --before) before=$2; shift ;;
+    --rounds) rounds=$2; shift ;;
     --no-redis) redis=0 ;;
-    -*) echo "usage: $0 [--big] [--scales LIST] [--before CLI] [--no-redis] [BUILD_DIR]" >&2; exit 2 ;;
+    -*) echo "usage: $0 [--big] [--scales LIST] [--before CLI] [--rounds N] [--no-redis] [BUILD_DIR]" >&2; exit 2 ;;
     *) build=$1 ;;
   esac
   shift
@@ -94,6 +98,8 @@ for scale in $scales; do
   echo "scale $scale: $(cat "$work/gen.txt" | sed 's/^gen_month_log: //'), $(($(stat -c %s "$log") / 1048576)) MiB"
   cat "$log" > /dev/null  # page cache warm for every tool alike
 
+  for round in $(seq "$rounds"); do
+  [ "$rounds" -gt 1 ] && echo "round $round of $rounds"
   read -r p_wall p_cpu p_rss < <(measure pflogsumm "$log")
   row "command" "wall s" "cpu s" "lines/s wall" "peak RSS KiB" "vs pflog" "note"
   row "pflogsumm > /dev/null" "$p_wall" "$p_cpu" "$(rate "$lines" "$p_wall")" "$p_rss" "1.00" "$(us_per_line "$lines" "$p_cpu") cpu us/line"
@@ -123,6 +129,7 @@ for scale in $scales; do
       row "$label, Redis" "$r_wall" "$r_cpu" "$(rate "$lines" "$r_wall")" "$r_rss" \
         "$(ratio "$p_wall" "$r_wall")" "server ${r_srv} cpu s, $((r_mem / 1024)) MiB"
     fi
+  done
   done
   messages=$(sed -n 's/.* lines, \([0-9]*\) messages.*/\1/p' "$work/gen.txt")
   echo "SQLite ledger: $(awk -v b="$db_bytes" -v m="$messages" 'BEGIN { printf "%.0f", b / m }') bytes per message" \

@@ -17,6 +17,11 @@ constexpr char kEventV1 = 'E';
 // signed ones zigzag-encoded): about half the bytes, which the ledger writes
 // with every batch and deletes at the next state save.
 constexpr char kEventV2 = 'V';
+// kEventV2 without the line's verbatim text (Event::text), which neither the
+// engine nor an observer reads and which was about half of an entry's bytes
+// (the journal was about half of what an import wrote to the WAL); a reply
+// text found inside the reason is written as its place there.
+constexpr char kEventV3 = 'W';
 constexpr char kTickV1 = 'T';
 constexpr char kClearFlagV1 = 'C';
 
@@ -130,7 +135,9 @@ class Reader {
 }  // namespace
 
 namespace {
-void write_event(Writer& w, const IngestItem& item) {
+// The fields of an event record, in the order of kEventV1/kEventV2 (`v3`:
+// kEventV3, see there).
+void write_event(Writer& w, const IngestItem& item, bool v3) {
     const Event& e = item.event;
     w.byte(static_cast<unsigned>(item.category));
     w.byte(static_cast<unsigned>(e.kind));
@@ -163,7 +170,19 @@ void write_event(Writer& w, const IngestItem& item) {
             w.u64(r.enhanced->subject);
             w.u64(r.enhanced->detail);
         }
-        w.str(r.text);
+        if (v3) {
+            // 0 and the text, or its offset in the reason plus one, then its length.
+            const std::size_t at = r.text.empty() ? std::string::npos : e.reason.find(r.text);
+            if (at == std::string::npos) {
+                w.u64(0);
+                w.str(r.text);
+            } else {
+                w.u64(at + 1);
+                w.u64(r.text.size());
+            }
+        } else {
+            w.str(r.text);
+        }
         w.byte(static_cast<unsigned>(r.stage));
         w.byte(static_cast<unsigned>(r.local));
         w.str(r.remote_host);
@@ -188,14 +207,14 @@ void write_event(Writer& w, const IngestItem& item) {
     }
     w.str(e.destination);
     w.str(e.unknown_kind);
-    w.str(e.text);
+    if (!v3) w.str(e.text);
     w.byte(e.truncated ? 1 : 0);
 }
 }  // namespace
 
 std::string encode_journal_event(const IngestItem& item) {
-    Writer w(kEventV2, true);
-    write_event(w, item);
+    Writer w(kEventV3, true);
+    write_event(w, item, true);
     return w.take();
 }
 
@@ -217,8 +236,8 @@ void append_journal_batch_item(std::string& batch, const IngestItem& item) {
     // written once the entry is: encoded in place, not copied.
     const std::size_t at = batch.size();
     batch.append(8, '\0');
-    Writer w(kEventV2, true, std::move(batch));
-    write_event(w, item);
+    Writer w(kEventV3, true, std::move(batch));
+    write_event(w, item, true);
     batch = w.take();
     const std::uint64_t n = batch.size() - at - 8;
     for (int i = 0; i < 8; ++i)
@@ -268,8 +287,9 @@ bool decode_one(std::string_view data, EngineJournalRecord& out) {
         out.destination = r.str();
         return r.ok() && r.done();
     }
-    if (tag != kEventV1 && tag != kEventV2) return false;
-    if (tag == kEventV2) r = Reader(data.substr(1), true);
+    if (tag != kEventV1 && tag != kEventV2 && tag != kEventV3) return false;
+    const bool v3 = tag == kEventV3;
+    if (tag != kEventV1) r = Reader(data.substr(1), true);
     out.kind = EngineJournalRecord::Kind::event;
     const unsigned category = r.byte();
     if (category > static_cast<unsigned>(Category::unknown)) return false;
@@ -309,7 +329,15 @@ bool decode_one(std::string_view data, EngineJournalRecord& out) {
             ec.detail = static_cast<std::uint16_t>(r.u64());
             rep.enhanced = ec;
         }
-        rep.text = r.str();
+        if (!v3) {
+            rep.text = r.str();
+        } else if (const std::uint64_t at = r.u64(); at == 0) {
+            rep.text = r.str();
+        } else {
+            const std::uint64_t n = r.u64();
+            if (at - 1 > e.reason.size() || n > e.reason.size() - (at - 1)) return false;
+            rep.text = e.reason.substr(at - 1, n);
+        }
         rep.stage = static_cast<SmtpStage>(r.byte());
         rep.local = static_cast<LocalFailure>(r.byte());
         rep.remote_host = r.str();
@@ -336,7 +364,7 @@ bool decode_one(std::string_view data, EngineJournalRecord& out) {
     }
     e.destination = r.str();
     e.unknown_kind = r.str();
-    e.text = r.str();
+    if (!v3) e.text = r.str();
     e.truncated = r.byte() != 0;
     return r.ok() && r.done();
 }

@@ -1,7 +1,8 @@
 // The engine journal's byte format (core/ledger/journal.cpp): entries written
-// by an earlier version (fixed 8-byte integers, tag 'E') stay readable after
-// the compact layout (varints, tag 'V') replaced them, and every field of an
-// event survives the compact layout, negative numbers and any bytes included.
+// by earlier versions (fixed 8-byte integers, tag 'E'; varints, tag 'V') stay
+// readable after the layout without the line's text (tag 'W') replaced them,
+// and every other field of an event survives it, negative numbers and any
+// bytes included.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -13,13 +14,29 @@
 namespace retryguard {
 namespace {
 
-// The version-1 layout, written field by field as the earlier program did.
+// The version-1 layout ('E'), written field by field as the earlier program
+// did; with `varint`, the version-2 layout ('V': integers and lengths as
+// LEB128, signed ones zigzag, the delay still 8 bytes).
 struct V1 {
     std::string out;
+    bool varint = false;
     void u64(std::uint64_t v) {
+        if (varint) {
+            for (; v >= 0x80; v >>= 7) out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+            out.push_back(static_cast<char>(v));
+            return;
+        }
+        fixed(v);
+    }
+    void fixed(std::uint64_t v) {
         for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
     }
-    void i64(std::int64_t v) { u64(static_cast<std::uint64_t>(v)); }
+    void i64(std::int64_t v) {
+        if (varint)
+            u64((static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63));
+        else
+            u64(static_cast<std::uint64_t>(v));
+    }
     void byte(unsigned v) { out.push_back(static_cast<char>(v & 0xff)); }
     void str(std::string_view s) {
         u64(s.size());
@@ -63,10 +80,11 @@ IngestItem sample() {
     return item;
 }
 
-std::string v1_entry(const IngestItem& item) {
+std::string v1_entry(const IngestItem& item, bool varint = false) {
     const Event& e = item.event;
     V1 w;
-    w.byte('E');
+    w.varint = varint;
+    w.byte(varint ? 'V' : 'E');
     w.byte(static_cast<unsigned>(item.category));
     w.byte(static_cast<unsigned>(e.kind));
     w.i64(to_micros(e.time));
@@ -85,7 +103,7 @@ std::string v1_entry(const IngestItem& item) {
     w.byte(static_cast<unsigned>(e.status));
     std::uint64_t d;
     std::memcpy(&d, &e.delay, sizeof d);
-    w.u64(d);
+    w.fixed(d);
     w.str(e.delays);
     w.str(e.conn_use);
     w.str(e.tls);
@@ -134,6 +152,7 @@ TEST(LedgerJournal, AVersionOneEntryStillDecodesToTheSameEvent) {
     EXPECT_EQ(out[0].item.event.reason, item.event.reason);
     EXPECT_EQ(out[0].item.event.uid, -7);
     EXPECT_EQ(out[0].item.event.size, -1);
+    EXPECT_EQ(out[0].item.event.text, item.event.text) << "the older layouts carry the line's text";
     // Re-encoded (compact), the decoded event is byte for byte the original's encoding.
     EXPECT_EQ(encode_journal_event(out[0].item), encode_journal_event(item));
 
@@ -179,6 +198,59 @@ TEST(LedgerJournal, CompactEntriesAreSmallerAndRoundTripEveryField) {
         << "a cut entry is refused";
     EXPECT_FALSE(decode_journal_entry(batch.substr(0, batch.size() - 1), out));
     EXPECT_TRUE(out.empty());
+}
+
+TEST(LedgerJournal, AVersionTwoEntryStillDecodesWithTheLineText) {
+    const IngestItem item = sample();
+    std::vector<EngineJournalRecord> out;
+    ASSERT_TRUE(decode_journal_entry(v1_entry(item, true), out));
+    ASSERT_EQ(out.size(), 1u);
+    const Event& e = out[0].item.event;
+    EXPECT_EQ(e.text, item.event.text);
+    EXPECT_EQ(e.reason, item.event.reason);
+    EXPECT_EQ(e.uid, -7);
+    EXPECT_EQ(e.delay, 1.5);
+    ASSERT_TRUE(e.reply);
+    EXPECT_EQ(e.reply->text, "System config error");
+    EXPECT_EQ(encode_journal_event(out[0].item), encode_journal_event(item));
+}
+
+TEST(LedgerJournal, EntriesLeaveOutTheLineTextAndPointIntoTheReason) {
+    IngestItem item = sample();
+    const std::string short_text = encode_journal_event(item);
+    item.event.text.assign(2000, 'x');
+    EXPECT_EQ(encode_journal_event(item).size(), short_text.size()) << "the line's text is not written";
+
+    // A reply text inside the reason (as Postfix logs it) is written as its place there.
+    static const char kReason[] = "host mx said: 451 4.3.5 \xc3\x28 config\0error (in reply to RCPT)";
+    item.event.reason = std::string(kReason, sizeof kReason - 1);
+    item.event.reply->text = item.event.reason.substr(21, 25);
+    const std::string inside = encode_journal_event(item);
+    std::string outside_reason = item.event.reason;
+    outside_reason[21] = 'y';  // the reply text no longer appears in it
+    IngestItem outside = item;
+    outside.event.reason = outside_reason;
+    const std::string literal = encode_journal_event(outside);
+    EXPECT_LT(inside.size() + 20, literal.size());
+
+    for (const auto* it : {&item, &outside}) {
+        std::vector<EngineJournalRecord> out;
+        ASSERT_TRUE(decode_journal_entry(encode_journal_event(*it), out));
+        ASSERT_EQ(out.size(), 1u);
+        const Event& e = out[0].item.event;
+        EXPECT_TRUE(e.text.empty());
+        EXPECT_EQ(e.reason, it->event.reason);
+        ASSERT_TRUE(e.reply);
+        EXPECT_EQ(e.reply->text, it->event.reply->text);
+        EXPECT_EQ(e.reply->remote_host, "mx.dest.test");
+    }
+    // A place past the reason's end is refused, not read out of bounds.
+    std::string bad = inside;
+    const std::size_t at = bad.find("\x16\x19");  // offset 21 plus one, length 25
+    ASSERT_NE(at, std::string::npos);
+    bad[at] = static_cast<char>(100);
+    std::vector<EngineJournalRecord> out;
+    EXPECT_FALSE(decode_journal_entry(bad, out));
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ TEST(LedgerSqlite, SchemaVersionIsRecordedAndANewerFileIsRefused) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 8);
+        EXPECT_EQ(s->schema_version, 9);
     }
     {  // reopening does not migrate twice
         auto l = open_ledger(path);
@@ -106,7 +106,7 @@ TEST(LedgerSqlite, EventsSeenBeforeTheSeenEventsMigrationsStaySeen) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 8);
+        EXPECT_EQ(s->schema_version, 9);
         EXPECT_EQ(s->seen_events, static_cast<std::int64_t>(items.size()));
         // Version 8 gave messages a host column: old rows keep their data, with no host.
         auto old = (*l)->get_message("Q1");
@@ -200,6 +200,200 @@ TEST(LedgerSqlite, BulkModeIntoAnEmptyLedgerGivesTheSameLedgerDespiteAnotherWrit
     ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
     EXPECT_EQ(sqlite3_column_int(st, 0), 5) << "the deferred indexes are built when bulk mode ends";
     sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
+// How many of the named indexes the file has.
+int count_indexes(const std::string& path, const std::string& names) {
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const std::string sql =
+        "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'index' AND name IN (" + names + ")";
+    sqlite3_stmt* st = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK);
+    const int n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return n;
+}
+
+constexpr const char* kQueueIdIndexes = "'messages_queue_id', 'recipients_queue_address'";
+
+// Bulk mode into an empty ledger drops the queue-id indexes too and finds its
+// rows through its own map of queue ids: rows touched again in later batches,
+// a requeue, an expiry of recipients written batches before, and a finished
+// queue id logged again (which ends the map and builds the indexes mid-import)
+// give the same ledger as without bulk mode.
+TEST(LedgerSqlite, BulkModeQueueIdMapGivesTheSameLedger) {
+    const std::vector<std::vector<IngestItem>> batches = {
+        {client("A1", 10), queue_active("A1", 11, "s@x.test"), deferred("A1", 12, "r@d.test"),
+         deferred("A1", 13, "q@e.test"), client("B1", 14), queue_active("B1", 15, "s@x.test"),
+         deferred("B1", 16, "p@d.test")},
+        {deferred("A1", 20, "r@d.test"), sent("A1", 21, "q@e.test"), client("C1", 22),
+         queue_active("C1", 23, "t@x.test"), sent("C1", 24, "o@f.test"), removed("C1", 25)},
+        {pickup("A2", 30, "s@x.test", "A1"), deferred("A2", 31, "r@d.test"), expired("B1", 32, "s@x.test"),
+         sent("A2", 33, "r@d.test"), removed("A2", 34)},
+        {deferred("A2", 40, "n@d.test"), client("D1", 41), sent("D1", 42, "m@d.test")},
+        {sent("A2", 50, "n@d.test"), removed("D1", 51)},
+    };
+    const std::vector<std::string> ids = {"A1", "A2", "B1", "C1", "D1"};
+    for (std::size_t retired_again : {std::size_t{3}, batches.size()}) {
+        SCOPED_TRACE("batches " + std::to_string(retired_again));
+        // Without the fourth batch no finished queue id comes back: the map lasts to the end.
+        std::vector<std::vector<IngestItem>> use(batches.begin(),
+                                                 batches.begin() + static_cast<long>(retired_again));
+        std::string expected;
+        {
+            auto ref = open_ledger("sqlite:" + db_path("qidmap-ref-" + std::to_string(retired_again)));
+            ASSERT_TRUE(ref.ok());
+            for (const auto& b : use) ASSERT_TRUE((*ref)->ingest(b, std::nullopt).ok());
+            expected = full_dump(**ref, ids);
+        }
+        const std::string path = db_path("qidmap-" + std::to_string(retired_again));
+        auto bulk = open_ledger("sqlite:" + path);
+        ASSERT_TRUE(bulk.ok());
+        (*bulk)->set_bulk_mode(true);
+        EXPECT_EQ(count_indexes(path, kQueueIdIndexes), 0) << "dropped while the import runs";
+        for (std::size_t i = 0; i < use.size(); ++i) {
+            auto r = (*bulk)->ingest(use[i], std::nullopt);
+            ASSERT_TRUE(r.ok()) << r.error().message;
+            if (i == 2) {
+                EXPECT_EQ(count_indexes(path, kQueueIdIndexes), 0);
+            }
+        }
+        if (retired_again == batches.size()) {
+            EXPECT_EQ(count_indexes(path, kQueueIdIndexes), 2) << "A2 and D1 finished, then logged again";
+        }
+        (*bulk)->set_bulk_mode(false);
+        EXPECT_EQ(count_indexes(path, kQueueIdIndexes), 2);
+        EXPECT_EQ(full_dump(**bulk, ids), expected);
+        // The same events again are all replays, and the milter's upsert finds the rows.
+        std::size_t n = 0;
+        for (const auto& b : use) {
+            auto again = (*bulk)->ingest(b, std::nullopt);
+            ASSERT_TRUE(again.ok());
+            n += again->duplicates;
+        }
+        EXPECT_GT(n, 0u);
+        MessageIdentity id;
+        id.queue_id = "A1";
+        id.message_id = "<m1@x.test>";
+        id.time = at(60);
+        ASSERT_TRUE((*bulk)->record_identity(id).ok());
+        auto m = (*bulk)->get_message("A1");
+        ASSERT_TRUE(m.ok() && m->has_value());
+        EXPECT_FALSE((*m)->message_id.empty());
+        EXPECT_EQ((*bulk)->stats()->messages, static_cast<std::int64_t>(retired_again == 3 ? 4 : 5));
+    }
+}
+
+// A milter (another connection) records identities while an import in bulk
+// mode has the queue-id indexes dropped: its writes succeed without them, add
+// no second row, and the import's next batch goes on without its map; the
+// ledger is the one the same writes give without bulk mode.
+TEST(LedgerSqlite, AMilterRecordsWhileABulkImportHasTheQueueIdIndexesDropped) {
+    const std::vector<IngestItem> b1 = {client("A1", 10), queue_active("A1", 11, "s@x.test"),
+                                        deferred("A1", 12, "r@d.test")};
+    const std::vector<IngestItem> b2 = {deferred("A1", 20, "s@d.test"), client("Z9", 21),
+                                        sent("Z9", 22, "y@d.test")};
+    MessageIdentity a1;
+    a1.queue_id = "A1";
+    a1.message_id = "<a1@x.test>";
+    a1.recipients = {"r@d.test", "s@d.test"};
+    a1.time = at(15);
+    MessageIdentity z9;
+    z9.queue_id = "Z9";
+    z9.fingerprint = "fp-z9";
+    z9.recipients = {"y@d.test"};
+    z9.time = at(16);
+    const std::vector<std::string> ids = {"A1", "Z9"};
+    auto run = [&](const std::string& tag, bool bulk_mode) {
+        const std::string path = db_path(tag);
+        auto importer = open_ledger("sqlite:" + path);
+        EXPECT_TRUE(importer.ok());
+        if (bulk_mode) (*importer)->set_bulk_mode(true);
+        EXPECT_TRUE((*importer)->ingest(b1, std::nullopt).ok());
+        {
+            auto milter = open_ledger("sqlite:" + path);
+            EXPECT_TRUE(milter.ok());
+            EXPECT_TRUE((*milter)->record_identity(a1).ok());
+            EXPECT_TRUE((*milter)->record_identity(z9).ok());
+            EXPECT_TRUE((*milter)->record_identity(z9).ok()) << "recorded twice: still one row";
+        }
+        EXPECT_TRUE((*importer)->ingest(b2, std::nullopt).ok());
+        if (bulk_mode) (*importer)->set_bulk_mode(false);
+        auto st = (*importer)->stats();
+        return full_dump(**importer, ids) + " messages=" + std::to_string(st->messages) +
+               " recipients=" + std::to_string(st->recipients);
+    };
+    const std::string expected = run("milter-ref", false);
+    EXPECT_NE(expected.find("messages=2 recipients=3"), std::string::npos) << expected;
+    EXPECT_EQ(run("milter-bulk", true), expected);
+}
+
+// Schema 9 turned the UNIQUE constraints of messages and recipients into
+// unique indexes: a version 8 file keeps its rows, ids and uniqueness.
+TEST(LedgerSqlite, SchemaEightFileMigratesToUniqueIndexesKeepingItsRows) {
+    const std::string path = db_path("schema8");
+    const std::vector<IngestItem> items = {client("Q1", 100),
+                                           queue_active("Q1", 101, "a@src.test"),
+                                           deferred("Q1", 102, "u@dest.test"),
+                                           deferred("Q1", 103, "v@dest.test"),
+                                           client("Q2", 104),
+                                           sent("Q2", 105, "w@dest.test"),
+                                           removed("Q2", 106)};
+    const std::vector<std::string> ids = {"Q1", "Q2"};
+    std::string before;
+    {
+        auto l = open_ledger("sqlite:" + path);
+        ASSERT_TRUE(l.ok());
+        ASSERT_TRUE((*l)->ingest(items, std::nullopt).ok());
+        before = full_dump(**l, ids);
+    }
+    // As version 8 left the file: the keys as UNIQUE constraints of the tables.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const char* v8 = R"sql(BEGIN;
+CREATE TABLE m8(id INTEGER PRIMARY KEY, queue_id TEXT NOT NULL UNIQUE, first_queue_id TEXT NOT NULL,
+  previous_queue_id TEXT, next_queue_id TEXT, message_id TEXT, fingerprint TEXT, sender TEXT,
+  size INTEGER NOT NULL DEFAULT -1, nrcpt INTEGER NOT NULL DEFAULT -1, arrival INTEGER,
+  state TEXT NOT NULL DEFAULT 'incoming', updated INTEGER NOT NULL, finished INTEGER, host TEXT NOT NULL DEFAULT '');
+INSERT INTO m8 SELECT * FROM messages;
+DROP TABLE messages; ALTER TABLE m8 RENAME TO messages;
+CREATE TABLE r8(id INTEGER PRIMARY KEY, queue_id TEXT NOT NULL, address TEXT NOT NULL, domain TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT 'pending', attempts INTEGER NOT NULL DEFAULT 0, first_attempt INTEGER,
+  last_attempt INTEGER, first_deferral INTEGER, reply_code INTEGER NOT NULL DEFAULT 0,
+  enhanced TEXT NOT NULL DEFAULT '', reply_text TEXT NOT NULL DEFAULT '', stage TEXT NOT NULL DEFAULT '',
+  relay TEXT NOT NULL DEFAULT '', category TEXT NOT NULL DEFAULT 'unknown', UNIQUE(queue_id, address));
+INSERT INTO r8 SELECT * FROM recipients;
+DROP TABLE recipients; ALTER TABLE r8 RENAME TO recipients;
+DELETE FROM schema_version WHERE version > 8;
+COMMIT;)sql";
+    ASSERT_EQ(sqlite3_exec(db, v8, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+    ASSERT_EQ(count_indexes(path, kQueueIdIndexes), 0);
+
+    auto l = open_ledger("sqlite:" + path);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    EXPECT_EQ((*l)->stats()->schema_version, 9);
+    EXPECT_EQ(
+        count_indexes(path, kQueueIdIndexes + std::string(", 'messages_message_id', 'recipients_address'")),
+        4);
+    EXPECT_EQ(full_dump(**l, ids), before);
+    // Still unique: the same queue id and recipient are updated, not added.
+    MessageIdentity id;
+    id.queue_id = "Q1";
+    id.message_id = "<q1@src.test>";
+    id.recipients = {"u@dest.test", "x@dest.test"};
+    id.time = at(200);
+    ASSERT_TRUE((*l)->record_identity(id).ok());
+    EXPECT_EQ((*l)->stats()->messages, 2);
+    EXPECT_EQ((*l)->stats()->recipients, 4);
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    EXPECT_NE(
+        sqlite3_exec(db, "INSERT INTO messages(queue_id, first_queue_id, updated) VALUES('Q2', 'Q2', 1)",
+                     nullptr, nullptr, nullptr),
+        SQLITE_OK);
     sqlite3_close(db);
 }
 

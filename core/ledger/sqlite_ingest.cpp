@@ -1,0 +1,625 @@
+// sqlite_ingest.cpp -- the SQLite ledger's write path for ingest batches:
+// replay protection (seen_batches), the batch's message, recipient and
+// destination rows changed in memory and written once, the queue-id map of
+// bulk mode, the engine journal entry, all in the batch's one IMMEDIATE
+// transaction with its follower position (exactly-once, ingest.hpp). Must
+// never leave a half-applied batch: an error rolls the whole batch back.
+#include "ledger/sqlite_internal.hpp"
+
+namespace retryguard::ledger_detail {
+
+Result<IngestResult> SqliteLedger::ingest(std::span<const IngestItem> batch,
+                                          const std::optional<FollowerPosition>& position) {
+    IngestResult result;
+    auto st = write([&] {
+        result = {};
+        journal_.assign(kJournalBatchTag);
+        clear_rows();
+        dests_.clear();
+        qid_map_.discard_staged();
+        // Another connection wrote since: rows the map does not know may exist.
+        if (qid_map_.active() && data_version() != qid_map_.version())
+            leave_queue_id_map("another connection wrote to the ledger");
+        load_seen(batch);
+        for (const auto& item : batch) {
+            Op op = plan(item);
+            if (!seen_.insert(op.time, op.key)) {
+                ++result.duplicates;
+                result.fresh.push_back(false);
+                continue;
+            }
+            fresh_keys_.emplace_back(op.time, op.key);
+            apply(op);
+            append_journal_batch_item(journal_, item);
+            ++result.applied;
+            result.fresh.push_back(true);
+        }
+        flush_rows();
+        flush_destinations();
+        store_seen();
+        if (position) store_position(*position);
+        if (result.applied > 0) {
+            // The engine journal: the batch's fresh events as one entry, in the
+            // batch's transaction, so the engine is fed each exactly once (ingest.hpp).
+            Query q = stmt("INSERT INTO engine_journal(entry) VALUES(?)");
+            q.blob(journal_).run();
+            result.journal_seq = static_cast<std::uint64_t>(sqlite3_last_insert_rowid(db_));
+        }
+    });
+    clear_rows();
+    dests_.clear();
+    if (!st) {
+        qid_map_.discard_staged();  // rolled back with the batch: the map stays as committed
+        return counters_.count(Result<IngestResult>(st.error()));
+    }
+    qid_map_.commit_staged();
+    counters_.events += result.applied;
+    counters_.duplicates += result.duplicates;
+    return counters_.count(Result<IngestResult>(result));
+}
+
+Result<std::uint64_t> SqliteLedger::append_journal(std::span<const std::string> entries) {
+    std::uint64_t first = 0;
+    auto st = write([&] {
+        first = 0;
+        for (const auto& e : entries) {
+            Query q = stmt("INSERT INTO engine_journal(entry) VALUES(?)");
+            q.blob(e).run();
+            if (first == 0) first = static_cast<std::uint64_t>(sqlite3_last_insert_rowid(db_));
+        }
+    });
+    if (!st) return counters_.count(Result<std::uint64_t>(st.error()));
+    return counters_.count(Result<std::uint64_t>(first));
+}
+
+Status SqliteLedger::save_engine_state(std::string_view key, std::string_view value,
+                                       std::uint64_t journal_seq, std::uint64_t outbox_written) {
+    return counters_.count(write([&] {
+        store_state(key, value);
+        exec_bound("DELETE FROM engine_journal WHERE seq <= ?", {static_cast<std::int64_t>(journal_seq)});
+        trim_outbox(outbox_written);
+    }));
+}
+
+void SqliteLedger::store_position(const FollowerPosition& p) {
+    Query q = stmt(
+        "INSERT INTO positions(source, device, inode, offset, head_fingerprint, cursor, lines) "
+        "VALUES(?, ?, ?, ?, ?, ?, ?) ON CONFLICT(source) DO UPDATE SET device = excluded.device, "
+        "inode = excluded.inode, offset = excluded.offset, head_fingerprint = excluded.head_fingerprint, "
+        "cursor = excluded.cursor, lines = excluded.lines");
+    q.text(p.source)
+        .i64(static_cast<std::int64_t>(p.device))
+        .i64(static_cast<std::int64_t>(p.inode))
+        .i64(static_cast<std::int64_t>(p.offset))
+        .text(p.head_fingerprint)
+        .text(p.cursor)
+        .i64(static_cast<std::int64_t>(p.lines))
+        .run();
+}
+
+// seen_ := the stored pairs within the batch's time span.
+void SqliteLedger::load_seen(std::span<const IngestItem> batch) {
+    seen_.clear();
+    fresh_keys_.clear();
+    if (batch.empty()) return;
+    std::int64_t lo = to_micros(batch.front().event.time), hi = lo;
+    for (const auto& item : batch) {
+        const std::int64_t t = to_micros(item.event.time);
+        lo = std::min(lo, t);
+        hi = std::max(hi, t);
+    }
+    {
+        Query q = stmt("SELECT keys FROM seen_batches WHERE last >= ?1 AND first <= ?2");
+        q.i64(lo).i64(hi);
+        while (q.row()) {
+            const std::string keys = q.bytes(0);
+            const auto* p = reinterpret_cast<const unsigned char*>(keys.data());
+            for (std::size_t i = 0; i + 16 <= keys.size(); i += 16) {
+                const auto t = static_cast<std::int64_t>(get_u64(p + i));
+                if (t >= lo && t <= hi) seen_.insert(t, get_u64(p + i + 8));
+            }
+        }
+    }
+    Query q = stmt("SELECT time, key FROM seen_events WHERE time >= ?1 AND time <= ?2");
+    q.i64(lo).i64(hi);
+    while (q.row()) seen_.insert(q.col(0), static_cast<std::uint64_t>(q.col(1)));
+}
+
+void SqliteLedger::store_seen() {
+    if (fresh_keys_.empty()) return;
+    std::int64_t lo = fresh_keys_.front().first, hi = lo;
+    seen_blob_.clear();
+    seen_blob_.reserve(fresh_keys_.size() * 16);
+    for (const auto& [t, key] : fresh_keys_) {
+        lo = std::min(lo, t);
+        hi = std::max(hi, t);
+        put_u64(seen_blob_, static_cast<std::uint64_t>(t));
+        put_u64(seen_blob_, key);
+    }
+    Query q = stmt("INSERT INTO seen_batches(first, last, count, keys) VALUES(?, ?, ?, ?)");
+    q.i64(lo).i64(hi).i64(static_cast<std::int64_t>(fresh_keys_.size())).blob(seen_blob_).run();
+    fresh_keys_.clear();
+}
+
+// Drops the pairs older than `cut`: whole rows, and the old pairs of a row
+// that straddles it. Returns how many pairs went.
+std::int64_t SqliteLedger::prune_seen(std::int64_t cut) {
+    std::int64_t dropped = 0;
+    std::vector<std::pair<std::int64_t, std::string>> straddling;
+    {
+        Query q = stmt("SELECT COALESCE(SUM(count), 0) FROM seen_batches WHERE last < ?");
+        q.i64(cut);
+        if (q.row()) dropped += q.col(0);
+    }
+    exec_bound("DELETE FROM seen_batches WHERE last < ?1", {cut});
+    {
+        Query q = stmt("SELECT id, keys FROM seen_batches WHERE first < ?1 AND last >= ?1");
+        q.i64(cut);
+        while (q.row()) straddling.emplace_back(q.col(0), q.bytes(1));
+    }
+    for (const auto& [id, keys] : straddling) {
+        std::string kept;
+        std::int64_t n = 0, lo = 0, hi = 0;
+        const auto* p = reinterpret_cast<const unsigned char*>(keys.data());
+        for (std::size_t i = 0; i + 16 <= keys.size(); i += 16) {
+            const auto t = static_cast<std::int64_t>(get_u64(p + i));
+            if (t < cut) {
+                ++dropped;
+                continue;
+            }
+            lo = n == 0 ? t : std::min(lo, t);
+            hi = n == 0 ? t : std::max(hi, t);
+            ++n;
+            kept.append(keys, i, 16);
+        }
+        Query q = stmt("UPDATE seen_batches SET first = ?, last = ?, count = ?, keys = ? WHERE id = ?");
+        q.i64(lo).i64(hi).i64(n).blob(kept).i64(id).run();
+    }
+    return dropped + exec_bound("DELETE FROM seen_events WHERE time < ?1", {cut});
+}
+
+// The row of `queue_id`, created (as the first INSERT of one of its events
+// would) when the table has none; `updated` raised to t.
+SqliteLedger::MessageRow& SqliteLedger::message_row(const std::string& queue_id, std::int64_t t) {
+    auto it = msg_index_.find(queue_id);
+    if (it == msg_index_.end()) {
+        MessageRow row;
+        // With the queue-id map, by row id or not at all (a queue id it does not know has no row).
+        const QueueIdMap::Entry* known = nullptr;
+        if (qid_map_.active() && qid_map_.retired(queue_id))
+            leave_queue_id_map("a finished queue id was logged again");
+        if (qid_map_.active()) known = qid_map_.find(queue_id);
+        const bool by_id = known && known->message != 0;
+        Query q = stmt(by_id ? "SELECT id, first_queue_id, previous_queue_id, next_queue_id, message_id, "
+                               "fingerprint, sender, size, nrcpt, arrival, state, updated, finished, host "
+                               "FROM messages WHERE id = ?"
+                             : "SELECT id, first_queue_id, previous_queue_id, next_queue_id, message_id, "
+                               "fingerprint, sender, size, nrcpt, arrival, state, updated, finished, host "
+                               "FROM messages WHERE queue_id = ?");
+        if (by_id)
+            q.i64(known->message);
+        else
+            q.text(queue_id);
+        row.queue_id = queue_id;
+        if ((by_id || !qid_map_.active()) && q.row()) {
+            row.id = q.col(0);
+            row.first_queue_id = q.str(1);
+            row.previous_queue_id = opt_str(q, 2);
+            row.next_queue_id = opt_str(q, 3);
+            row.message_id = opt_str(q, 4);
+            row.fingerprint = opt_str(q, 5);
+            row.sender = opt_str(q, 6);
+            row.size = q.col(7);
+            row.nrcpt = q.col(8);
+            row.arrival = opt_i64(q, 9);
+            row.state = q.str(10);
+            row.updated = q.col(11);
+            row.finished = opt_i64(q, 12);
+            row.host = q.str(13);
+        } else {
+            row.first_queue_id = queue_id;
+            row.updated = t;
+        }
+        it = msg_index_.emplace(queue_id, msgs_.size()).first;
+        msgs_.push_back(std::move(row));
+    }
+    MessageRow& row = msgs_[it->second];
+    row.updated = std::max(row.updated, t);
+    row.dirty = true;
+    return row;
+}
+
+// The row of (queue_id, address), loaded on first touch; nullptr when the
+// table has none.
+SqliteLedger::RecipientRow* SqliteLedger::recipient_row(const std::string& queue_id,
+                                                        const std::string& address) {
+    std::string key = recipient_key(queue_id, address);
+    auto it = rcpt_index_.find(key);
+    if (it != rcpt_index_.end()) return it->second == kNoRow ? nullptr : &rcpts_[it->second];
+    if (rcpts_loaded_.contains(queue_id)) {
+        rcpt_index_.emplace(std::move(key), kNoRow);
+        return nullptr;
+    }
+    if (qid_map_.active() && qid_map_.retired(queue_id))
+        leave_queue_id_map("a finished queue id was logged again");
+    std::int64_t id = 0;
+    if (qid_map_.active()) {
+        // With the queue-id map, by row id or not at all.
+        if (const auto* known = qid_map_.find(queue_id))
+            for (const auto& [a, rid] : known->recipients)
+                if (a == address) id = rid;
+        if (id == 0) {
+            rcpt_index_.emplace(std::move(key), kNoRow);
+            return nullptr;
+        }
+    }
+    Query q =
+        stmt(id != 0 ? "SELECT " RECIPIENT_ROW_COLUMNS " FROM recipients WHERE id = ?"
+                     : "SELECT " RECIPIENT_ROW_COLUMNS " FROM recipients WHERE queue_id = ? AND address = ?");
+    if (id != 0)
+        q.i64(id);
+    else
+        q.text(queue_id).text(address);
+    if (!q.row()) {
+        rcpt_index_.emplace(std::move(key), kNoRow);
+        return nullptr;
+    }
+    rcpt_index_.emplace(std::move(key), rcpts_.size());
+    rcpts_.push_back(read_recipient_row(q));
+    return &rcpts_.back();
+}
+
+SqliteLedger::RecipientRow SqliteLedger::read_recipient_row(const Query& q) {
+    RecipientRow r;
+    r.id = q.col(0);
+    r.queue_id = q.str(1);
+    r.address = q.str(2);
+    r.domain = q.str(3);
+    r.state = q.str(4);
+    r.attempts = q.col(5);
+    r.first_attempt = opt_i64(q, 6);
+    r.last_attempt = opt_i64(q, 7);
+    r.first_deferral = opt_i64(q, 8);
+    r.reply_code = q.col(9);
+    r.enhanced = q.str(10);
+    r.reply_text = q.str(11);
+    r.stage = q.str(12);
+    r.relay = q.str(13);
+    r.category = q.str(14);
+    return r;
+}
+
+// Every recipient row of `queue_id` (table and batch), in address order.
+std::vector<std::size_t> SqliteLedger::recipients_of(const std::string& queue_id) {
+    if (!rcpts_loaded_.contains(queue_id)) {
+        if (qid_map_.active() && qid_map_.retired(queue_id))
+            leave_queue_id_map("a finished queue id was logged again");
+        rcpts_loaded_.insert(queue_id);
+        auto take = [&](RecipientRow r) {
+            std::string key = recipient_key(queue_id, r.address);
+            auto it = rcpt_index_.find(key);
+            if (it != rcpt_index_.end() && it->second != kNoRow) return;  // the batch's copy is newer
+            if (it != rcpt_index_.end())
+                it->second = rcpts_.size();
+            else
+                rcpt_index_.emplace(std::move(key), rcpts_.size());
+            rcpts_.push_back(std::move(r));
+        };
+        if (qid_map_.active()) {
+            // With the queue-id map: each row it knows, by its id.
+            if (const auto* known = qid_map_.find(queue_id))
+                for (const auto& [address, id] : known->recipients) {
+                    Query q = stmt("SELECT " RECIPIENT_ROW_COLUMNS " FROM recipients WHERE id = ?");
+                    q.i64(id);
+                    if (q.row()) take(read_recipient_row(q));
+                }
+        } else {
+            Query q = stmt("SELECT " RECIPIENT_ROW_COLUMNS " FROM recipients WHERE queue_id = ?");
+            q.text(queue_id);
+            while (q.row()) take(read_recipient_row(q));
+        }
+    }
+    std::vector<std::size_t> out;
+    for (std::size_t i = 0; i < rcpts_.size(); ++i)
+        if (rcpts_[i].queue_id == queue_id) out.push_back(i);
+    std::sort(out.begin(), out.end(),
+              [&](std::size_t a, std::size_t b) { return rcpts_[a].address < rcpts_[b].address; });
+    return out;
+}
+
+void SqliteLedger::set_message_state(const std::string& queue_id, std::int64_t t, const char* state,
+                                     bool finishes) {
+    MessageRow& m = message_row(queue_id, t);
+    if (m.finished) return;
+    m.state = state;
+    if (finishes) m.finished = t;
+}
+
+void SqliteLedger::apply(const Op& op) {
+    // The log's host field names the host that holds the queue id; it wins
+    // over the name the milter recorded.
+    if (op.kind != OpKind::none && !op.host.empty()) {
+        MessageRow& m = message_row(op.queue_id, op.time);
+        if (m.host != op.host) m.host = op.host;
+    }
+    switch (op.kind) {
+        case OpKind::none: return;
+        case OpKind::client: {
+            MessageRow& m = message_row(op.queue_id, op.time);
+            m.arrival = m.arrival ? std::min(*m.arrival, op.time) : op.time;
+            return;
+        }
+        case OpKind::pickup: return apply_pickup(op);
+        case OpKind::message_id: {
+            MessageRow& m = message_row(op.queue_id, op.time);
+            if (!op.resent || !m.message_id) m.message_id = op.text;
+            return;
+        }
+        case OpKind::queue_active: {
+            MessageRow& m = message_row(op.queue_id, op.time);
+            m.sender = op.text;
+            m.size = op.size;
+            m.nrcpt = op.nrcpt;
+            if (!m.arrival) m.arrival = op.time;
+            if (!m.finished) m.state = "active";
+            return;
+        }
+        case OpKind::delivery: return apply_delivery(op);
+        case OpKind::removed: return set_message_state(op.queue_id, op.time, "gone", true);
+        case OpKind::expired: {
+            set_message_state(op.queue_id, op.time, "expired", true);
+            for (std::size_t i : recipients_of(op.queue_id)) {
+                RecipientRow& r = rcpts_[i];
+                if (r.state != "pending") continue;
+                r.state = "expired";
+                r.dirty = true;
+            }
+            return;
+        }
+        case OpKind::hold: return set_message_state(op.queue_id, op.time, "hold", false);
+        case OpKind::release: return set_message_state(op.queue_id, op.time, "deferred", false);
+        case OpKind::rejected: return set_message_state(op.queue_id, op.time, "rejected", true);
+    }
+}
+
+void SqliteLedger::apply_pickup(const Op& op) {
+    {
+        MessageRow& m = message_row(op.queue_id, op.time);
+        if (!op.other_id.empty()) m.previous_queue_id = op.other_id;
+        m.sender = op.text;
+        m.arrival = m.arrival ? std::min(*m.arrival, op.time) : op.time;
+    }
+    if (op.other_id.empty() || op.other_id == op.queue_id) return;
+    // postsuper -r: the same message under a new queue id. The successor inherits
+    // the identity and the still-pending recipients with their history, so the
+    // milter keeps recognising it and attempts keep counting.
+    MessageRow& old = message_row(op.other_id, op.time);
+    MessageRow& m = msgs_[msg_index_.at(op.queue_id)];  // message_row may have moved it
+    m.first_queue_id = old.first_queue_id;
+    if (!m.message_id) m.message_id = old.message_id;
+    if (!m.fingerprint) m.fingerprint = old.fingerprint;
+    if (old.arrival) m.arrival = old.arrival;
+    if (m.size < 0) m.size = old.size;
+    old.state = "requeued";
+    old.next_queue_id = op.queue_id;
+    if (!old.finished) old.finished = op.time;
+    for (std::size_t i : recipients_of(op.other_id)) {
+        if (rcpts_[i].state != "pending") continue;
+        const std::string address = rcpts_[i].address;      // recipient_row may grow rcpts_
+        if (recipient_row(op.queue_id, address)) continue;  // INSERT OR IGNORE
+        RecipientRow copy = rcpts_[i];
+        copy.id = 0;
+        copy.queue_id = op.queue_id;
+        copy.dirty = true;
+        rcpt_index_[recipient_key(copy.queue_id, copy.address)] = rcpts_.size();
+        rcpts_.push_back(std::move(copy));
+    }
+}
+
+void SqliteLedger::apply_delivery(const Op& op) {
+    const std::string first = message_row(op.queue_id, op.time).first_queue_id;
+    const char* rstate = op.outcome == Outcome::sent       ? "sent"
+                         : op.outcome == Outcome::deferred ? "pending"
+                         : op.outcome == Outcome::bounced  ? "bounced"
+                                                           : "expired";
+    RecipientRow* r = recipient_row(op.queue_id, op.recipient);
+    if (!r) {
+        rcpt_index_[recipient_key(op.queue_id, op.recipient)] = rcpts_.size();
+        r = &rcpts_.emplace_back();
+        r->queue_id = op.queue_id;
+        r->address = op.recipient;
+        r->domain = op.domain;
+    }
+    r->state = rstate;
+    r->attempts += 1;
+    r->first_attempt = r->first_attempt ? std::min(*r->first_attempt, op.time) : op.time;
+    r->last_attempt = r->last_attempt ? std::max(*r->last_attempt, op.time) : op.time;
+    if (!r->first_deferral && op.outcome == Outcome::deferred) r->first_deferral = op.time;
+    r->reply_code = op.code;
+    r->enhanced = op.enhanced;
+    r->reply_text = op.reason;
+    r->stage = op.stage;
+    r->relay = op.relay;
+    r->category = std::string(to_string(op.category));
+    r->dirty = true;
+    if (op.outcome == Outcome::deferred) {
+        MessageRow& m = msgs_[msg_index_.at(op.queue_id)];
+        if (!m.finished && m.state != "hold") m.state = "deferred";
+    }
+    for (int i = 0; i < 2; ++i) {
+        const char* kind = i == 0 ? "domain" : "relay";
+        const std::string& name = i == 0 ? op.domain : op.relay;
+        if (name.empty()) continue;
+        if (op.outcome == Outcome::deferred)
+            record_deferral(kind, name, first, op);
+        else if (op.outcome == Outcome::sent)
+            record_success(kind, name, op.time);
+    }
+}
+
+// Writes the batch's rows: new ones in first-touch order (ids as before),
+// changed ones in place.
+void SqliteLedger::flush_rows() {
+    auto opt_text = [](Query& q, const std::optional<std::string>& v) -> Query& {
+        return v ? q.text(*v) : q.null();
+    };
+    auto opt_int = [](Query& q, const std::optional<std::int64_t>& v) -> Query& {
+        return v ? q.i64(*v) : q.null();
+    };
+    for (const MessageRow& m : msgs_) {
+        if (!m.dirty) continue;
+        Query q = stmt(
+            m.id == 0 ? "INSERT INTO messages(first_queue_id, previous_queue_id, next_queue_id, "
+                        "message_id, fingerprint, sender, size, nrcpt, arrival, state, updated, finished, "
+                        "host, "
+                        "queue_id) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                      : "UPDATE messages SET first_queue_id = ?, previous_queue_id = ?, next_queue_id = "
+                        "?, message_id = ?, fingerprint = ?, sender = ?, size = ?, nrcpt = ?, arrival = ?, "
+                        "state = ?, updated = ?, finished = ?, host = ? WHERE id = ?");
+        q.text(m.first_queue_id);
+        opt_text(q, m.previous_queue_id);
+        opt_text(q, m.next_queue_id);
+        opt_text(q, m.message_id);
+        opt_text(q, m.fingerprint);
+        opt_text(q, m.sender);
+        q.i64(m.size).i64(m.nrcpt);
+        opt_int(q, m.arrival);
+        q.text(m.state).i64(m.updated);
+        opt_int(q, m.finished);
+        q.text(m.host);
+        if (m.id == 0) {
+            q.text(m.queue_id).run();
+            qid_map_.stage_message(m.queue_id, sqlite3_last_insert_rowid(db_));
+        } else {
+            q.i64(m.id).run();
+        }
+        if (m.finished) qid_map_.stage_finished(m.queue_id);
+    }
+    for (const RecipientRow& r : rcpts_) {
+        if (!r.dirty) continue;
+        Query q = stmt(
+            r.id == 0 ? "INSERT INTO recipients(domain, state, attempts, first_attempt, last_attempt, "
+                        "first_deferral, reply_code, enhanced, reply_text, stage, relay, category, "
+                        "queue_id, address) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                      : "UPDATE recipients SET domain = ?, state = ?, attempts = ?, first_attempt = ?, "
+                        "last_attempt = ?, first_deferral = ?, reply_code = ?, enhanced = ?, reply_text = "
+                        "?, stage = ?, relay = ?, category = ? WHERE id = ?");
+        q.text(r.domain).text(r.state).i64(r.attempts);
+        opt_int(q, r.first_attempt);
+        opt_int(q, r.last_attempt);
+        opt_int(q, r.first_deferral);
+        q.i64(r.reply_code).text(r.enhanced).text(r.reply_text).text(r.stage).text(r.relay).text(r.category);
+        if (r.id == 0) {
+            q.text(r.queue_id).text(r.address).run();
+            qid_map_.stage_recipient(r.queue_id, r.address, sqlite3_last_insert_rowid(db_));
+        } else {
+            q.i64(r.id).run();
+        }
+    }
+    clear_rows();
+}
+
+void SqliteLedger::clear_rows() {
+    msgs_.clear();
+    msg_index_.clear();
+    rcpts_.clear();
+    rcpt_index_.clear();
+    rcpts_loaded_.clear();
+}
+
+SqliteLedger::DestinationRow& SqliteLedger::destination_row(const char* kind, const std::string& name) {
+    auto key = std::string(kind) + '\t' + name;
+    auto it = dests_.find(key);
+    if (it != dests_.end()) return it->second;
+    DestinationRow row;
+    Query q = stmt(
+        "SELECT last_success, last_deferral, ep_first, ep_last, ep_attempts, ep_messages, ep_categories, "
+        "ep_last_reply, ep_last_relay, updated FROM destinations WHERE kind = ? AND name = ?");
+    q.text(kind).text(name);
+    if (q.row()) {
+        auto opt = [&](int i) -> std::optional<std::int64_t> {
+            if (q.is_null(i)) return std::nullopt;
+            return q.col(i);
+        };
+        row.last_success = opt(0);
+        row.last_deferral = opt(1);
+        row.ep_first = opt(2);
+        row.ep_last = opt(3);
+        row.ep_attempts = q.col(4);
+        row.ep_messages = q.col(5);
+        row.ep_categories = q.col(6);
+        row.ep_last_reply = q.str(7);
+        row.ep_last_relay = q.str(8);
+        row.updated = q.col(9);
+    }
+    return dests_.emplace(std::move(key), std::move(row)).first->second;
+}
+
+void SqliteLedger::record_deferral(const char* kind, const std::string& name, const std::string& message,
+                                   const Op& op) {
+    auto& row = destination_row(kind, name);
+    if (!row.episode_messages.contains(message)) {
+        Query q = stmt("INSERT OR IGNORE INTO episode_messages(kind, name, queue_id) VALUES(?, ?, ?)");
+        q.text(kind).text(name).text(message).run();
+        row.ep_messages += sqlite3_changes(db_);
+        row.episode_messages.insert(message);
+    }
+    row.last_deferral = max_opt(row.last_deferral, op.time);
+    if (!row.ep_first) row.ep_first = op.time;
+    row.ep_last = max_opt(row.ep_last, op.time);
+    row.ep_attempts += 1;
+    row.ep_categories |= category_bit(op.category);
+    row.ep_last_reply = op.reason;
+    row.ep_last_relay = op.relay;
+    row.updated = std::max(row.updated, op.time);
+}
+
+void SqliteLedger::record_success(const char* kind, const std::string& name, std::int64_t t) {
+    auto& row = destination_row(kind, name);
+    if (row.ep_first) {
+        Query q = stmt(
+            "INSERT INTO episodes(kind, name, first_deferral, last_deferral, ended, attempts, messages, "
+            "categories, last_reply, last_relay) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        q.text(kind).text(name).i64(*row.ep_first).i64(row.ep_last.value_or(*row.ep_first)).i64(t);
+        q.i64(row.ep_attempts).i64(row.ep_messages).i64(row.ep_categories).text(row.ep_last_reply);
+        q.text(row.ep_last_relay).run();
+        Query d = stmt("DELETE FROM episode_messages WHERE kind = ? AND name = ?");
+        d.text(kind).text(name).run();
+        row.episode_messages.clear();
+    }
+    row.last_success = max_opt(row.last_success, t);
+    row.ep_first.reset();
+    row.ep_last.reset();
+    row.ep_attempts = row.ep_messages = row.ep_categories = 0;
+    row.ep_last_reply.clear();
+    row.ep_last_relay.clear();
+    row.updated = std::max(row.updated, t);
+}
+
+void SqliteLedger::flush_destinations() {
+    for (const auto& [key, row] : dests_) {
+        auto tab = key.find('\t');
+        Query q = stmt(
+            "INSERT INTO destinations(kind, name, last_success, last_deferral, ep_first, ep_last, "
+            "ep_attempts, ep_messages, ep_categories, ep_last_reply, ep_last_relay, updated) "
+            "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT(kind, name) DO UPDATE "
+            "SET "
+            "last_success = excluded.last_success, last_deferral = excluded.last_deferral, "
+            "ep_first = excluded.ep_first, ep_last = excluded.ep_last, ep_attempts = "
+            "excluded.ep_attempts, "
+            "ep_messages = excluded.ep_messages, ep_categories = excluded.ep_categories, "
+            "ep_last_reply = excluded.ep_last_reply, ep_last_relay = excluded.ep_last_relay, "
+            "updated = MAX(updated, excluded.updated)");
+        auto opt = [&](const std::optional<std::int64_t>& v) -> Query& { return v ? q.i64(*v) : q.null(); };
+        q.text(std::string_view(key).substr(0, tab)).text(std::string_view(key).substr(tab + 1));
+        opt(row.last_success);
+        opt(row.last_deferral);
+        opt(row.ep_first);
+        opt(row.ep_last);
+        q.i64(row.ep_attempts).i64(row.ep_messages).i64(row.ep_categories).text(row.ep_last_reply);
+        q.text(row.ep_last_relay).i64(row.updated).run();
+    }
+    dests_.clear();
+}
+
+}  // namespace retryguard::ledger_detail

@@ -1,0 +1,440 @@
+// sqlite_schema.cpp -- the SQLite ledger's schema: the migrations from
+// version 1 to the current one (append-only), opening (WAL, pragmas, the
+// migrations in one transaction), and bulk mode, which may defer the secondary
+// indexes of an import into an empty ledger and builds them at its end or at
+// the next opening. Never edits an existing migration: files in the field ran
+// it.
+#include "ledger/sqlite_internal.hpp"
+
+namespace retryguard::ledger_detail {
+namespace {
+
+// The schema, one entry per version. A new version appends a migration; an
+// existing entry is never edited (files in the field already ran it).
+constexpr const char* kMigrations[] = {
+    // version 1
+    R"sql(
+CREATE TABLE messages(
+  queue_id TEXT PRIMARY KEY,
+  first_queue_id TEXT NOT NULL,
+  previous_queue_id TEXT,
+  next_queue_id TEXT,
+  message_id TEXT,
+  fingerprint TEXT,
+  sender TEXT,
+  size INTEGER NOT NULL DEFAULT -1,
+  nrcpt INTEGER NOT NULL DEFAULT -1,
+  arrival INTEGER,
+  state TEXT NOT NULL DEFAULT 'incoming',
+  updated INTEGER NOT NULL,
+  finished INTEGER
+) WITHOUT ROWID;
+CREATE INDEX messages_message_id ON messages(message_id) WHERE message_id IS NOT NULL;
+CREATE INDEX messages_fingerprint ON messages(fingerprint) WHERE fingerprint IS NOT NULL;
+CREATE INDEX messages_finished ON messages(finished) WHERE finished IS NOT NULL;
+CREATE INDEX messages_updated ON messages(updated);
+CREATE TABLE recipients(
+  queue_id TEXT NOT NULL,
+  address TEXT NOT NULL,
+  domain TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT 'pending',
+  attempts INTEGER NOT NULL DEFAULT 0,
+  first_attempt INTEGER,
+  last_attempt INTEGER,
+  first_deferral INTEGER,
+  reply_code INTEGER NOT NULL DEFAULT 0,
+  enhanced TEXT NOT NULL DEFAULT '',
+  reply_text TEXT NOT NULL DEFAULT '',
+  stage TEXT NOT NULL DEFAULT '',
+  relay TEXT NOT NULL DEFAULT '',
+  category TEXT NOT NULL DEFAULT 'unknown',
+  PRIMARY KEY(queue_id, address)
+) WITHOUT ROWID;
+CREATE INDEX recipients_address ON recipients(address);
+CREATE TABLE destinations(
+  kind TEXT NOT NULL,
+  name TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT '',
+  state_changed INTEGER,
+  last_success INTEGER,
+  last_deferral INTEGER,
+  ep_first INTEGER,
+  ep_last INTEGER,
+  ep_attempts INTEGER NOT NULL DEFAULT 0,
+  ep_messages INTEGER NOT NULL DEFAULT 0,
+  ep_categories INTEGER NOT NULL DEFAULT 0,
+  ep_last_reply TEXT NOT NULL DEFAULT '',
+  ep_last_relay TEXT NOT NULL DEFAULT '',
+  updated INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY(kind, name)
+) WITHOUT ROWID;
+CREATE INDEX destinations_state ON destinations(state);
+CREATE TABLE episode_messages(
+  kind TEXT NOT NULL, name TEXT NOT NULL, queue_id TEXT NOT NULL,
+  PRIMARY KEY(kind, name, queue_id)
+) WITHOUT ROWID;
+CREATE TABLE episodes(
+  id INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL, name TEXT NOT NULL,
+  first_deferral INTEGER NOT NULL, last_deferral INTEGER NOT NULL, ended INTEGER NOT NULL,
+  attempts INTEGER NOT NULL, messages INTEGER NOT NULL, categories INTEGER NOT NULL,
+  last_reply TEXT NOT NULL, last_relay TEXT NOT NULL
+);
+CREATE INDEX episodes_destination ON episodes(kind, name, first_deferral);
+CREATE INDEX episodes_ended ON episodes(ended);
+CREATE TABLE flags(
+  id INTEGER PRIMARY KEY,
+  destination TEXT NOT NULL, reason TEXT NOT NULL,
+  set_at INTEGER NOT NULL, expires_at INTEGER, cleared_at INTEGER
+);
+CREATE INDEX flags_destination ON flags(destination);
+CREATE TABLE verdict_counts(verdict TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE engine_state(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE positions(
+  source TEXT PRIMARY KEY, device INTEGER NOT NULL, inode INTEGER NOT NULL, offset INTEGER NOT NULL,
+  head_fingerprint TEXT NOT NULL, cursor TEXT NOT NULL, lines INTEGER NOT NULL
+) WITHOUT ROWID;
+-- No index on time: one B-tree per event on the ingest path; prune scans instead.
+CREATE TABLE seen_events(key INTEGER PRIMARY KEY, time INTEGER NOT NULL);
+)sql",
+    // version 2: the engine journal (fresh events, ticks and commands the engine
+    // state does not cover yet; AUTOINCREMENT: a trimmed-empty journal never reuses
+    // a number) and the high-water mark of applied verdict effects.
+    R"sql(
+CREATE TABLE engine_journal(seq INTEGER PRIMARY KEY AUTOINCREMENT, entry BLOB NOT NULL);
+CREATE TABLE engine_marks(name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+)sql",
+    // version 3: the verdict outbox (lines of committed verdict effects until
+    // the sink has them; written in the effects transaction, trimmed in the next).
+    R"sql(
+CREATE TABLE verdict_outbox(seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, line TEXT NOT NULL);
+)sql",
+    // version 4: seen_events keyed by (time, key). The key is a hash (random), so
+    // every insert went to a random page of the B-tree and each batch dirtied
+    // about one page per event; ordered by time first, inserts append and a batch
+    // dirties a few pages. Same replay protection: the key hashes the event's
+    // time, so one event always has the same (time, key). Pruning by time
+    // becomes a range delete.
+    R"sql(
+CREATE TABLE seen_events_v4(time INTEGER NOT NULL, key INTEGER NOT NULL, PRIMARY KEY(time, key)) WITHOUT ROWID;
+INSERT OR IGNORE INTO seen_events_v4(time, key) SELECT time, key FROM seen_events;
+DROP TABLE seen_events;
+ALTER TABLE seen_events_v4 RENAME TO seen_events;
+)sql",
+    // version 5: messages and recipients become rowid tables (rows in insertion
+    // order) with their old keys as UNIQUE constraints. Keyed by queue id (random
+    // hex), the rows of a batch's messages were spread over the whole table, so
+    // every batch rewrote pages all over it and a ledger larger than the page
+    // cache read them back from disk: the cost per event grew with the ledger.
+    // In insertion order a batch's rows share a few pages at the end; only the
+    // small queue-id indexes stay spread (and stay in the cache).
+    R"sql(
+CREATE TABLE messages_v5(
+  id INTEGER PRIMARY KEY,
+  queue_id TEXT NOT NULL UNIQUE,
+  first_queue_id TEXT NOT NULL,
+  previous_queue_id TEXT,
+  next_queue_id TEXT,
+  message_id TEXT,
+  fingerprint TEXT,
+  sender TEXT,
+  size INTEGER NOT NULL DEFAULT -1,
+  nrcpt INTEGER NOT NULL DEFAULT -1,
+  arrival INTEGER,
+  state TEXT NOT NULL DEFAULT 'incoming',
+  updated INTEGER NOT NULL,
+  finished INTEGER
+);
+INSERT INTO messages_v5(queue_id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint,
+  sender, size, nrcpt, arrival, state, updated, finished)
+  SELECT queue_id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint, sender, size,
+  nrcpt, arrival, state, updated, finished FROM messages ORDER BY COALESCE(arrival, updated), queue_id;
+DROP TABLE messages;
+ALTER TABLE messages_v5 RENAME TO messages;
+CREATE INDEX messages_message_id ON messages(message_id) WHERE message_id IS NOT NULL;
+CREATE INDEX messages_fingerprint ON messages(fingerprint) WHERE fingerprint IS NOT NULL;
+CREATE INDEX messages_finished ON messages(finished) WHERE finished IS NOT NULL;
+CREATE INDEX messages_updated ON messages(updated);
+CREATE TABLE recipients_v5(
+  id INTEGER PRIMARY KEY,
+  queue_id TEXT NOT NULL,
+  address TEXT NOT NULL,
+  domain TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT 'pending',
+  attempts INTEGER NOT NULL DEFAULT 0,
+  first_attempt INTEGER,
+  last_attempt INTEGER,
+  first_deferral INTEGER,
+  reply_code INTEGER NOT NULL DEFAULT 0,
+  enhanced TEXT NOT NULL DEFAULT '',
+  reply_text TEXT NOT NULL DEFAULT '',
+  stage TEXT NOT NULL DEFAULT '',
+  relay TEXT NOT NULL DEFAULT '',
+  category TEXT NOT NULL DEFAULT 'unknown',
+  UNIQUE(queue_id, address)
+);
+INSERT INTO recipients_v5(queue_id, address, domain, state, attempts, first_attempt, last_attempt,
+  first_deferral, reply_code, enhanced, reply_text, stage, relay, category)
+  SELECT queue_id, address, domain, state, attempts, first_attempt, last_attempt, first_deferral, reply_code,
+  enhanced, reply_text, stage, relay, category FROM recipients ORDER BY COALESCE(first_attempt, 0), queue_id,
+  address;
+DROP TABLE recipients;
+ALTER TABLE recipients_v5 RENAME TO recipients;
+CREATE INDEX recipients_address ON recipients(address);
+)sql",
+    // version 6: identical content is ordinary traffic (alerts, cron mail,
+    // templates): the fingerprint lookup reads only copies the queue may be
+    // retrying, so its cost follows the queue, not the history. A message the
+    // queue manager has not picked up yet ('incoming') was never deferred.
+    R"sql(
+DROP INDEX messages_fingerprint;
+CREATE INDEX messages_fingerprint_queued ON messages(fingerprint)
+  WHERE fingerprint IS NOT NULL AND state IN ('active','deferred','hold');
+)sql",
+    // version 7: the keys of a batch's fresh events are kept as one row per
+    // batch (packed (time, key) pairs, see SeenKeys) instead of one B-tree
+    // entry per event, which cost an insert per event on the ingest path. A
+    // batch reads the rows whose time span meets its own. seen_events keeps the
+    // keys written before this version (still consulted) until prune drops them.
+    R"sql(
+CREATE TABLE seen_batches(id INTEGER PRIMARY KEY, first INTEGER NOT NULL, last INTEGER NOT NULL,
+  count INTEGER NOT NULL, keys BLOB NOT NULL);
+CREATE INDEX seen_batches_last ON seen_batches(last);
+)sql",
+    // version 8: the host that holds each message (the host field of its log
+    // lines, or the milter's host name before the log names it), so that a
+    // fleet sharing one ledger says which host is retrying a copy.
+    R"sql(
+ALTER TABLE messages ADD COLUMN host TEXT NOT NULL DEFAULT '';
+)sql",
+    // version 9: the UNIQUE constraints of messages(queue_id) and
+    // recipients(queue_id, address) become unique indexes of their own (same
+    // columns, same uniqueness, same upsert targets), so that bulk mode into an
+    // empty ledger can drop them with the other secondary indexes and build
+    // them once at its end: keyed by random queue ids, they were the pages
+    // every batch rewrote all over (set_bulk_mode). Same columns in the same
+    // order, same ids.
+    R"sql(
+CREATE TABLE messages_v9(
+  id INTEGER PRIMARY KEY,
+  queue_id TEXT NOT NULL,
+  first_queue_id TEXT NOT NULL,
+  previous_queue_id TEXT,
+  next_queue_id TEXT,
+  message_id TEXT,
+  fingerprint TEXT,
+  sender TEXT,
+  size INTEGER NOT NULL DEFAULT -1,
+  nrcpt INTEGER NOT NULL DEFAULT -1,
+  arrival INTEGER,
+  state TEXT NOT NULL DEFAULT 'incoming',
+  updated INTEGER NOT NULL,
+  finished INTEGER,
+  host TEXT NOT NULL DEFAULT ''
+);
+INSERT INTO messages_v9(id, queue_id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint,
+  sender, size, nrcpt, arrival, state, updated, finished, host)
+  SELECT id, queue_id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint, sender, size,
+  nrcpt, arrival, state, updated, finished, host FROM messages ORDER BY id;
+DROP TABLE messages;
+ALTER TABLE messages_v9 RENAME TO messages;
+CREATE UNIQUE INDEX messages_queue_id ON messages(queue_id);
+CREATE INDEX messages_message_id ON messages(message_id) WHERE message_id IS NOT NULL;
+CREATE INDEX messages_fingerprint_queued ON messages(fingerprint)
+  WHERE fingerprint IS NOT NULL AND state IN ('active','deferred','hold');
+CREATE INDEX messages_finished ON messages(finished) WHERE finished IS NOT NULL;
+CREATE INDEX messages_updated ON messages(updated);
+CREATE TABLE recipients_v9(
+  id INTEGER PRIMARY KEY,
+  queue_id TEXT NOT NULL,
+  address TEXT NOT NULL,
+  domain TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT 'pending',
+  attempts INTEGER NOT NULL DEFAULT 0,
+  first_attempt INTEGER,
+  last_attempt INTEGER,
+  first_deferral INTEGER,
+  reply_code INTEGER NOT NULL DEFAULT 0,
+  enhanced TEXT NOT NULL DEFAULT '',
+  reply_text TEXT NOT NULL DEFAULT '',
+  stage TEXT NOT NULL DEFAULT '',
+  relay TEXT NOT NULL DEFAULT '',
+  category TEXT NOT NULL DEFAULT 'unknown'
+);
+INSERT INTO recipients_v9(id, queue_id, address, domain, state, attempts, first_attempt, last_attempt,
+  first_deferral, reply_code, enhanced, reply_text, stage, relay, category)
+  SELECT id, queue_id, address, domain, state, attempts, first_attempt, last_attempt, first_deferral, reply_code,
+  enhanced, reply_text, stage, relay, category FROM recipients ORDER BY id;
+DROP TABLE recipients;
+ALTER TABLE recipients_v9 RENAME TO recipients;
+CREATE UNIQUE INDEX recipients_queue_address ON recipients(queue_id, address);
+CREATE INDEX recipients_address ON recipients(address);
+)sql",
+};
+constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
+
+}  // namespace
+
+Status SqliteLedger::open() {
+    int rc = sqlite3_open_v2(path_.c_str(), &db_,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+    if (rc != SQLITE_OK) {
+        std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+        return make_error(ErrorKind::io, "ledger: cannot open " + path_ + ": " + msg);
+    }
+    // Opening (WAL switch, schema check, migrations) needs the write lock once.
+    // It happens at start, off the mail path: wait for it as long as a writer
+    // may hold it (another daemon's ingest batch or prune), not the short busy
+    // timeout a milter sets for its lookups; that one applies afterwards.
+    constexpr std::chrono::milliseconds kOpenBusyTimeout{10000};
+    sqlite3_busy_timeout(db_, static_cast<int>(std::max(options_.busy_timeout, kOpenBusyTimeout).count()));
+    sqlite3_extended_result_codes(db_, 1);
+    auto opened = guard([&] {
+        exec("PRAGMA journal_mode=WAL");
+        // NORMAL in WAL mode: a process crash (kill -9) loses nothing committed; only a
+        // power loss may drop the last transactions, batch and position together.
+        exec("PRAGMA synchronous=NORMAL");
+        exec("PRAGMA foreign_keys=OFF");
+        exec("PRAGMA temp_store=MEMORY");
+        exec("PRAGMA cache_size=-16000");
+        migrate();
+    });
+    sqlite3_busy_timeout(db_, static_cast<int>(options_.busy_timeout.count()));
+    return opened;
+}
+
+// Bulk import: a 64 MiB page cache instead of 16 MiB (the month of a busy
+// relay touches far more than 16 MiB of B-tree pages at random: messages and
+// recipients are keyed by queue id), and a WAL checkpoint every 256 MiB of
+// WAL instead of every 4 MiB (each checkpoint writes the pages back and
+// syncs twice; a page written by many batches is written back once).
+// synchronous stays NORMAL: a kill -9 loses nothing committed.
+// Into an empty ledger, the secondary indexes of messages and recipients
+// (kSecondaryIndexes: queue id, Message-ID, fingerprint, address, times)
+// are dropped and built once when bulk mode ends: keyed by random values,
+// each batch rewrote pages all over them. Lookups stay correct meanwhile
+// (scans); the ingest path finds its rows through the queue-id map instead
+// (QueueIdMap), which also keeps queue ids unique while their index is
+// missing. A process killed before the end leaves them missing; open()
+// builds them.
+void SqliteLedger::set_bulk_mode(bool on) noexcept {
+    std::lock_guard lock(mutex_);
+    (void)guard([&] {
+        exec(on ? "PRAGMA cache_size=-65536" : "PRAGMA cache_size=-16000");
+        exec(on ? "PRAGMA wal_autocheckpoint=65536" : "PRAGMA wal_autocheckpoint=1000");
+    });
+    if (on && !indexes_deferred_) {
+        auto st = guard([&] {
+            exec("BEGIN IMMEDIATE");
+            try {
+                Query q = stmt(
+                    "SELECT NOT EXISTS(SELECT 1 FROM messages) AND NOT EXISTS(SELECT 1 FROM recipients)");
+                const bool empty = q.row() && q.col(0) != 0;
+                q.run();
+                if (empty)
+                    for (const auto& index : kSecondaryIndexes)
+                        exec(("DROP INDEX IF EXISTS " + std::string(index.name)).c_str());
+                const std::int64_t version = data_version();
+                exec("COMMIT");
+                indexes_deferred_ = empty;
+                if (empty) qid_map_.start(version);
+            } catch (...) {
+                sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+                throw;
+            }
+        });
+        if (!st) options_.warn("bulk mode: keeping the indexes: " + st.error().message);
+    } else if (!on && indexes_deferred_) {
+        qid_map_.stop();
+        auto st = guard([&] { ensure_indexes(); });
+        if (!st)
+            options_.warn("bulk mode: building the indexes: " + st.error().message +
+                          " (the next opening builds them)");
+        indexes_deferred_ = false;
+    }
+}
+
+// PRAGMA data_version: changes when another connection commits.
+std::int64_t SqliteLedger::data_version() {
+    Query v = stmt("PRAGMA data_version");
+    const std::int64_t version = v.row() ? v.col(0) : -1;
+    v.run();
+    return version;
+}
+
+// The queue-id map is given up for good (another writer, a retired queue
+// id seen again, a failed batch): the two unique indexes are built now, in
+// the current transaction, and rows are looked up by queue id again. If
+// that transaction rolls back, lookups stay correct (scans) and bulk mode's
+// end or the next opening builds them.
+void SqliteLedger::leave_queue_id_map(std::string_view why) {
+    options_.warn("bulk mode: " + std::string(why) + ": building the queue-id indexes now");
+    qid_map_.stop();
+    for (std::size_t i = 0; i < 2; ++i) exec(kSecondaryIndexes[i].create);
+}
+
+void SqliteLedger::ensure_indexes() {
+    exec("BEGIN IMMEDIATE");
+    try {
+        for (const auto& index : kSecondaryIndexes) exec(index.create);
+        exec("COMMIT");
+    } catch (...) {
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+}
+
+std::int64_t SqliteLedger::exec_bound(const char* sql, std::initializer_list<std::int64_t> args) {
+    Query q = stmt(sql);
+    for (auto a : args) q.i64(a);
+    q.run();
+    return sqlite3_changes(db_);
+}
+
+void SqliteLedger::exec(const char* sql) {
+    char* err = nullptr;
+    int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
+    if (rc != SQLITE_OK) {
+        std::string msg = err ? err : sqlite3_errmsg(db_);
+        sqlite3_free(err);
+        throw SqlError{rc, msg};
+    }
+}
+
+void SqliteLedger::migrate() {
+    exec("BEGIN IMMEDIATE");
+    try {
+        exec("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL)");
+        int version = 0;
+        {
+            Query q = stmt("SELECT COALESCE(MAX(version), 0) FROM schema_version");
+            if (q.row()) version = static_cast<int>(q.col(0));
+        }
+        if (version > kSchemaVersion)
+            throw SqlError{SQLITE_MISMATCH, "ledger schema version " + std::to_string(version) +
+                                                " is newer than this program (" +
+                                                std::to_string(kSchemaVersion) + ")"};
+        for (int v = version; v < kSchemaVersion; ++v) {
+            exec(kMigrations[v]);
+            exec_bound("INSERT INTO schema_version(version) VALUES(?)", {v + 1});
+        }
+        // A bulk import killed before its end left them dropped (set_bulk_mode).
+        for (const auto& index : kSecondaryIndexes) exec(index.create);
+        exec("COMMIT");
+    } catch (...) {
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+}
+
+Error SqliteLedger::to_error(const SqlError& e) {
+    int primary = e.code & 0xff;
+    if (primary == SQLITE_INTERRUPT)
+        return make_error(ErrorKind::timeout, "ledger (sqlite): lookup deadline passed");
+    auto kind = (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) ? ErrorKind::unavailable
+                : (primary == SQLITE_MISMATCH)                       ? ErrorKind::config
+                                                                     : ErrorKind::io;
+    return make_error(kind, "ledger (sqlite): " + e.message);
+}
+
+}  // namespace retryguard::ledger_detail
