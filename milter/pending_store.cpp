@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
@@ -17,18 +18,13 @@
 
 #include "retryguard/daemon_guard.hpp"
 #include "retryguard/identity_filter.hpp"
+#include "retryguard/identity_filter_feed.hpp"
 #include "retryguard/ledger.hpp"
 
 namespace retryguard::milter {
 
 namespace {
 
-// What the log cannot tell: the fingerprint (and the Message-ID and sender,
-// which cleanup and qmgr also log, in case their lines come later). Not the
-// recipients: a copy counts as being retried only once a recipient has been
-// deferred (resend.hpp: counts_as_retrying), and the log's deferral line names
-// that recipient; recording them here would cost two more B-tree inserts per
-// message for rows no verdict reads.
 // An exception caught at the top of one of the store's threads, to its log.
 GuardReport store_report(const StoreLog& log) {
     return [log](std::string_view where, std::string_view what) {
@@ -38,6 +34,12 @@ GuardReport store_report(const StoreLog& log) {
     };
 }
 
+// What the log cannot tell: the fingerprint (and the Message-ID and sender,
+// which cleanup and qmgr also log, in case their lines come later). Not the
+// recipients: a copy counts as being retried only once a recipient has been
+// deferred (resend.hpp: counts_as_retrying), and the log's deferral line names
+// that recipient; recording them here would cost two more B-tree inserts per
+// message for rows no verdict reads.
 MessageIdentity identity(const MessageFacts& msg, TimePoint when, const std::string& host) {
     MessageIdentity id;
     id.host = host;
@@ -51,13 +53,9 @@ MessageIdentity identity(const MessageFacts& msg, TimePoint when, const std::str
 
 // The ledger behind an identity filter (identity_filter.hpp): a message none
 // of whose keys the ledger holds is answered "no pending copy" without a
-// lookup. The filter is built at start and rebuilt every `rescan` by a thread
-// of its own, which is how keys written by other processes (the follower's
-// `message-id=` lines) reach it; the milter's own records are added as they
-// are written. A ledger with a change stream (Redis: other hosts' milters and
-// followers) has the same thread read it between rebuilds, so their keys
-// arrive within milliseconds; when the stream breaks the filter is not used
-// (every message looked up) until a rebuild after a new mark succeeds.
+// lookup. The filter is kept complete by an IdentityFilterFeed (core: rebuilt
+// every `rescan`, and the ledger's change stream in between where it has one);
+// the milter's own records are added as they are written.
 // rescan 0, or a ledger that cannot list its identities: every message is
 // looked up.
 class LedgerStore final : public PendingStore {
@@ -68,27 +66,20 @@ class LedgerStore final : public PendingStore {
           spec_(std::move(spec)),
           host_(std::move(host)),
           rescan_(rescan),
-          log_(std::move(log)),
           filtered_(rescan.count() > 0 && ledger_->can_list_identities()) {
         if (!filtered_) return;
-        if (auto stream = ledger_->open_identity_stream()) stream_ = std::move(*stream);
-        // before the first message, so the first lookups are filtered too
-        if (stream_) {
-            stream_ok_ = mark_and_rebuild();
-            rescanner_ = std::thread([this] { run_guarded_loop([this] { follow_loop(); }); });
-        } else {
-            rebuild();
-            rescanner_ = std::thread([this] { run_guarded_loop([this] { rescan_loop(); }); });
-        }
+        std::unique_ptr<IdentityStream> stream;
+        if (auto opened = ledger_->open_identity_stream()) stream = std::move(*opened);
+        IdentityFilterFeed::Options options;
+        options.rescan = rescan;
+        feed_.emplace(
+            filter_, [this](const IdentityFilter::Visitor& v) { return ledger_->for_each_open_identity(v); },
+            std::move(stream), options, std::move(log));
+        feed_->start();  // before the first message, so the first lookups are filtered too
     }
     ~LedgerStore() override { close(); }
     void close() override {
-        {
-            std::lock_guard lock(mu_);
-            stop_ = true;
-        }
-        cv_.notify_one();
-        if (rescanner_.joinable()) rescanner_.join();
+        if (feed_) feed_->stop();
     }
 
     Result<std::vector<PendingCopy>> find_pending(const MessageFacts& msg,
@@ -136,131 +127,21 @@ class LedgerStore final : public PendingStore {
     std::string describe() const override {
         return fmt::format("{}({}){}{}", ledger_->backend(), spec_,
                            filtered_ ? fmt::format(" filter-rescan={}s", rescan_.count()) : "",
-                           stream_ ? " filter-stream" : "");
+                           feed_ && feed_->has_stream() ? " filter-stream" : "");
     }
     std::uint64_t filtered_lookups() const override { return filtered_lookups_; }
-    std::uint64_t filter_errors() const override { return filter_errors_; }
-    std::uint64_t exceptions_caught() const override { return exceptions_; }
+    std::uint64_t filter_errors() const override { return feed_ ? feed_->errors() : 0; }
+    std::uint64_t exceptions_caught() const override { return feed_ ? feed_->exceptions_caught() : 0; }
 
   private:
-    bool rebuild() {
-        auto t0 = std::chrono::steady_clock::now();
-        // with a stream, on its connection: the lookups keep theirs to themselves
-        auto r = filter_.rebuild([this](const IdentityFilter::Visitor& v) {
-            return stream_ ? stream_->scan(v) : ledger_->for_each_open_identity(v);
-        });
-        auto ms =
-            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
-        if (!r) {
-            // with a stream, counted once per failure of the stream (stream_failed)
-            if (!stream_) ++filter_errors_;
-            if (!failing_)
-                log_(Severity::warning,
-                     fmt::format("identity filter: rebuild failed, every message is looked up until one "
-                                 "succeeds: {}",
-                                 r.error().message));
-            failing_ = true;
-            return false;
-        }
-        if (failing_ || first_)
-            log_(Severity::info, fmt::format("identity filter: {} keys read in {} ms", *r, ms.count()));
-        failing_ = first_ = false;
-        return true;
-    }
-    // This thread's top level: a loop that throws counts as a failed rebuild
-    // (the filter is not used: every message is looked up) and starts again.
-    template <typename Loop>
-    void run_guarded_loop(Loop loop) {
-        while (!run_guarded("identity filter", loop, exceptions_, store_report(log_))) {
-            filter_.invalidate();
-            ++filter_errors_;
-            stream_ok_ = false;
-            if (wait(kRetry)) return;
-        }
-    }
-    // Sleeps up to d; true when the store is closing.
-    bool wait(std::chrono::milliseconds d) {
-        std::unique_lock lock(mu_);
-        return cv_.wait_for(lock, d, [this] { return stop_; });
-    }
-    void rescan_loop() {
-        while (!wait(rescan_)) rebuild();
-    }
-
-    // Without a stream the ledger's keys are read every rescan_. With one: a
-    // mark, then a scan, then every change after the mark as it comes; a
-    // broken stream (or failed mark) invalidates the filter, logged once per
-    // change of state, and the mark and scan are tried again every kRetry.
-    bool mark_and_rebuild() {
-        auto st = stream_->mark();
-        if (!st) {
-            stream_failed(st.error());
-            return false;
-        }
-        if (rebuild()) return true;
-        stream_failed(make_error(ErrorKind::unavailable, "the scan after the mark failed"));
-        return false;
-    }
-    // Counted and logged once per failure, not per retry: a Redis down for an
-    // hour is one error, as it is one state of the filter.
-    void stream_failed(const Error& e) {
-        filter_.invalidate();
-        if (!stream_failing_) {
-            ++filter_errors_;
-            log_(Severity::warning,
-                 fmt::format("identity filter: change stream failed, every message is looked up until it is "
-                             "read again: {}",
-                             e.message));
-        }
-        stream_failing_ = true;
-    }
-    void follow_loop() {
-        auto next_rebuild = std::chrono::steady_clock::now() + rescan_;
-        for (;;) {
-            {
-                std::lock_guard lock(mu_);
-                if (stop_) return;
-            }
-            if (!stream_ok_ || std::chrono::steady_clock::now() >= next_rebuild) {
-                stream_ok_ = mark_and_rebuild();
-                next_rebuild = std::chrono::steady_clock::now() + rescan_;
-                if (!stream_ok_) {
-                    if (wait(kRetry)) return;
-                    continue;
-                }
-                if (stream_failing_) log_(Severity::info, "identity filter: change stream read again");
-                stream_failing_ = false;
-            }
-            auto st = stream_->read(kStreamWait, [this](std::string_view mid, std::string_view fp) {
-                filter_.add_normalised(mid, fp);
-            });
-            if (!st) {
-                stream_failed(st.error());
-                stream_ok_ = false;
-            }
-        }
-    }
-
     std::unique_ptr<LedgerLookup> ledger_;
     std::string spec_;
     std::string host_;  // recorded with each message (MessageIdentity::host)
     std::chrono::seconds rescan_;
-    StoreLog log_;
     bool filtered_;
     IdentityFilter filter_;
-    std::atomic<std::uint64_t> filtered_lookups_{0}, filter_errors_{0}, exceptions_{0};
-    bool failing_ = false, first_ = true;  // rebuild()'s, which runs on one thread at a time
-    std::mutex mu_;
-    std::condition_variable cv_;
-    bool stop_ = false;
-    std::unique_ptr<IdentityStream> stream_;  // null: the ledger has none
-    // the rescanner's, once it runs (the constructor's before)
-    bool stream_ok_ = false, stream_failing_ = false;
-    // A read waits this long for a change: how long close() may wait for the thread.
-    static constexpr std::chrono::milliseconds kStreamWait{100};
-    // Between attempts to mark and scan again after a failure.
-    static constexpr std::chrono::milliseconds kRetry{1000};
-    std::thread rescanner_;
+    std::atomic<std::uint64_t> filtered_lookups_{0};
+    std::optional<IdentityFilterFeed> feed_;  // keeps filter_ complete (filtered_ only)
 };
 
 // Records off the end-of-message path: the decision for this message needs

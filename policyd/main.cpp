@@ -178,6 +178,9 @@ Result<VerdictLogTarget> verdict_target_from(const config::Config& c) {
     auto t = parse_verdict_log_target(spec);
     if (!t) return make_error(ErrorKind::config, "log.verdicts: " + t.error().message);
     t->ident = c.log.ident + "/policyd";
+    // The host field of stamped records (file, postlog): log.hostname, as on
+    // every other line of the product, else this host's short name.
+    t->hostname = c.log.hostname;
     if (spec == "syslog") t->facility = std::string(config::to_string(c.log.facility));
     return t;
 }
@@ -292,242 +295,293 @@ Status hand_over_and_drop(const config::Config& cfg, bool ledger_files,
     return drop_privileges(run_as);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The daemon's state, in the order it is built (and torn down in reverse):
+// main() runs the steps below one after the other. Once the process has
+// forked, a failing step reports its exit status to the waiting parent
+// (fail()) before it returns.
+struct Policyd {
     CommandLine cl;
-    if (int rc = 0; !parse_command_line(argc, argv, cl, rc)) return rc;
-    std::string& config_path = cl.config_path;
-    const std::vector<std::string>& overrides = cl.overrides;
-    const std::string& flagged = cl.flagged;
-    const bool foreground = cl.foreground;
-    const long slow_ms = cl.slow_ms;
-
-    // The configuration (file, or built-in defaults, with the -o overrides),
-    // the ledger and the classifier, opened as every program opens them. A
-    // static table (--flagged) needs neither ledger nor classifier.
-    RuntimeOptions ro;
-    ro.config_path = config_path;
-    ro.overrides = overrides;
-    ro.open_ledger = flagged.empty();
-    ro.load_classifier = flagged.empty();
-    auto rt = open_runtime(ro);
-    if (!rt)
-        return fail_early(rt.error().message,
-                          rt.error().kind == ErrorKind::config ? kExitUsage : kExitFailure);
     std::optional<Runtime> runtime;
-    runtime.emplace(std::move(*rt));
-    config_path = runtime->config_path;
-    auto config_holder = std::make_shared<config::ConfigHolder>(runtime->config, overrides);
-    const config::Config& cfg = *runtime->config;
+    std::shared_ptr<config::ConfigHolder> config_holder;
+    std::unique_ptr<Logger> log_sink;
+    ServerOptions opt;
+    std::optional<PolicyStageSet> stages;
+    std::optional<RunAs> run_as;
+    std::shared_ptr<PolicyDecider> decider;
+    std::shared_ptr<LedgerDecider> ledger_decider;
+    const StaticDestinationDecider* table_decider = nullptr;
+    std::size_t destinations = 0;
+    VerdictLogTarget verdict_target;
+    int daemon_fd = -1;
+    VerdictLog verdicts;
+    PolicyMetrics metrics;
+    std::optional<PolicyService> service;
+    std::optional<asio::io_context> io;
+    std::optional<asio::thread_pool> workers;
+    std::optional<Server> server;
+    std::vector<std::string> bound;
+    std::unique_ptr<LiveIngest> live;
+    std::unique_ptr<Pruner> pruner;
+    std::optional<asio::signal_set> signals;
 
-    auto log_sink = logging::open_sink(logging::lines_target(cfg), logging::program_options(cfg, "policyd"));
-    if (!log_sink) return fail_early("log: " + log_sink.error().message, kExitUsage);
-    Logger& log = **log_sink;
-    ServerOptions opt = server_options_from(cfg);
-    const std::size_t worker_threads = static_cast<std::size_t>(cfg.policy.worker_threads);
-    auto stages = stages_from(cfg);
-    if (!stages) {
-        log.error(stages.error().message);
-        return kExitUsage;
+    Logger& log() { return *log_sink; }
+    const config::Config& cfg() const { return *runtime->config; }
+
+    // After the fork: the parent exits with rc too.
+    int fail(int rc) {
+        daemonize_end(daemon_fd, rc);
+        return rc;
     }
 
-    // Started as root: everything that needs root is
-    // opened first (configuration, ledger, log sources, sockets, owned by
+    // The configuration (file, or built-in defaults, with the -o overrides),
+    // the ledger and the classifier, opened as every program opens them, and
+    // where the daemon's lines go. A static table (--flagged) needs neither
+    // ledger nor classifier. 0, or the exit status.
+    int open_configuration() {
+        RuntimeOptions ro;
+        ro.config_path = cl.config_path;
+        ro.overrides = cl.overrides;
+        ro.open_ledger = cl.flagged.empty();
+        ro.load_classifier = cl.flagged.empty();
+        auto rt = open_runtime(ro);
+        if (!rt)
+            return fail_early(rt.error().message,
+                              rt.error().kind == ErrorKind::config ? kExitUsage : kExitFailure);
+        runtime.emplace(std::move(*rt));
+        cl.config_path = runtime->config_path;
+        config_holder = std::make_shared<config::ConfigHolder>(runtime->config, cl.overrides);
+        auto sink =
+            logging::open_sink(logging::lines_target(cfg()), logging::program_options(cfg(), "policyd"));
+        if (!sink) return fail_early("log: " + sink.error().message, kExitUsage);
+        log_sink = std::move(*sink);
+        opt = server_options_from(cfg());
+        auto st = stages_from(cfg());
+        if (!st) {
+            log().error(st.error().message);
+            return kExitUsage;
+        }
+        stages = std::move(*st);
+        return 0;
+    }
+
+    // Started as root: everything that needs root is opened first
+    // (configuration, ledger, log sources, sockets, owned by
     // policy.user:policy.group), then root is given up for good before the
     // first request. The SIGHUP reload and every file reopened later run as
     // that user.
-    std::optional<RunAs> run_as;
-    if (::geteuid() == 0) {
-        auto who = lookup_run_as(cfg.policy.user, cfg.policy.group);
+    int resolve_user() {
+        if (::geteuid() != 0) return 0;
+        auto who = lookup_run_as(cfg().policy.user, cfg().policy.group);
         if (!who) {
-            log.error("policy.user/policy.group: " + who.error().message + "; refusing to run as root");
+            log().error("policy.user/policy.group: " + who.error().message + "; refusing to run as root");
             return kExitUsage;
         }
         run_as = std::move(*who);
         opt.unix_uid = static_cast<long>(run_as->uid);
         opt.unix_gid = static_cast<long>(run_as->gid);
+        return 0;
     }
 
-    std::shared_ptr<PolicyDecider> decider;
-    std::shared_ptr<LedgerDecider> ledger_decider;
-    std::size_t destinations = 0;
-    if (flagged.empty()) {
-        ledger_decider = std::make_shared<LedgerDecider>(
-            config_holder, [&log](std::string_view line) { log.info(std::string(line)); });
-        decider = ledger_decider;
-    } else {
-        auto table = StaticDestinationDecider::load(flagged);
-        if (!table) {
-            log.error(table.error().message);
+    // The ledger (with the live follower) or the static table of --flagged,
+    // slowed down for drills with --simulate-slow-decider.
+    int make_decider() {
+        if (cl.flagged.empty()) {
+            Logger* lines = log_sink.get();
+            ledger_decider = std::make_shared<LedgerDecider>(
+                config_holder, [lines](std::string_view line) { lines->info(std::string(line)); });
+            decider = ledger_decider;
+        } else {
+            auto table = StaticDestinationDecider::load(cl.flagged);
+            if (!table) {
+                log().error(table.error().message);
+                return kExitUsage;
+            }
+            destinations = (*table)->size();
+            decider = std::shared_ptr<StaticDestinationDecider>(std::move(*table));
+        }
+        table_decider = dynamic_cast<const StaticDestinationDecider*>(decider.get());
+        if (cl.slow_ms > 0)
+            decider = std::make_shared<SlowDecider>(decider, std::chrono::milliseconds(cl.slow_ms));
+        auto target = verdict_target_from(cfg());
+        if (!target) {
+            log().error(target.error().message);
             return kExitUsage;
         }
-        destinations = (*table)->size();
-        decider = std::shared_ptr<StaticDestinationDecider>(std::move(*table));
-    }
-    const auto* table_decider = dynamic_cast<const StaticDestinationDecider*>(decider.get());
-    if (slow_ms > 0) decider = std::make_shared<SlowDecider>(decider, std::chrono::milliseconds(slow_ms));
-
-    auto verdict_target = verdict_target_from(cfg);
-    if (!verdict_target) {
-        log.error(verdict_target.error().message);
-        return kExitUsage;
+        verdict_target = std::move(*target);
+        return 0;
     }
 
-    int daemon_fd = -1;
-    if (!foreground && (daemon_fd = daemonize_begin()) < 0) {
-        log.error("cannot become a daemon");
-        return kExitFailure;
-    }
-
-    VerdictLog verdicts;
-    if (auto st = verdicts.open(*verdict_target); !st) {
-        log.error("verdict log: " + st.error().message);
-        daemonize_end(daemon_fd, kExitUsage);
-        return kExitUsage;
-    }
-    PolicyMetrics metrics;
-    metrics.set_destinations(destinations);
-    PolicyService service(*stages, metrics);
-    // errors.timeout / errors.internal: DUNNO (accept) or DEFER_IF_PERMIT (tempfail).
-    auto apply_error_settings = [&] {
-        const auto cfg = config_holder->current();
-        service.set_tempfail(cfg->errors.timeout == config::ErrorAction::tempfail,
-                             cfg->errors.internal == config::ErrorAction::tempfail);
-    };
-    apply_error_settings();
-    asio::io_context io(1);
-    asio::thread_pool workers(worker_threads);
-    Server server(io, opt, service, decider, workers, log, verdicts);
-    auto bound = server.bind();
-    if (!bound) {
-        log.error(bound.error().message);
-        const int rc = bound.error().kind == ErrorKind::config ? kExitUsage : kExitFailure;
-        daemonize_end(daemon_fd, rc);
-        return rc;
-    }
-    ::signal(SIGPIPE, SIG_IGN);
-
-    if (run_as) {
-        if (Status st = hand_over_and_drop(cfg, ledger_decider != nullptr, *verdict_target, *run_as); !st) {
-            log.error(st.error().message);
-            daemonize_end(daemon_fd, kExitFailure);
+    // Forks (unless --foreground), opens the verdict log and binds the
+    // listeners: the parent's exit status says whether this worked.
+    int bind_listeners() {
+        if (!cl.foreground && (daemon_fd = daemonize_begin()) < 0) {
+            log().error("cannot become a daemon");
             return kExitFailure;
         }
-        log.info(fmt::format("running as {}:{} (uid {}, gid {})", run_as->user, run_as->group, run_as->uid,
-                             run_as->gid));
+        if (auto st = verdicts.open(verdict_target); !st) {
+            log().error("verdict log: " + st.error().message);
+            return fail(kExitUsage);
+        }
+        metrics.set_destinations(destinations);
+        service.emplace(*stages, metrics);
+        apply_error_settings();
+        io.emplace(1);
+        workers.emplace(static_cast<std::size_t>(cfg().policy.worker_threads));
+        server.emplace(*io, opt, *service, decider, *workers, log(), verdicts);
+        auto b = server->bind();
+        if (!b) {
+            log().error(b.error().message);
+            return fail(b.error().kind == ErrorKind::config ? kExitUsage : kExitFailure);
+        }
+        bound = std::move(*b);
+        ::signal(SIGPIPE, SIG_IGN);
+        return 0;
     }
-    if (opt.metrics_allow_non_loopback && !opt.metrics.empty())
-        log.warning("metrics.allow_non_loopback: the unauthenticated metrics endpoint " + opt.metrics +
-                    " may be reachable from other hosts");
+
+    // errors.timeout / errors.internal: DUNNO (accept) or DEFER_IF_PERMIT (tempfail).
+    void apply_error_settings() {
+        const auto c = config_holder->current();
+        service->set_tempfail(c->errors.timeout == config::ErrorAction::tempfail,
+                              c->errors.internal == config::ErrorAction::tempfail);
+    }
+
+    int drop_root() {
+        if (run_as) {
+            if (Status st = hand_over_and_drop(cfg(), ledger_decider != nullptr, verdict_target, *run_as);
+                !st) {
+                log().error(st.error().message);
+                return fail(kExitFailure);
+            }
+            log().info(fmt::format("running as {}:{} (uid {}, gid {})", run_as->user, run_as->group,
+                                   run_as->uid, run_as->gid));
+        }
+        if (opt.metrics_allow_non_loopback && !opt.metrics.empty())
+            log().warning("metrics.allow_non_loopback: the unauthenticated metrics endpoint " + opt.metrics +
+                          " may be reachable from other hosts");
+        return 0;
+    }
 
     // The log followers run on their own thread, started after the listeners
     // (and after the fork: threads do not survive it) and stopped after the
     // drain; they share nothing with the policy path but published snapshots.
     // They open their sources after the drop: a log the service user may not
     // read is refused now, as under the unit, not first after a rotation.
-    std::unique_ptr<LiveIngest> live;
-    if (ledger_decider) {
+    // The pruner's ledger connection is the unprivileged user's too.
+    int start_followers() {
+        if (!ledger_decider) return 0;
         live = std::make_unique<LiveIngest>(std::move(runtime->ledger), config_holder, runtime->classifier,
-                                            *ledger_decider, verdicts, metrics, log);
+                                            *ledger_decider, verdicts, metrics, log());
         if (auto st = live->start(); !st) {
-            log.error("ingest: " + st.error().message);
-            const int rc = st.error().kind == ErrorKind::config ? kExitUsage : kExitFailure;
-            daemonize_end(daemon_fd, rc);
-            return rc;
+            log().error("ingest: " + st.error().message);
+            return fail(st.error().kind == ErrorKind::config ? kExitUsage : kExitFailure);
         }
-    }
-
-    // After the drop: the pruner's ledger connection is the unprivileged user's.
-    std::unique_ptr<Pruner> pruner;
-    if (ledger_decider) {
-        pruner = std::make_unique<Pruner>(config_holder, log);
+        pruner = std::make_unique<Pruner>(config_holder, log());
         pruner->start();
+        return 0;
     }
 
-    asio::signal_set signals(io, SIGHUP, SIGTERM, SIGINT);
-    std::function<void()> wait_signal;
-    std::function<void(int)> on_signal;
-    wait_signal = [&] {
-        signals.async_wait([&](const error_code& ec, int sig) {
+    void wait_signal() {
+        signals->async_wait([this](const error_code& ec, int sig) {
             if (ec) return;
             // An exception here would leave io.run(): count it, keep serving.
             const bool handled = run_guarded(
-                "signal handler", [&] { on_signal(sig); }, server.exceptions_caught(), server.guard_report());
+                "signal handler", [&] { on_signal(sig); }, server->exceptions_caught(),
+                server->guard_report());
             if (!handled || sig == SIGHUP) wait_signal();
         });
-    };
-    on_signal = [&](int sig) {
+    }
+
+    void on_signal(int sig) {
         if (sig == SIGHUP) {
             notify_reloading();
-            log.info("SIGHUP: reloading " + decider->describe());
+            log().info("SIGHUP: reloading " + decider->describe());
             // Reading the table may take a while: off the event loop. The
             // decider swaps its table whole, so requests keep flowing.
-            asio::post(workers, [&] {
-                // A worker thread's top level: a reload that throws
-                // fails, keeping the running table and configuration.
-                Status st;
-                if (!run_guarded(
-                        "reload",
-                        [&] {
-                            st = decider->reload();
-                            if (config_holder) {
-                                // The classifier rules are compiled before the swap: a
-                                // bad rule fails the whole reload and nothing changes.
-                                const auto errors = config_holder->reload(config_path, runtime_checks);
-                                if (!errors.empty()) {
-                                    std::string all;
-                                    for (const auto& e : errors)
-                                        all += (all.empty() ? "" : "\n") + e.to_string();
-                                    st = make_error(ErrorKind::config, all);
-                                } else {
-                                    apply_error_settings();
-                                    if (live) live->request_reload();
-                                }
-                            }
-                        },
-                        server.exceptions_caught(), server.guard_report()))
-                    st = make_error(ErrorKind::internal, "exception while reloading");
-                asio::post(io, [&, st = std::move(st)] {
-                    metrics.reload(st.ok());
-                    if (table_decider) metrics.set_destinations(table_decider->size());
-                    if (st.ok())
-                        log.info("reload done: " + decider->describe());
-                    else
-                        log.error("reload failed, keeping the previous " +
-                                  std::string(config_holder ? "configuration: " : "table: ") +
-                                  st.error().message);
-                    notify("READY=1");
-                });
-            });
+            asio::post(*workers, [this] { reload(); });
             return;
         }
-        log.info(sig == SIGTERM ? "SIGTERM: draining" : "SIGINT: draining");
+        log().info(sig == SIGTERM ? "SIGTERM: draining" : "SIGINT: draining");
         notify("STOPPING=1");
-        server.drain();
-    };
-    wait_signal();
+        server->drain();
+    }
 
-    server.start();
-    for (const auto& line : *bound) log.info("listening: " + line);
-    log.info(fmt::format("ready: {}; stages {}", decider->describe(), stages->to_string()));
-    write_ready_file(cl.ready_file, *bound);
-    notify("READY=1");
-    daemonize_end(daemon_fd, kExitOk);
+    // A worker thread's top level: a reload that throws fails, keeping the
+    // running table and configuration.
+    void reload() {
+        Status st;
+        if (!run_guarded(
+                "reload",
+                [&] {
+                    st = decider->reload();
+                    // The classifier rules are compiled before the swap: a
+                    // bad rule fails the whole reload and nothing changes.
+                    const auto errors = config_holder->reload(cl.config_path, runtime_checks);
+                    if (!errors.empty()) {
+                        std::string all;
+                        for (const auto& e : errors) all += (all.empty() ? "" : "\n") + e.to_string();
+                        st = make_error(ErrorKind::config, all);
+                    } else {
+                        apply_error_settings();
+                        if (live) live->request_reload();
+                    }
+                },
+                server->exceptions_caught(), server->guard_report()))
+            st = make_error(ErrorKind::internal, "exception while reloading");
+        asio::post(*io, [this, st = std::move(st)] {
+            metrics.reload(st.ok());
+            if (table_decider) metrics.set_destinations(table_decider->size());
+            if (st.ok())
+                log().info("reload done: " + decider->describe());
+            else
+                log().error("reload failed, keeping the previous configuration: " + st.error().message);
+            notify("READY=1");
+        });
+    }
+
+    // Signals handled, listeners accepting: ready (systemd, the waiting
+    // parent, --ready-file).
+    void announce_ready() {
+        signals.emplace(*io, SIGHUP, SIGTERM, SIGINT);
+        wait_signal();
+        server->start();
+        for (const auto& line : bound) log().info("listening: " + line);
+        log().info(fmt::format("ready: {}; stages {}", decider->describe(), stages->to_string()));
+        write_ready_file(cl.ready_file, bound);
+        notify("READY=1");
+        daemonize_end(daemon_fd, kExitOk);
+    }
 
     // Every handler and coroutine is guarded; should an exception still leave
     // io.run(), it is counted and the loop runs on (asio allows re-entering
     // run() after a handler threw): answering DUNNO beats a dead socket.
-    for (;;) {
-        const bool done = run_guarded(
-            "event loop", [&] { io.run(); }, server.exceptions_caught(), server.guard_report());
-        if (done || io.stopped()) break;
+    void serve() {
+        for (;;) {
+            const bool done = run_guarded(
+                "event loop", [&] { io->run(); }, server->exceptions_caught(), server->guard_report());
+            if (done || io->stopped()) break;
+        }
     }
-    server.flush_suppressed(true);
-    workers.stop();
-    workers.join();
-    if (live) live->stop();
-    if (pruner) pruner->stop();
-    log.info("stopped");
+
+    void stop() {
+        server->flush_suppressed(true);
+        workers->stop();
+        workers->join();
+        if (live) live->stop();
+        if (pruner) pruner->stop();
+        log().info("stopped");
+    }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Policyd d;
+    if (int rc = 0; !parse_command_line(argc, argv, d.cl, rc)) return rc;
+    for (auto step : {&Policyd::open_configuration, &Policyd::resolve_user, &Policyd::make_decider,
+                      &Policyd::bind_listeners, &Policyd::drop_root, &Policyd::start_followers})
+        if (int rc = (d.*step)(); rc != 0) return rc;
+    d.announce_ready();
+    d.serve();
+    d.stop();
     return kExitOk;
 }

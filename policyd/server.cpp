@@ -30,6 +30,24 @@ using asio::awaitable;
 using asio::use_awaitable;
 using boost::system::error_code;
 
+namespace {
+
+// One warning (or error) through its limiter: written with the count of the
+// lines held back since the last one, or only counted. The text is made only
+// when the line is written: under a flood most are not.
+template <typename Text>
+void limited_line(Logger& log, WarningLimiter& limiter, Text text, bool error = false) {
+    std::uint64_t suppressed = 0;
+    if (!limiter.allow(suppressed)) return;
+    const std::string line = fmt::format("{}; {} similar lines suppressed", text(), suppressed);
+    if (error)
+        log.error(line);
+    else
+        log.warning(line);
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------- sessions
 
 struct Server::Conn {
@@ -106,12 +124,10 @@ awaitable<void> Server::watchdog(std::shared_ptr<Conn> conn) {
 awaitable<void> Server::decide_offloaded(const PolicyRequest& request, std::string& out) {
     if (pending_decisions_->load(std::memory_order_relaxed) >= options_.max_pending_decisions) {
         service_.answer_fail_open(out, FailOpenReason::overload);
-        std::uint64_t suppressed = 0;
-        if (fail_open_log_.allow(suppressed))
-            log_.warning(
-                fmt::format("fail-open (overload: {} decisions pending) for recipient=<{}>; "
-                            "{} similar lines suppressed",
-                            options_.max_pending_decisions, request.get(PolicyAttr::recipient), suppressed));
+        limited_line(log_, fail_open_log_, [&] {
+            return fmt::format("fail-open (overload: {} decisions pending) for recipient=<{}>",
+                               options_.max_pending_decisions, request.get(PolicyAttr::recipient));
+        });
         co_return;
     }
     struct State {
@@ -159,11 +175,10 @@ awaitable<void> Server::decide_offloaded(const PolicyRequest& request, std::stri
     }
     const FailOpenReason why = state->failed ? FailOpenReason::decider_error : FailOpenReason::timeout;
     service_.answer_fail_open(out, why);
-    std::uint64_t suppressed = 0;
-    if (fail_open_log_.allow(suppressed))
-        log_.warning(
-            fmt::format("fail-open ({}) for recipient=<{}>: answered DUNNO; {} similar lines suppressed",
-                        to_string(why), request.get(PolicyAttr::recipient), suppressed));
+    limited_line(log_, fail_open_log_, [&] {
+        return fmt::format("fail-open ({}) for recipient=<{}>: answered DUNNO", to_string(why),
+                           request.get(PolicyAttr::recipient));
+    });
 }
 
 template <typename Socket>
@@ -223,12 +238,10 @@ awaitable<void> Server::session(Socket socket) {
             if (st == PolicyParser::State::error) {
                 malformed = true;
                 service_.metrics().malformed(parser.error());
-                std::uint64_t suppressed = 0;
-                if (malformed_log_.allow(suppressed))
-                    log_.warning(
-                        fmt::format("malformed policy request from {}: {}; closing the connection; "
-                                    "{} similar lines suppressed",
-                                    peer_of(socket), to_string(parser.error()), suppressed));
+                limited_line(log_, malformed_log_, [&] {
+                    return fmt::format("malformed policy request from {}: {}; closing the connection",
+                                       peer_of(socket), to_string(parser.error()));
+                });
                 break;
             }
             ++completed;
@@ -242,12 +255,10 @@ awaitable<void> Server::session(Socket socket) {
                                                              started + options_.decision_timeout, failed);
                 if (failed) {
                     service_.answer_fail_open(out, FailOpenReason::decider_error);
-                    std::uint64_t suppressed = 0;
-                    if (fail_open_log_.allow(suppressed))
-                        log_.warning(fmt::format(
-                            "fail-open (decider_error) for recipient=<{}>: answered DUNNO; {} similar lines "
-                            "suppressed",
-                            request.get(PolicyAttr::recipient), suppressed));
+                    limited_line(log_, fail_open_log_, [&] {
+                        return fmt::format("fail-open (decider_error) for recipient=<{}>: answered DUNNO",
+                                           request.get(PolicyAttr::recipient));
+                    });
                 } else {
                     service_.answer(out, d);
                     log_verdict(verdicts_, request, d);
@@ -297,11 +308,9 @@ void Server::caught(std::string_view where, const std::exception_ptr& e) {
 }
 
 void Server::report_exception(std::string_view where, std::string_view what) {
-    std::uint64_t suppressed = 0;
-    if (exception_log_.allow(suppressed))
-        log_.error(
-            fmt::format("{}: caught exception: {}; carrying on (fail-open); {} similar lines suppressed",
-                        where, what, suppressed));
+    limited_line(
+        log_, exception_log_,
+        [&] { return fmt::format("{}: caught exception: {}; carrying on (fail-open)", where, what); }, true);
 }
 
 namespace {
@@ -329,11 +338,10 @@ awaitable<void> Server::accept_failed(AcceptState& state, const error_code& ec) 
                         "logged at most every 10 s",
                         state.listener, ec.message(), out_of_descriptors(ec) ? " (out of descriptors)" : ""));
     } else {
-        std::uint64_t suppressed = 0;
-        if (accept_log_.allow(suppressed))
-            log_.warning(
-                fmt::format("{} accept still failing: {} ({} failures so far); {} similar lines suppressed",
-                            state.listener, ec.message(), state.failures, suppressed));
+        limited_line(log_, accept_log_, [&] {
+            return fmt::format("{} accept still failing: {} ({} failures so far)", state.listener,
+                               ec.message(), state.failures);
+        });
     }
     error_code ignored;
     asio::steady_timer pause(io_, state.backoff);
@@ -364,12 +372,10 @@ awaitable<void> Server::accept_loop(Acceptor& acceptor) {
         accept_succeeded(state);
         if (conns_.size() >= options_.max_connections) {
             service_.metrics().connection_refused();
-            std::uint64_t suppressed = 0;
-            if (connection_limit_log_.allow(suppressed))
-                log_.warning(
-                    fmt::format("connection limit {} reached: refusing a connection; {} similar lines "
-                                "suppressed",
-                                options_.max_connections, suppressed));
+            limited_line(log_, connection_limit_log_, [&] {
+                return fmt::format("connection limit {} reached: refusing a connection",
+                                   options_.max_connections);
+            });
             continue;
         }
         if constexpr (std::is_same_v<decltype(socket), asio::ip::tcp::socket>)
@@ -449,12 +455,10 @@ awaitable<void> Server::metrics_loop() {
         // is closed at once so it cannot hold descriptors the policy side needs.
         if (metrics_open_ >= options_.metrics_max_connections) {
             ++metrics_refused_;
-            std::uint64_t suppressed = 0;
-            if (metrics_limit_log_.allow(suppressed))
-                log_.warning(
-                    fmt::format("metrics connection limit {} reached: refusing a connection; {} "
-                                "similar lines suppressed",
-                                options_.metrics_max_connections, suppressed));
+            limited_line(log_, metrics_limit_log_, [&] {
+                return fmt::format("metrics connection limit {} reached: refusing a connection",
+                                   options_.metrics_max_connections);
+            });
             socket.close(ec);
             continue;
         }

@@ -38,14 +38,8 @@ void add_destinations_command(CLI::App& app) {
         auto rt = open_for_report("destinations", *c);
         if (!rt) return void(exit_code() = kExitUsage);
         auto doc = report::destinations(*rt->ledger, q, *now);
-        if (!doc) {
-            fmt::print(stderr, "retryguard destinations: {}\n", doc.error().message);
+        if (!print_report("destinations", doc, *c, *now, report::render_destinations))
             return void(exit_code() = kExitUsage);
-        }
-        if (c->json)
-            print_json(*doc);
-        else
-            fmt::print("{}", report::render_destinations(*doc, render_options(*c, *now)));
         // Over every matching row, not only the page shown.
         exit_code() = doc->value("escalated", std::size_t{0}) > 0 ? kExitAttention : kExitOk;
     });

@@ -33,14 +33,8 @@ void add_escalations_command(CLI::App& app) {
         auto rt = open_for_report("escalations", *c);
         if (!rt) return void(exit_code() = kExitUsage);
         auto doc = report::escalations(*rt->ledger, *rt->config, *now, q);
-        if (!doc) {
-            fmt::print(stderr, "retryguard escalations: {}\n", doc.error().message);
+        if (!print_report("escalations", doc, *c, *now, report::render_escalations))
             return void(exit_code() = kExitUsage);
-        }
-        if (c->json)
-            print_json(*doc);
-        else
-            fmt::print("{}", report::render_escalations(*doc, render_options(*c, *now)));
         exit_code() = doc->value("open", std::size_t{0}) > 0 ? kExitAttention : kExitOk;
     });
 }

@@ -1,6 +1,6 @@
 // cmd_events.cpp -- `retryguard events`: prints the events the log parser finds
 // in Postfix logs (files, .gz files or standard input). Glue only: reading is
-// LogFileReader, parsing is LogParser, formatting is event_json; this file must
+// read_log_file, parsing is LogParser, formatting is event_json; this file must
 // never interpret a line itself.
 #include <cstdio>
 #include <optional>
@@ -36,39 +36,27 @@ int run_events(const EventsOptions& opt) {
         out.clear();
     };
     for (const auto& path : files) {
-        auto reader = LogFileReader::open(path);
-        if (!reader) {
-            fmt::print(stderr, "retryguard events: {}\n", reader.error().message);
-            rc = kExitAttention;
-            continue;
-        }
         LogParserOptions po;
-        po.reference_time = reader->modified();
         po.year = opt.year;
         po.local_time = !opt.utc;
         po.parse_replies = !opt.quiet;
-        LogParser parser(po);
         Event ev;
-        std::string_view line;
-        for (;;) {
-            auto more = reader->next(line);
-            if (!more) {
-                fmt::print(stderr, "retryguard events: {}\n", more.error().message);
-                rc = kExitAttention;
-                break;
-            }
-            if (!*more) break;
+        const LogFileRead read = read_log_file(path, po, [&](std::string_view line, LogParser& parser) {
             parser.parse(line, ev);
-            if (opt.quiet) continue;
+            if (opt.quiet) return;
             if (opt.json)
                 append_event_json(ev, out);
             else
                 out += event_to_text(ev);
             out += '\n';
             if (out.size() >= (1 << 16)) flush();
+        });
+        if (!read.status) {
+            fmt::print(stderr, "retryguard events: {}\n", read.status.error().message);
+            rc = kExitAttention;
         }
         flush();
-        const auto& st = parser.stats();
+        const auto& st = read.stats;
         total.lines += st.lines;
         total.recognised += st.recognised;
         total.unknown += st.unknown;

@@ -57,10 +57,7 @@ void add_explain_command(CLI::App& app) {
             (*doc)["actions"] = actions::actions_for_explain(**st, *doc);
         else
             (*doc)["actions"] = nlohmann::json::array();
-        if (c->json)
-            print_json(*doc);
-        else
-            fmt::print("{}", report::render_explain(*doc, render_options(*c, *now)));
+        print_document(*doc, *c, *now, report::render_explain);
         exit_code() = kExitOk;
     });
 }

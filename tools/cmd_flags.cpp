@@ -22,14 +22,8 @@ void add_flags_command(CLI::App& app) {
         auto rt = open_for_report("flags", *c);
         if (!rt) return void(exit_code() = kExitUsage);
         auto doc = report::flags(*rt->ledger, *now, c->all, c->page());
-        if (!doc) {
-            fmt::print(stderr, "retryguard flags: {}\n", doc.error().message);
+        if (!print_report("flags", doc, *c, *now, report::render_flags))
             return void(exit_code() = kExitUsage);
-        }
-        if (c->json)
-            print_json(*doc);
-        else
-            fmt::print("{}", report::render_flags(*doc, render_options(*c, *now)));
         exit_code() = kExitOk;
     });
     auto* clear = cmd->add_subcommand("clear", "Clear every active flag of a destination");

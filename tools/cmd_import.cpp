@@ -192,32 +192,17 @@ int run_import(const ImportOptions& opt) {
         const std::shared_ptr<const Classifier> classifier = rt->classifier;
         for (std::size_t f = 0; f < opt.files.size(); ++f) {
             const std::string& path = opt.files[f];
-            auto reader = LogFileReader::open(path);
-            if (!reader) {
-                fmt::print(stderr, "retryguard import: {}\n", reader.error().message);
-                rc_reader = kExitAttention;
-                continue;
-            }
             LogParserOptions po;
-            po.reference_time = reader->modified();
             po.year = opt.year;
             po.local_time = !opt.utc;
-            LogParser parser(po);
             std::uint64_t line_no = 0, first_line = 1;
             auto poison = [&](std::string_view, std::uint64_t where, std::string_view why) {
                 fmt::print(stderr, "retryguard import: {}:{}: line skipped: {}\n", path, first_line + where,
                            why);
             };
-            ImportBatch* b = pipe.take_free();
-            std::string_view line;
-            for (;;) {
-                auto more = reader->next(line);
-                if (!more) {
-                    fmt::print(stderr, "retryguard import: {}\n", more.error().message);
-                    rc_reader = kExitAttention;
-                    break;
-                }
-                if (!*more) break;
+            ImportBatch* b = nullptr;  // taken with the file's first line
+            const LogFileRead read = read_log_file(path, po, [&](std::string_view line, LogParser& parser) {
+                if (!b) b = pipe.take_free();
                 ++line_no;
                 Ingestor::add_line(b->prepared, parser, *classifier, line, poison);
                 if (b->prepared.lines >= batch_lines) {
@@ -226,9 +211,15 @@ int run_import(const ImportOptions& opt) {
                     first_line = line_no + 1;
                     b = pipe.take_free();
                 }
+            });
+            if (!read.status) {
+                fmt::print(stderr, "retryguard import: {}\n", read.status.error().message);
+                rc_reader = kExitAttention;
             }
-            b->file = f;
-            pipe.put_full(b);  // possibly empty: returned unused
+            if (b) {
+                b->file = f;
+                pipe.put_full(b);  // possibly empty: returned unused
+            }
         }
         pipe.put_full(nullptr);
     });

@@ -60,14 +60,8 @@ void add_queue_command(CLI::App& app) {
         auto rt = open_for_report("queue", *c, true);
         if (!rt) return void(exit_code() = kExitUsage);
         auto doc = report::queue(text, *rt->classifier, rt->ledger.get(), *now, c->page());
-        if (!doc) {
-            fmt::print(stderr, "retryguard queue: {}\n", doc.error().message);
+        if (!print_report("queue", doc, *c, *now, report::render_queue))
             return void(exit_code() = kExitUsage);
-        }
-        if (c->json)
-            print_json(*doc);
-        else
-            fmt::print("{}", report::render_queue(*doc, render_options(*c, *now)));
         exit_code() = kExitOk;
     });
 }

@@ -17,14 +17,8 @@ void add_status_command(CLI::App& app) {
         if (!rt) return void(exit_code() = kExitUsage);
         report::StatusInputs in{rt->config.get(), rt->config_path};
         auto doc = report::status(*rt->ledger, in, *now);
-        if (!doc) {
-            fmt::print(stderr, "retryguard status: {}\n", doc.error().message);
+        if (!print_report("status", doc, *c, *now, report::render_status))
             return void(exit_code() = kExitUsage);
-        }
-        if (c->json)
-            print_json(*doc);
-        else
-            fmt::print("{}", report::render_status(*doc, render_options(*c, *now)));
         bool attention = doc->at("destinations_by_state").value("escalate", 0) > 0 ||
                          doc->at("engine").at("local_incident_open").get<bool>();
         for (const auto& f : doc->at("followers"))

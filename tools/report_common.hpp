@@ -87,4 +87,28 @@ inline void print_json(const nlohmann::json& doc) {
     fmt::print("{}\n", text::json_dump(doc, 2));
 }
 
+// A report's renderer for people (report::render_status, render_flags, ...).
+using ReportRenderer = std::string (*)(const nlohmann::json&, const report::RenderOptions&);
+
+// A report's document as asked: JSON (--json), or rendered for the terminal.
+inline void print_document(const nlohmann::json& doc, const ReportCommon& c, TimePoint now,
+                           ReportRenderer render) {
+    if (c.json)
+        print_json(doc);
+    else
+        fmt::print("{}", render(doc, render_options(c, now)));
+}
+
+// The same for a document that may have failed to build: false, with the
+// reason on standard error, when it did.
+inline bool print_report(const char* name, const Result<nlohmann::json>& doc, const ReportCommon& c,
+                         TimePoint now, ReportRenderer render) {
+    if (!doc) {
+        fmt::print(stderr, "retryguard {}: {}\n", name, doc.error().message);
+        return false;
+    }
+    print_document(*doc, c, now, render);
+    return true;
+}
+
 }  // namespace retryguard::cli

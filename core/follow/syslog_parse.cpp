@@ -1,19 +1,19 @@
 // syslog_parse.cpp -- turns one syslog datagram (RFC 3164 or RFC 5424, as
 // rsyslog and syslog-ng forward them) into a log line in the shape the log
-// parser reads from files. Input is untrusted: every field is bounded and
-// checked, nothing is assumed about encoding, and it must never crash, loop
-// or return a line holding a newline or NUL.
+// parser reads from files; the priority, RFC 5424's version, structured data
+// and BOM are read as the log parser reads them (log/syslog_header.hpp). Input
+// is untrusted: every field is bounded and checked, nothing is assumed about
+// encoding, and it must never crash, loop or return a line holding a newline
+// or NUL.
 #include <fmt/format.h>
 
+#include "log/syslog_header.hpp"
 #include "retryguard/follower.hpp"
 #include "retryguard/time.hpp"
 
 namespace retryguard {
 namespace {
 
-bool is_digit(char c) {
-    return c >= '0' && c <= '9';
-}
 bool is_print(char c) {
     return c > 32 && c < 127;
 }
@@ -49,59 +49,23 @@ bool eat_space(std::string_view& rest) {
     return true;
 }
 
-// STRUCTURED-DATA: "-" or one or more "[id param="value" ...]" (values may hold
-// escaped '"', '\' and ']').
-Status skip_structured_data(std::string_view& rest) {
-    if (!rest.empty() && rest[0] == '-') {
-        rest.remove_prefix(1);
-        return {};
-    }
-    if (rest.empty() || rest[0] != '[')
-        return make_error(ErrorKind::invalid_input, "syslog: bad structured data");
-    while (!rest.empty() && rest[0] == '[') {
-        std::size_t i = 1;
-        bool quoted = false, closed = false;
-        for (; i < rest.size(); ++i) {
-            char c = rest[i];
-            if (quoted) {
-                if (c == '\\')
-                    ++i;
-                else if (c == '"')
-                    quoted = false;
-            } else if (c == '"') {
-                quoted = true;
-            } else if (c == ']') {
-                closed = true;
-                break;
-            }
-        }
-        if (!closed) return make_error(ErrorKind::invalid_input, "syslog: unterminated structured data");
-        rest.remove_prefix(i + 1);
-    }
-    return {};
-}
-
 }  // namespace
 
 Result<SyslogLine> syslog_datagram_to_line(std::string_view d, std::string_view default_host,
                                            std::size_t max_bytes) {
     while (!d.empty() && (d.back() == '\n' || d.back() == '\r' || d.back() == '\0')) d.remove_suffix(1);
     if (d.size() < 3 || d[0] != '<') return make_error(ErrorKind::invalid_input, "syslog: missing <PRI>");
-    std::size_t i = 1;
-    int pri = 0;
-    while (i < d.size() && i <= 3 && is_digit(d[i])) pri = pri * 10 + (d[i++] - '0');
-    if (i == 1 || i >= d.size() || d[i] != '>' || pri > 191)
-        return make_error(ErrorKind::invalid_input, "syslog: bad <PRI>");
-    std::string_view rest = d.substr(i + 1);
+    const auto pri = syslog_header::scan_priority(d);
+    if (!pri || pri->value > 191) return make_error(ErrorKind::invalid_input, "syslog: bad <PRI>");
+    std::string_view rest = d.substr(pri->length);
     SyslogLine out;
-    out.facility = pri / 8;
-    out.severity = pri % 8;
+    out.facility = pri->value / 8;
+    out.severity = pri->value % 8;
     if (default_host.empty()) default_host = "localhost";
 
     std::string line;
-    if (rest.size() >= 2 && rest[0] == '1' && rest[1] == ' ') {
+    if (syslog_header::take_rfc5424_version(rest)) {
         // RFC 5424: VERSION SP TIMESTAMP SP HOSTNAME SP APP-NAME SP PROCID SP MSGID SP SD [SP MSG]
-        rest.remove_prefix(2);
         auto ts = token(rest, 48, "timestamp");
         if (!ts) return ts.error();
         if (*ts != "-" && rfc3339_timestamp(*ts) != ts->size())
@@ -117,10 +81,16 @@ Result<SyslogLine> syslog_datagram_to_line(std::string_view d, std::string_view 
         if (!procid || !eat_space(rest)) return make_error(ErrorKind::invalid_input, "syslog: bad procid");
         auto msgid = token(rest, 32, "msgid");
         if (!msgid || !eat_space(rest)) return make_error(ErrorKind::invalid_input, "syslog: bad msgid");
-        if (Status sd = skip_structured_data(rest); !sd) return sd.error();
+        switch (syslog_header::skip_structured_data(rest)) {
+            case syslog_header::StructuredData::skipped: break;
+            case syslog_header::StructuredData::missing:
+                return make_error(ErrorKind::invalid_input, "syslog: bad structured data");
+            case syslog_header::StructuredData::unterminated:
+                return make_error(ErrorKind::invalid_input, "syslog: unterminated structured data");
+        }
         if (!rest.empty() && !eat_space(rest))
             return make_error(ErrorKind::invalid_input, "syslog: bad structured data");
-        if (rest.substr(0, 3) == "\xEF\xBB\xBF") rest.remove_prefix(3);  // UTF-8 BOM
+        syslog_header::skip_bom(rest);
         line.reserve(ts->size() + host->size() + app->size() + procid->size() + rest.size() + 8);
         line.append(*ts).append(" ").append(*host == "-" ? default_host : *host).append(" ");
         line.append(*app == "-" ? std::string_view("-") : *app);

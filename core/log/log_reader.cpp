@@ -1,7 +1,8 @@
 // log_reader.cpp -- plain/gzip log files read in large blocks through zlib
 // (gzread passes uncompressed files through unchanged). Owns bounded line
 // framing for whole-file reads; must never hold more than one block plus one
-// capped line in memory, whatever the file contains.
+// capped line in memory, whatever the file contains; and read_log_file(), the
+// loop `retryguard events` and `retryguard import` run over each file.
 #include "retryguard/log_reader.hpp"
 
 #include <fcntl.h>
@@ -110,6 +111,29 @@ Result<bool> LogFileReader::next(std::string_view& out) {
             return true;
         }
     }
+}
+
+LogFileRead read_log_file(const std::string& path, LogParserOptions options, const LogLineHandler& on_line) {
+    LogFileRead read;
+    auto reader = LogFileReader::open(path);
+    if (!reader) {
+        read.status = reader.error();
+        return read;
+    }
+    options.reference_time = reader->modified();
+    LogParser parser(options);
+    std::string_view line;
+    for (;;) {
+        auto more = reader->next(line);
+        if (!more) {
+            read.status = more.error();
+            break;
+        }
+        if (!*more) break;
+        on_line(line, parser);
+    }
+    read.stats = parser.stats();
+    return read;
 }
 
 }  // namespace retryguard

@@ -1,11 +1,14 @@
-// report_internal.hpp -- helpers shared by the files of core/report (the
-// listings in report.cpp, the incidents in incidents.cpp, the HTML page in
-// html_report.cpp), so each reads the ledger and the engine's saved state the
-// same way. Not part of the public API: nothing outside core/report includes it.
+// report_internal.hpp -- helpers shared by the files of core/report (one file
+// per report: report_status.cpp, report_destinations.cpp, report_escalations.cpp,
+// report_explain.cpp, report_queue.cpp; the incidents in incidents.cpp, the HTML
+// page in html_report.cpp; the helpers themselves in report.cpp), so each reads
+// the ledger and the engine's saved state and renders cells the same way. Not part of the public API: nothing
+// outside core/report includes it.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,6 +16,7 @@
 
 #include "retryguard/config.hpp"
 #include "retryguard/ledger.hpp"
+#include "retryguard/report.hpp"
 #include "retryguard/time.hpp"
 
 namespace retryguard::report::detail {
@@ -32,6 +36,29 @@ std::optional<nlohmann::json> saved_engine(LedgerReports& ledger);
 // document shows it ({category, started, destinations[], recovered, deferrals,
 // absorbed}), or null when none is open.
 nlohmann::json open_incident(const nlohmann::json& engine);
+
+// A time cell relative to now, "-" for null.
+std::string when_or_dash(const nlohmann::json& j, TimePoint now);
+// text in the ANSI colour `code` when the output is coloured.
+std::string colour(const RenderOptions& ro, std::string_view code, std::string_view text);
+// An episode state, coloured by how urgent it is.
+std::string state_colour(const RenderOptions& ro, const std::string& state);
+// Bounded: replies are logged text; a table cell is not the place for a whole
+// paragraph. Counted in characters and never cut inside one.
+std::string clip(std::string_view s, std::size_t n);
+// "domain:NAME" / "mx:NAME", the key a flag is stored under.
+std::string flag_key_for(DestinationKind kind, std::string_view name);
+nlohmann::json categories_json(CategorySet set);
+// Rows offset.. (at most limit of them) into doc[key], with what a reader
+// needs to know what was left out.
+void put_page(nlohmann::json& doc, const char* key, nlohmann::json rows, const Page& p);
+
+// The active flags by destination key, and the one (if any) of a destination.
+Result<std::map<std::string, Flag>> active_flags_by_key(LedgerReports& ledger, TimePoint now);
+const Flag* find_flag(const std::map<std::string, Flag>& flags, DestinationKind kind,
+                      const std::string& name);
+// One destination row as the listings and the status show it.
+nlohmann::json destination_json(const DestinationInfo& d, const Flag* flag);
 
 // One destination with the episodes it had in a period: the ended ones whose
 // first deferral lies in it (Ledger::episode_history) and the open one.

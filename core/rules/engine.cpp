@@ -123,6 +123,7 @@ DestinationState& Engine::dest(std::string_view name, bool is_mx) {
         it->second.name = std::string(name);
         it->second.is_mx = is_mx;
     }
+    timed_.insert(it->first);
     return it->second;
 }
 
@@ -508,7 +509,13 @@ std::vector<Verdict> Engine::advance(TimePoint now) {
     if (now > now_) now_ = now;
     now = now_;
     last_evaluated_ = now;
-    for (auto& [name, d] : dests_) {
+    for (auto t = timed_.begin(); t != timed_.end();) {
+        auto found = dests_.find(*t);
+        if (found == dests_.end()) {
+            t = timed_.erase(t);
+            continue;
+        }
+        auto& [name, d] = *found;
         if (d.open && d.open->ladder != Ladder::escalate && !d.open->local_suspect)
             maybe_escalate(d, d.is_mx ? settings_for({}, name.substr(3)) : settings_for(name, {}), now, {},
                            out);
@@ -523,6 +530,10 @@ std::vector<Verdict> Engine::advance(TimePoint now) {
             d.flagged_at.reset();
             d.flag_reason.clear();
         }
+        if (!d.open && !d.flagged_at)
+            t = timed_.erase(t);
+        else
+            ++t;
     }
     for (auto& [key, r] : recipients_) {
         if (!r.pending || r.held || r.reported_stalled) continue;
@@ -710,6 +721,7 @@ Status Engine::load_state(std::string_view text) {
             if (!jd.at("open").is_null()) d.open = episode_from_json(jd.at("open"));
             if (!jd.at("flagged_at").is_null())
                 d.flagged_at = from_micros(jd.at("flagged_at").get<std::int64_t>());
+            if (d.open || d.flagged_at) fresh.timed_.insert(d.name);
             fresh.dests_.emplace(d.name, std::move(d));
         }
         for (const auto& jr : j.at("recipients")) {

@@ -185,6 +185,12 @@ class Engine {
 
     EngineSettings settings_;
     std::map<std::string, DestinationState, std::less<>> dests_;
+    // The destinations advance() must look at: every one handed out by dest()
+    // since the last advance, and those still with an open episode or a flag.
+    // advance() drops the others, so its cost follows the open episodes and
+    // flags, not every destination ever tracked (a month's import tracks tens
+    // of thousands and advances once a minute of log time). Same order as dests_.
+    std::set<std::string, std::less<>> timed_;
     std::map<std::string, RecipientState, std::less<>> recipients_;  // "QID\x1frecipient"
     struct SpreadHit {
         TimePoint time;

@@ -1,13 +1,17 @@
 // log_reader.hpp -- reads a whole log file (plain or gzip, or standard input)
 // line by line with bounded memory, for `retryguard events` and imports of old
-// logs. Not a follower: it reads to the end once and never waits for more.
+// logs, and the one loop both run over a file: open it, parse its lines with a
+// parser of its own. Not a follower: it reads to the end once and never waits
+// for more.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 
+#include "retryguard/log_parser.hpp"
 #include "retryguard/result.hpp"
 #include "retryguard/time.hpp"
 
@@ -40,5 +44,20 @@ class LogFileReader {
     std::unique_ptr<Impl> impl_;
     TimePoint modified_{};
 };
+
+// What reading one file with read_log_file() came to.
+struct LogFileRead {
+    Status status;         // why the file could not be opened, or read to its end
+    LogParserStats stats;  // its parser's, for the lines handed over before any error
+};
+
+using LogLineHandler = std::function<void(std::string_view line, LogParser& parser)>;
+
+// Opens `path` (LogFileReader::open: plain, gzip, "-" for standard input),
+// makes a LogParser for it from `options` with the file's modification time as
+// the reference for year inference (the file's own parser: years are inferred
+// per file), and hands each line and that parser to on_line, in order, until
+// the end or a read error. The handler parses (or not) as it needs.
+LogFileRead read_log_file(const std::string& path, LogParserOptions options, const LogLineHandler& on_line);
 
 }  // namespace retryguard

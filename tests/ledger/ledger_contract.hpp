@@ -1096,6 +1096,33 @@ TEST_P(LedgerContract, VerdictCountsAndEngineStatePersist) {
     EXPECT_FALSE(missing->has_value());
 }
 
+// Duplicates between fresh events: the batch's journal entry holds exactly
+// the fresh ones, in batch order.
+TEST_P(LedgerContract, JournalEntryOfABatchWithDuplicatesBetweenFreshEventsHoldsTheFreshOnes) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    std::vector<IngestItem> known = {deferred("K1", 10, "a@k.test"), deferred("K2", 11, "b@k.test"),
+                                     deferred("K3", 12, "c@k.test")};
+    ASSERT_TRUE(l->ingest(known, std::nullopt).ok());
+    std::vector<IngestItem> batch = {deferred("F1", 13, "d@k.test"), known[0], deferred("F2", 14, "e@k.test"),
+                                     deferred("F3", 15, "f@k.test"), known[1], known[2],
+                                     deferred("F4", 16, "g@k.test")};
+    auto r = l->ingest(batch, std::nullopt);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->applied, 4u);
+    EXPECT_EQ(r->fresh, (std::vector<bool>{true, false, true, true, false, false, true}));
+    auto entries = l->read_journal(r->journal_seq - 1, 10);
+    ASSERT_TRUE(entries.ok()) << entries.error().message;
+    ASSERT_EQ(entries->size(), 1u);
+    EXPECT_EQ((*entries)[0].seq, r->journal_seq);
+    std::vector<EngineJournalRecord> records;
+    ASSERT_TRUE(decode_journal_entry((*entries)[0].data, records));
+    std::vector<std::string> queue_ids;
+    for (const auto& rec : records) queue_ids.push_back(rec.item.event.queue_id);
+    EXPECT_EQ(queue_ids, (std::vector<std::string>{"F1", "F2", "F3", "F4"}));
+    EXPECT_EQ(encode_journal_event(records[3].item), encode_journal_event(batch[6]));
+}
+
 TEST_P(LedgerContract, EngineJournalHoldsFreshEventsInOrderUntilAStateCoversThem) {
     auto l = open();
     ASSERT_TRUE(l);

@@ -94,6 +94,123 @@ TEST(LedgerRedis, ScriptsForgottenByTheServerAreSentAgain) {
     EXPECT_EQ((*rs)[0].attempts, 2);
 }
 
+// Event keys live in one set per hour of event time (docs/ledger.md, "Redis
+// backend"): a replay is recognised whichever batch it comes in, the sets are
+// counted by stats() and removed whole by prune().
+TEST(LedgerRedis, ReplaysAreRecognisedInThePerHourSeenSets) {
+    auto* server = RedisServer::shared();
+    RETRYGUARD_REQUIRE_REDIS(server);
+    auto l = open_ledger(options_for(*server, "rgseen:"));
+    ASSERT_TRUE(l.ok());
+    const auto stream = synthetic_stream(2000);  // about 2 h of event time
+    // in batches of the import's size (one batch of all would be a slow script)
+    for (std::size_t from = 0; from < stream.size(); from += 2000) {
+        const auto n = std::min<std::size_t>(2000, stream.size() - from);
+        auto first = (*l)->ingest(std::span<const IngestItem>(stream).subspan(from, n), std::nullopt);
+        ASSERT_TRUE(first.ok()) << first.error().message;
+        EXPECT_EQ(first->applied, n);
+    }
+    RawRedis raw(server->port());
+    auto* hours = raw.cmd("ZCARD rgseen:seen-hours");
+    ASSERT_TRUE(hours && hours->type == REDIS_REPLY_INTEGER);
+    EXPECT_GE(hours->integer, 2);
+    freeReplyObject(hours);
+    auto* old = raw.cmd("EXISTS rgseen:seen");
+    ASSERT_TRUE(old && old->type == REDIS_REPLY_INTEGER);
+    EXPECT_EQ(old->integer, 0);  // the sorted set of older builds is not written
+    freeReplyObject(old);
+    auto s = (*l)->stats();
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->seen_events, static_cast<std::int64_t>(stream.size()));
+    // replayed in other batch boundaries: every event a duplicate
+    for (std::size_t from = 0; from < stream.size(); from += 777) {
+        const auto n = std::min<std::size_t>(777, stream.size() - from);
+        auto again = (*l)->ingest(std::span<const IngestItem>(stream).subspan(from, n), std::nullopt);
+        ASSERT_TRUE(again.ok()) << again.error().message;
+        EXPECT_EQ(again->applied, 0u);
+        EXPECT_EQ(again->duplicates, n);
+        EXPECT_EQ(again->journal_seq, 0u);
+    }
+    RetentionPolicy p;
+    auto pruned = (*l)->prune(p, at(1795000000 + 100 * 86400));
+    ASSERT_TRUE(pruned.ok());
+    EXPECT_EQ(pruned->seen_events, static_cast<std::int64_t>(stream.size()));
+    auto after = (*l)->stats();
+    ASSERT_TRUE(after.ok());
+    EXPECT_EQ(after->seen_events, 0);
+}
+
+// A ledger written by a build before the per-hour seen sets keeps its event
+// keys in the sorted set <prefix>seen: they still count as seen.
+TEST(LedgerRedis, ReplaysOfEventsRecordedByAnOlderLayoutAreRecognised) {
+    auto* server = RedisServer::shared();
+    RETRYGUARD_REQUIRE_REDIS(server);
+    auto l = open_ledger(options_for(*server, "rgold:"));
+    ASSERT_TRUE(l.ok());
+    const auto stream = synthetic_stream(300);
+    const auto half = std::span<const IngestItem>(stream).first(stream.size() / 2);
+    ASSERT_TRUE((*l)->ingest(half, std::nullopt).ok());
+    // turn the per-hour sets into the older layout: one sorted set
+    RawRedis raw(server->port());
+    auto* hours = raw.cmd("ZRANGE rgold:seen-hours 0 -1");
+    ASSERT_TRUE(hours && hours->type == REDIS_REPLY_ARRAY);
+    std::size_t moved = 0;
+    for (std::size_t i = 0; i < hours->elements; ++i) {
+        const std::string key = "rgold:seen:" + std::string(hours->element[i]->str, hours->element[i]->len);
+        auto* members = raw.cmd("SMEMBERS %s", key.c_str());
+        ASSERT_TRUE(members && members->type == REDIS_REPLY_ARRAY);
+        for (std::size_t j = 0; j < members->elements; ++j) {
+            auto* add = static_cast<redisReply*>(redisCommand(
+                raw.c, "ZADD rgold:seen 1 %b", members->element[j]->str, members->element[j]->len));
+            ASSERT_TRUE(add);
+            freeReplyObject(add);
+            ++moved;
+        }
+        freeReplyObject(members);
+        freeReplyObject(raw.cmd("DEL %s", key.c_str()));
+    }
+    freeReplyObject(hours);
+    freeReplyObject(raw.cmd("DEL rgold:seen-hours"));
+    ASSERT_EQ(moved, half.size());
+    auto whole = (*l)->ingest(stream, std::nullopt);
+    ASSERT_TRUE(whole.ok()) << whole.error().message;
+    EXPECT_EQ(whole->duplicates, half.size());
+    EXPECT_EQ(whole->applied, stream.size() - half.size());
+    for (std::size_t i = 0; i < stream.size(); ++i) EXPECT_EQ(whole->fresh[i], i >= half.size()) << i;
+}
+
+// An ACL user whose command list predates SMISMEMBER (docs/ledger.md,
+// "Running a fleet") still ingests, checking each event with its own SADD.
+TEST(LedgerRedis, WithoutSmismemberEventsAreCheckedOneByOne) {
+    RETRYGUARD_REQUIRE_REDIS(RedisServer::shared());
+    RedisServer server;  // private: this test adds a user
+    ASSERT_TRUE(server.running());
+    {
+        RawRedis raw(server.port());
+        auto* r = raw.cmd("ACL SETUSER oldlist on >old-pw ~* &* +@all -smismember -zmscore");
+        ASSERT_TRUE(r && r->type == REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+    }
+    auto o = options_for(server, "rgacl:");
+    o.redis_username = "oldlist";
+    o.redis_password = "old-pw";
+    auto l = open_ledger(o);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    const auto stream = synthetic_stream(100);
+    auto first = (*l)->ingest(std::span<const IngestItem>(stream).first(400), std::nullopt);
+    ASSERT_TRUE(first.ok()) << first.error().message;
+    EXPECT_EQ(first->applied, 400u);
+    auto whole = (*l)->ingest(stream, std::nullopt);
+    ASSERT_TRUE(whole.ok()) << whole.error().message;
+    EXPECT_EQ(whole->duplicates, 400u);
+    EXPECT_EQ(whole->applied, stream.size() - 400);
+    // the same ledger as one written with SMISMEMBER
+    auto ref = open_ledger(options_for(*RedisServer::shared(), "rgaclref:"));
+    ASSERT_TRUE(ref.ok());
+    ASSERT_TRUE((*ref)->ingest(stream, std::nullopt).ok());
+    EXPECT_EQ(dump(**l, 100), dump(**ref, 100));
+}
+
 // The set a lookup by content reads holds only the copies it can match
 // (queued, unfinished), so its size follows the queue, not how many recorded
 // messages ever shared the content (docs/milter.md, "Identical content").

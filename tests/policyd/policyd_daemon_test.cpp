@@ -362,6 +362,25 @@ TEST(PolicydDaemon, ForegroundLogsWhereTheConfigurationSays) {
     EXPECT_EQ(quiet.log().find("listening: policy"), std::string::npos) << quiet.log();
 }
 
+// The verdict lines carry log.hostname in their host field, as the milter's
+// lines and the daemon's own do.
+TEST(PolicydDaemon, VerdictLinesCarryTheConfiguredHostName) {
+    const fs::path verdicts =
+        fs::temp_directory_path() / ("rg-policyd-verdicts-host-" + std::to_string(::getpid()));
+    fs::remove(verdicts);
+    Daemon d({"-o", "log.verdicts=file:" + verdicts.string(), "-o", "log.hostname=relay-7.example"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client c = Client::tcp(d.port());
+    ASSERT_TRUE(c.send(request("user@flagged.test")));
+    EXPECT_EQ(c.answer(), kReject);
+    const std::string written = read_file(verdicts);
+    const auto at = written.find("verdict=policy_reject");
+    ASSERT_NE(at, std::string::npos) << written;
+    const std::string line = written.substr(0, written.find('\n', at));
+    EXPECT_NE(line.find(" relay-7.example retryguard/policyd["), std::string::npos) << line;
+    fs::remove(verdicts);
+}
+
 TEST(PolicydDaemon, UnknownDestinationGetsDunnoFlaggedGetsConfiguredActionOverTcpAndUnix) {
     Daemon d;
     ASSERT_TRUE(d.ready()) << d.log();

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "retryguard/follower.hpp"
 #include "retryguard/log_parser.hpp"
 
 namespace retryguard {
@@ -380,6 +381,39 @@ TEST(LogParserFormats, HeaderVariants) {
     Event nopid = parse("Nov 29 20:38:50 mx postfix/postsuper: 3F1A22C0E1: removed");
     EXPECT_EQ(nopid.kind, EventKind::queue_removed);
     EXPECT_EQ(nopid.pid, 0);
+}
+
+// A header as received on a socket is read by the log parser as the datagram
+// reader (core/follow) reads it: the same priority shapes, structured data
+// (escapes inside quoted values, "]" quoted) and byte-order mark.
+TEST(LogParserFormats, SyslogHeaderIsReadAsTheDatagramReaderReadsIt) {
+    const std::string datagram =
+        "<22>1 2026-11-29T20:38:50Z mx postfix/qmgr 5 - [a x=\"q\\\"]\\\\\"][b@1 y=\"]\"] "
+        "\xEF\xBB\xBF"
+        "3F1A22C0E1: removed";
+    Event direct = parse(datagram);
+    ASSERT_EQ(direct.kind, EventKind::queue_removed) << direct.unknown_kind;
+    EXPECT_EQ(direct.text, "3F1A22C0E1: removed");
+    auto line = syslog_datagram_to_line(datagram, "fallback", 65536);
+    ASSERT_TRUE(line.ok()) << line.error().message;
+    EXPECT_EQ(line->facility, 2);
+    EXPECT_EQ(line->severity, 6);
+    Event via = parse(line->line);
+    ASSERT_EQ(via.kind, EventKind::queue_removed) << line->line;
+    EXPECT_EQ(via.text, direct.text);
+    EXPECT_EQ(via.host, direct.host);
+    EXPECT_EQ(via.program, direct.program);
+    EXPECT_EQ(via.pid, direct.pid);
+    EXPECT_EQ(via.time, direct.time);
+    // A priority is one to three digits in angle brackets; both refuse the rest.
+    for (const std::string bad : {"<>1 2026-11-29T20:38:50Z mx postfix/qmgr 5 - - 3F1A22C0E1: removed",
+                                  "<1234>1 2026-11-29T20:38:50Z mx postfix/qmgr 5 - - 3F1A22C0E1: removed",
+                                  "<2x>Nov 29 20:38:50 mx postfix/qmgr[5]: 3F1A22C0E1: removed"}) {
+        Event ev = parse(bad);
+        EXPECT_EQ(ev.kind, EventKind::unknown) << bad;
+        EXPECT_EQ(ev.unknown_kind, "not-syslog") << bad;
+        EXPECT_FALSE(syslog_datagram_to_line(bad, "fallback", 65536).ok()) << bad;
+    }
 }
 
 TEST(LogParserFormats, JournaldRecordsSkipTheHeader) {

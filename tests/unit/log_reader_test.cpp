@@ -1,9 +1,11 @@
 // LogFileReader: bounded lines from plain and gzip files, a partial last line,
-// CRLF, a damaged gzip stream, and a missing file.
+// CRLF, a damaged gzip stream, and a missing file. read_log_file: each file's
+// lines through a parser of its own, dated from the file's modification time.
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -98,6 +100,71 @@ TEST_F(LogReader, DamagedGzipAndMissingFilesAreErrors) {
     ASSERT_FALSE(missing.ok());
     EXPECT_EQ(missing.error().kind, ErrorKind::io);
     EXPECT_FALSE(LogFileReader::open(dir_.string()).ok());
+}
+
+// A file's year-less time stamps are dated from its modification time, each
+// file by a parser of its own: a log last written in 2019 stays in 2019.
+TEST_F(LogReader, ReadLogFileHandsEveryLineAndTheFilesOwnParser) {
+    const std::string line =
+        "Mar  1 10:00:00 mx postfix/smtp[1]: 4BCD12345: to=<a@b.example>, relay=none, delay=1, "
+        "delays=0/0/1/0, dsn=4.4.1, status=deferred (connect to b.example[192.0.2.1]:25: Connection refused)";
+    fs::path old_log = write("old.log", line + "\nnot a syslog line\n");
+    fs::path new_log = write_gz("new.log.gz", line + "\n");
+    using namespace std::chrono;
+    fs::last_write_time(old_log, fs::file_time_type::clock::now() - hours(24 * 365 * 7));
+
+    LogParserOptions po;
+    po.local_time = false;
+    std::vector<std::string> lines;
+    std::vector<int> years;
+    const LogParser* first_parser = nullptr;
+    bool same_parser_within_file = true;
+    auto handler = [&](std::string_view l, LogParser& parser) {
+        if (!first_parser) first_parser = &parser;
+        same_parser_within_file = same_parser_within_file && first_parser == &parser;
+        lines.emplace_back(l);
+        Event ev;
+        parser.parse(l, ev);
+        years.push_back(int(year_month_day{floor<days>(ev.time)}.year()));
+    };
+    LogFileRead old_read = read_log_file(old_log.string(), po, handler);
+    ASSERT_TRUE(old_read.status.ok());
+    EXPECT_TRUE(same_parser_within_file);
+    EXPECT_EQ(old_read.stats.lines, 2u);
+    EXPECT_EQ(old_read.stats.recognised, 1u);
+    EXPECT_EQ(old_read.stats.unknown, 1u);
+    LogFileRead new_read = read_log_file(new_log.string(), po,
+                                         [&](std::string_view l, LogParser& parser) { handler(l, parser); });
+    ASSERT_TRUE(new_read.status.ok());
+    EXPECT_EQ(new_read.stats.lines, 1u);
+    ASSERT_EQ(lines.size(), 3u);
+    EXPECT_EQ(lines[0], line);
+    EXPECT_EQ(lines[1], "not a syslog line");
+    const int this_year = int(year_month_day{floor<days>(system_clock::now())}.year());
+    EXPECT_LE(years[0], this_year - 6);  // the old file's year
+    EXPECT_GE(years[2], this_year - 1);  // the new file's own, not the old one's
+}
+
+TEST_F(LogReader, ReadLogFileSaysWhyAFileCouldNotBeOpenedOrReadToItsEnd) {
+    int calls = 0;
+    LogFileRead missing =
+        read_log_file((dir_ / "none").string(), {}, [&](std::string_view, LogParser&) { ++calls; });
+    ASSERT_FALSE(missing.status.ok());
+    EXPECT_EQ(missing.status.error().kind, ErrorKind::io);
+    EXPECT_EQ(calls, 0);
+    EXPECT_EQ(missing.stats.lines, 0u);
+
+    std::string content;
+    for (int i = 0; i < 50000; ++i) content += "line " + std::to_string(i * 7919) + "\n";
+    fs::path p = write_gz("cut.gz", content);
+    fs::resize_file(p, fs::file_size(p) / 2);
+    LogFileRead cut = read_log_file(p.string(), {}, [&](std::string_view l, LogParser& parser) {
+        ++calls;
+        parser.parse(l);
+    });
+    EXPECT_FALSE(cut.status.ok());
+    EXPECT_GT(calls, 0);  // the lines before the damage were handed over
+    EXPECT_EQ(cut.stats.lines, static_cast<std::uint64_t>(calls));
 }
 
 }  // namespace

@@ -379,6 +379,41 @@ TEST(RulesEngine, IncidentCountsSurviveSaveAndLoad) {
     for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(format_verdict(a[i]), format_verdict(b[i]));
 }
 
+// advance() looks only at destinations with an open episode or a flag (and
+// those touched since the last advance): a destination restored from a saved
+// state, or left alone through many advances, must still escalate and lose
+// its flag on time, among many destinations that need nothing.
+TEST(RulesEngine, TimedChecksReachRestoredAndLongUntouchedDestinations) {
+    Feed feed;
+    for (int i = 0; i < 200; ++i) {
+        const std::string q = "Q" + std::to_string(i), r = "u@quiet" + std::to_string(i) + ".example";
+        feed(deferred(T0 - 72h, q, r), Category::greylisting);
+        feed(delivery(T0 - 71h, q, r, DeliveryStatus::sent), Category::unknown);
+    }
+    for (int ep = 0; ep < 3; ++ep) {
+        const TimePoint start = T0 + ep * 5 * 24h;
+        for (int k = 0; k < 3; ++k)
+            feed(deferred(start + k * 40min, "F" + std::to_string(ep), "u@flaky.example"),
+                 Category::receiver_config);
+        if (ep < 2)
+            feed(delivery(start + 3h, "F" + std::to_string(ep), "u@flaky.example", DeliveryStatus::sent),
+                 Category::unknown);
+    }
+    ASSERT_NE(feed.find("flagged", "flaky.example"), nullptr);
+    // flaky.example's third episode is still open and not yet escalated.
+    ASSERT_TRUE(feed.engine.destination("flaky.example")->open);
+    Feed restored;
+    ASSERT_TRUE(restored.engine.load_state(feed.engine.save_state()).ok());
+    // Hours of advances that find nothing to do, then the ladder and the flag expiry.
+    for (int h = 1; h <= 48; ++h) restored.advance(T0 + 10 * 24h + h * 1h);
+    EXPECT_EQ(restored.count("escalate", "flaky.example"), 1);
+    restored.advance(T0 + 10 * 24h + 30 * 24h + 2h);
+    EXPECT_EQ(restored.count("flag_expired", "flaky.example"), 1);
+    // every flag set before the save (the domain's and its MX host's) expired
+    EXPECT_EQ(restored.count("flag_expired"), feed.count("flagged"));
+    EXPECT_GE(feed.count("flagged"), 1);
+}
+
 TEST(RulesEngine, ReportsRetriesSoonerThanTheMinimum) {
     Feed feed;
     feed(deferred(T0, "I1", "a@example.com"), Category::receiver_config);

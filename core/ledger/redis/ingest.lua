@@ -2,19 +2,28 @@
 -- (Redis runs a script to completion or not at all, so a client killed mid-batch
 -- leaves either the whole batch with its position or neither).
 --
--- KEYS[1]  <prefix>seen: sorted set of applied event keys (score: event time, us)
+-- KEYS[1]  <prefix>seen: sorted set of event keys written by builds before the
+--          per-hour seen sets (read for replays while it exists, never written)
 -- ARGV[1]  key prefix; every other key is <prefix>... (one Redis server, not Redis Cluster)
 -- ARGV[2]  TTL of per-message keys, seconds
 -- ARGV[3]  TTL of long-lived keys (destinations, history, indexes), seconds
--- ARGV[4]  TTL of the seen set, seconds
+-- ARGV[4]  TTL of the seen sets, seconds
 -- ARGV[5]  follower source id, '' for none
 -- ARGV[6]  follower position, JSON stored verbatim under <prefix>pos
--- ARGV[7]  number of events E, then E groups of 21 fields:
---          key kind time queue_id other_id text resent size nrcpt outcome recipient
---          domain relay code enhanced reason stage category category_bit journal host
---          (kind and outcome numbers: OpKind and Outcome in core/ledger/internal.hpp;
---          times: microseconds since the epoch, as decimal strings; journal: the
---          event's part of the engine journal batch entry, kept when the event is fresh)
+-- ARGV[7]  number of events E
+-- ARGV[8]  the E events as one MessagePack array of E arrays of 21 values (one
+--          argument for the batch: Redis makes an object and Lua an interned
+--          string of every argument, which cost a third of a fresh event when
+--          each field was an argument of its own), in this order:
+--            1 key  2 kind  3 time  4 queue_id  5 other_id  6 text  7 resent
+--            8 size  9 nrcpt  10 outcome  11 recipient  12 domain  13 relay
+--            14 code  15 enhanced  16 reason  17 stage  18 category
+--            19 category_bit  20 journal  21 host
+--          (all strings but journal; kind and outcome numbers: OpKind and Outcome in
+--          core/ledger/internal.hpp; times: microseconds since the epoch, as decimal
+--          strings; journal: the length, a number, of the event's part in ARGV[9])
+-- ARGV[9]  the events' parts of the engine journal batch entry, one after the
+--          other; the fresh events' parts are kept
 -- Returns  {applied, duplicates, fresh, journal_seq} (fresh: a string of '1'/'0',
 --          one per event; journal_seq: the seq of the journal entry 'B' .. the fresh
 --          events' parts, appended to <prefix>journal; 0 when none was fresh)
@@ -24,15 +33,25 @@
 -- The batch's rows are read once and written once: a message's hash and its
 -- recipients are loaded on first use into Lua tables, changed there, and
 -- written back with one HSET each at the end (the script is atomic, so nobody
--- sees the state in between); the replay check is one ZMSCORE and one ZADD for
--- the whole batch. Per event only the sets and streams that must change are
+-- sees the state in between); the replay check is one SMISMEMBER and one SADD
+-- per hour of the batch. Per event only the sets and streams that must change are
 -- touched.
 if redis.replicate_commands then redis.replicate_commands() end
 local P = ARGV[1]
 local MTTL, KTTL, STTL = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local E = tonumber(ARGV[7])
-local F = 21
-if not E or #ARGV ~= 7 + E * F then return redis.error_reply('ingest: bad argument count') end
+if not E or #ARGV ~= 9 then return redis.error_reply('ingest: bad argument count') end
+local unpacked, events = pcall(cmsgpack.unpack, ARGV[8])
+if not unpacked or type(events) ~= 'table' or #events ~= E then return redis.error_reply('ingest: bad event list') end
+local J = ARGV[9]
+local jtotal = 0
+for i = 1, E do
+  if type(events[i]) ~= 'table' or #events[i] ~= 21 or type(events[i][20]) ~= 'number' then
+    return redis.error_reply('ingest: bad event list')
+  end
+  jtotal = jtotal + events[i][20]
+end
+if jtotal ~= #J then return redis.error_reply('ingest: bad journal parts') end
 -- The batch's garbage is small next to the time the incremental collector
 -- spends walking the batch's live tables again and again while they grow: it
 -- is collected once, after the script (restarted below, also when the batch
@@ -209,60 +228,51 @@ local ok, result = pcall(function()
 
   -- Written once per batch at the end: a destination's hash fields and its
   -- place in <prefix>dests (a busy destination has many events in a batch).
-  local dest_rows = {}    -- dest key -> {row = fields as read or written, written = set of names}
-  local dest_scores = {}  -- 'kind\tname' -> latest 'updated'
+  -- Entries are found by kind, then name, and carry their key names, so a
+  -- busy destination's events build no strings.
+  local dest_rows = {domain = {}, relay = {}}  -- kind -> name -> entry
+  local dest_list = {}                         -- the entries, in first-use order
 
   -- A destination's hash, read once per batch (missing fields read as false).
   local function dest(kind, name)
-    local dk = P .. 'dest:' .. kind .. ':' .. name
-    local e = dest_rows[dk]
+    local e = dest_rows[kind][name]
     if not e then
+      local dk = P .. 'dest:' .. kind .. ':' .. name
       local v = redis.call('HMGET', dk, unpack(DEST_FIELDS))
       local row = {}
       for i, f in ipairs(DEST_FIELDS) do row[f] = v[i] end
-      e = {row = row, written = {}}
-      dest_rows[dk] = e
+      e = {row = row, dk = dk, mk = P .. 'destmsg:' .. kind .. ':' .. name, m = kind .. '\t' .. name}
+      dest_rows[kind][name] = e
+      dest_list[#dest_list + 1] = e
     end
     return e
   end
 
-  local function dest_set(e, fields)
-    for f, v in pairs(fields) do
-      e.row[f] = v
-      e.written[f] = true
-    end
-  end
-
-  local function dest_touch(kind, name, updated)
-    dest_scores[kind .. '\t' .. name] = updated
-    long(P .. 'dests')
-    long(P .. 'dest:' .. kind .. ':' .. name)
-  end
-
   local function deferral(kind, name, first, ev)
-    local mk = P .. 'destmsg:' .. kind .. ':' .. name
-    local fresh = redis.call('SADD', mk, first)
-    long(mk)
     local e = dest(kind, name)
+    local fresh = redis.call('SADD', e.mk, first)
+    long(e.mk)
     local d = e.row
-    local ep_first = d.ep_first
-    if blank(ep_first) then
-      ep_first = ev.t
-      redis.call('SADD', P .. 'open', kind .. '\t' .. name)
+    if blank(d.ep_first) then
+      d.ep_first = ev[3]
+      redis.call('SADD', P .. 'open', e.m)
       long(P .. 'open')
     end
-    dest_set(e, {kind = kind, name = name, last_deferral = latest(d.last_deferral, ev.t), ep_first = ep_first,
-                 ep_last = latest(d.ep_last, ev.t), ep_attempts = tostring(num(d.ep_attempts) + 1),
-                 ep_messages = tostring(num(d.ep_messages) + fresh),
-                 ep_categories = tostring(bit.bor(num(d.ep_categories), num(ev.catbit))), ep_last_reply = ev.reason,
-                 ep_last_relay = ev.relay, updated = latest(d.updated, ev.t)})
-    dest_touch(kind, name, d.updated)
+    d.kind = kind
+    d.name = name
+    d.last_deferral = latest(d.last_deferral, ev[3])
+    d.ep_last = latest(d.ep_last, ev[3])
+    d.ep_attempts = tostring(num(d.ep_attempts) + 1)
+    d.ep_messages = tostring(num(d.ep_messages) + fresh)
+    d.ep_categories = tostring(bit.bor(num(d.ep_categories), num(ev[19])))
+    d.ep_last_reply = ev[16]
+    d.ep_last_relay = ev[13]
+    d.updated = latest(d.updated, ev[3])
   end
 
   local function success(kind, name, t)
     local e = dest(kind, name)
     local d = e.row
-    local m = kind .. '\t' .. name
     if not blank(d.ep_first) then
       local id = redis.call('HINCRBY', P .. 'counts', 'episode_ids', 1)
       redis.call('HINCRBY', P .. 'counts', 'episodes', 1)
@@ -272,48 +282,55 @@ local ok, result = pcall(function()
       local ek = P .. 'eps:' .. kind .. ':' .. name
       redis.call('ZADD', ek, t, ep)
       long(ek)
-      redis.call('ZADD', P .. 'epsidx', 'NX', t, m)
+      redis.call('ZADD', P .. 'epsidx', 'NX', t, e.m)
       long(P .. 'epsidx')
-      redis.call('DEL', P .. 'destmsg:' .. kind .. ':' .. name)
-      redis.call('SREM', P .. 'open', m)
+      redis.call('DEL', e.mk)
+      redis.call('SREM', P .. 'open', e.m)
     end
-    dest_set(e, {kind = kind, name = name, last_success = latest(d.last_success, t), ep_first = '', ep_last = '',
-                 ep_attempts = '0', ep_messages = '0', ep_categories = '0', ep_last_reply = '', ep_last_relay = '',
-                 updated = latest(d.updated, t)})
-    dest_touch(kind, name, d.updated)
+    d.kind = kind
+    d.name = name
+    d.last_success = latest(d.last_success, t)
+    d.ep_first = ''
+    d.ep_last = ''
+    d.ep_attempts = '0'
+    d.ep_messages = '0'
+    d.ep_categories = '0'
+    d.ep_last_reply = ''
+    d.ep_last_relay = ''
+    d.updated = latest(d.updated, t)
   end
 
   local OUTCOME = {['1'] = 'sent', ['2'] = 'pending', ['3'] = 'bounced', ['4'] = 'expired'}
 
   local function delivery(ev)
-    local q = msg(ev.q, ev.t)
+    local q = msg(ev[4], ev[3])
     local first = mget(q, 'first_queue_id')
-    local r = rget(q, ev.rcpt) or new_rcpt(q, ev.rcpt, ev.domain)
-    r.state = OUTCOME[ev.outcome]
+    local r = rget(q, ev[11]) or new_rcpt(q, ev[11], ev[12])
+    r.state = OUTCOME[ev[10]]
     r.attempts = tostring(num(r.attempts) + 1)
-    r.first_attempt = earliest(r.first_attempt, ev.t)
-    r.last_attempt = latest(r.last_attempt, ev.t)
-    if ev.outcome == '2' and blank(r.first_deferral) then r.first_deferral = ev.t end
-    r.reply_code = ev.code
-    r.enhanced = ev.enhanced
-    r.reply_text = ev.reason
-    r.stage = ev.stage
-    r.relay = ev.relay
-    r.category = ev.category
+    r.first_attempt = earliest(r.first_attempt, ev[3])
+    r.last_attempt = latest(r.last_attempt, ev[3])
+    if ev[10] == '2' and blank(r.first_deferral) then r.first_deferral = ev[3] end
+    r.reply_code = ev[14]
+    r.enhanced = ev[15]
+    r.reply_text = ev[16]
+    r.stage = ev[17]
+    r.relay = ev[13]
+    r.category = ev[18]
     rput(q, r)
-    if ev.outcome == '2' then
+    if ev[10] == '2' then
       local state = mget(q, 'state')
       if blank(mget(q, 'finished')) and state ~= 'hold' then
         mput(q, 'state', 'deferred')
         if state == 'incoming' then fp_queued(q) end
       end
     end
-    if ev.outcome == '2' then
-      if ev.domain ~= '' then deferral('domain', ev.domain, first, ev) end
-      if ev.relay ~= '' then deferral('relay', ev.relay, first, ev) end
-    elseif ev.outcome == '1' then
-      if ev.domain ~= '' then success('domain', ev.domain, ev.t) end
-      if ev.relay ~= '' then success('relay', ev.relay, ev.t) end
+    if ev[10] == '2' then
+      if ev[12] ~= '' then deferral('domain', ev[12], first, ev) end
+      if ev[13] ~= '' then deferral('relay', ev[13], first, ev) end
+    elseif ev[10] == '1' then
+      if ev[12] ~= '' then success('domain', ev[12], ev[3]) end
+      if ev[13] ~= '' then success('relay', ev[13], ev[3]) end
     end
   end
 
@@ -324,13 +341,13 @@ local ok, result = pcall(function()
   end
 
   local function pickup(ev)
-    local q = msg(ev.q, ev.t)
-    mput(q, 'sender', ev.text)
-    mput(q, 'arrival', earliest(mget(q, 'arrival'), ev.t))
-    if ev.other ~= '' then mput(q, 'previous_queue_id', ev.other) end
-    if ev.other == '' or ev.other == ev.q then return end
+    local q = msg(ev[4], ev[3])
+    mput(q, 'sender', ev[6])
+    mput(q, 'arrival', earliest(mget(q, 'arrival'), ev[3]))
+    if ev[5] ~= '' then mput(q, 'previous_queue_id', ev[5]) end
+    if ev[5] == '' or ev[5] == ev[4] then return end
     -- postsuper -r: the successor inherits identity and still-pending recipients.
-    local o = msg(ev.other, ev.t)
+    local o = msg(ev[5], ev[3])
     local orow = mrow(o).row
     local nmid, nfp, nsize = mget(q, 'message_id'), mget(q, 'fingerprint'), mget(q, 'size')
     mput(q, 'first_queue_id', orow.first_queue_id)
@@ -340,35 +357,35 @@ local ok, result = pcall(function()
     if num(nsize) < 0 and orow.size then mput(q, 'size', orow.size) end
     local fin = orow.finished
     mput(o, 'state', 'requeued')
-    mput(o, 'next_queue_id', ev.q)
-    if blank(fin) then finish(o, ev.t) end
+    mput(o, 'next_queue_id', ev[4])
+    if blank(fin) then finish(o, ev[3]) end
     for _, a in ipairs(rall(o)) do
       local r = rget(o, a)
       if r.state == 'pending' and not rget(q, a) then
         local c = copy(r)
-        c.queue_id = ev.q
+        c.queue_id = ev[4]
         rput(q, c)
       end
     end
   end
 
   local function apply(ev)
-    local kind = ev.kind
+    local kind = ev[2]
     if kind == '0' then return end
     if kind == '1' then return pickup(ev) end
     if kind == '4' then return delivery(ev) end
     if kind == '2' then
-      local q = msg(ev.q, ev.t)
-      if ev.resent == '1' and not blank(mget(q, 'message_id')) then return end
-      return set_identity(q, 'message_id', 'mid', ev.text)
+      local q = msg(ev[4], ev[3])
+      if ev[7] == '1' and not blank(mget(q, 'message_id')) then return end
+      return set_identity(q, 'message_id', 'mid', ev[6])
     end
     if kind == '3' then
-      local q = msg(ev.q, ev.t)
+      local q = msg(ev[4], ev[3])
       local arrival, finished = mget(q, 'arrival'), mget(q, 'finished')
-      mput(q, 'sender', ev.text)
-      mput(q, 'size', ev.size)
-      mput(q, 'nrcpt', ev.nrcpt)
-      if blank(arrival) then mput(q, 'arrival', ev.t) end
+      mput(q, 'sender', ev[6])
+      mput(q, 'size', ev[8])
+      mput(q, 'nrcpt', ev[9])
+      if blank(arrival) then mput(q, 'arrival', ev[3]) end
       if blank(finished) then
         mput(q, 'state', 'active')
         fp_queued(q)
@@ -376,92 +393,154 @@ local ok, result = pcall(function()
       return
     end
     if kind == '10' then
-      local q = msg(ev.q, ev.t)
-      mput(q, 'arrival', earliest(mget(q, 'arrival'), ev.t))
+      local q = msg(ev[4], ev[3])
+      mput(q, 'arrival', earliest(mget(q, 'arrival'), ev[3]))
       return
     end
-    if kind == '5' then return set_state(ev.q, ev.t, 'gone', true) end
+    if kind == '5' then return set_state(ev[4], ev[3], 'gone', true) end
     if kind == '6' then
-      set_state(ev.q, ev.t, 'expired', true)
-      for _, a in ipairs(rall(ev.q)) do
-        local r = rget(ev.q, a)
+      set_state(ev[4], ev[3], 'expired', true)
+      for _, a in ipairs(rall(ev[4])) do
+        local r = rget(ev[4], a)
         if r.state == 'pending' then
           r.state = 'expired'
-          rput(ev.q, r)
+          rput(ev[4], r)
         end
       end
       return
     end
-    if kind == '7' then return set_state(ev.q, ev.t, 'hold', false) end
-    if kind == '8' then return set_state(ev.q, ev.t, 'deferred', false) end
-    if kind == '9' then return set_state(ev.q, ev.t, 'rejected', true) end
+    if kind == '7' then return set_state(ev[4], ev[3], 'hold', false) end
+    if kind == '8' then return set_state(ev[4], ev[3], 'deferred', false) end
+    if kind == '9' then return set_state(ev[4], ev[3], 'rejected', true) end
   end
 
-  -- Replay protection: one ZMSCORE for the batch's keys, one ZADD of the fresh
-  -- ones at the end. A key twice in the batch is applied once. Where ZMSCORE is
-  -- refused (Redis before 6.2, or an ACL user configured before the ledger used
-  -- it: docs/ledger.md, "Running a fleet") each event is checked and recorded
-  -- with its own ZADD NX, as before.
+  -- Replay protection: event keys live in one set per hour of event time,
+  -- <prefix>seen:<hour> (hour = time / 3600 s), listed in <prefix>seen-hours
+  -- (score and member: the hour) for prune.lua and the statistics. A key's
+  -- time is part of the key, so a replayed event always meets its own hour's
+  -- set. One SMISMEMBER per hour of the batch, one SADD of the fresh keys per
+  -- hour at the end; a key twice in the batch is applied once. Where SMISMEMBER
+  -- is refused (Redis before 6.2, or an ACL user configured before the ledger
+  -- used it: docs/ledger.md, "Running a fleet") each event is checked and
+  -- recorded with its own SADD.
+  local HOUR = 3600000000
+  local hour_of, by_hour = {}, {}
+  for i = 1, E do
+    local h = tostring(math.floor(num(events[i][3]) / HOUR))
+    hour_of[i] = h
+    local list = by_hour[h]
+    if not list then
+      list = {}
+      by_hour[h] = list
+    end
+    list[#list + 1] = i
+  end
   local known = {}
   local per_event = false
-  for from = 0, E - 1, 1000 do
-    local keys = {}
-    for i = from, math.min(E, from + 1000) - 1 do keys[#keys + 1] = ARGV[7 + i * F + 1] end
-    local ok, r = pcall(redis.call, 'ZMSCORE', KEYS[1], unpack(keys))
-    if not ok then
-      per_event = true
-      break
+  for h, list in pairs(by_hour) do
+    for from = 1, #list, 1000 do
+      local keys = {}
+      for j = from, math.min(#list, from + 999) do keys[#keys + 1] = events[list[j]][1] end
+      local ok, r = pcall(redis.call, 'SMISMEMBER', P .. 'seen:' .. h, unpack(keys))
+      if not ok then
+        per_event = true
+        break
+      end
+      for j = 1, #keys do
+        if r[j] == 1 then known[list[from + j - 1]] = true end
+      end
     end
-    for i = 1, #keys do known[from + i] = r[i] end
+    if per_event then break end
+  end
+  -- Keys recorded by a build before the per-hour sets are in the sorted set
+  -- KEYS[1], which is read while it exists (it is no longer written: its TTL
+  -- and prune.lua remove it).
+  if redis.call('ZCARD', KEYS[1]) > 0 then
+    for from = 1, E, 1000 do
+      local keys = {}
+      for i = from, math.min(E, from + 999) do keys[#keys + 1] = events[i][1] end
+      local ok, r = pcall(redis.call, 'ZMSCORE', KEYS[1], unpack(keys))
+      for j = 1, #keys do
+        local i = from + j - 1
+        if ok then
+          if r[j] then known[i] = true end
+        elseif redis.call('ZADD', KEYS[1], 'XX', 'INCR', 0, keys[j]) then
+          known[i] = true  -- XX INCR 0: the member's score when present, nothing added
+        end
+      end
+    end
   end
 
   local applied, duplicates = 0, 0
   local fresh = {}
   local journal = {'B'}
   local seen_now = {}
-  local seen_args = {}
-  for i = 0, E - 1 do
-    local b = 7 + i * F
-    local key = ARGV[b + 1]
+  local seen_new = {}  -- hour -> fresh keys to add at the end
+  -- The fresh events' journal parts are cut from ARGV[9] a run of consecutive
+  -- fresh events at a time (the whole of it when none is a duplicate).
+  local jpos, run_from = 1, nil
+  for i = 1, E do
+    local ev = events[i]
+    local jnext = jpos + ev[20]
+    local key = ev[1]
+    local h = hour_of[i]
     local dup
     if per_event then
-      dup = redis.call('ZADD', KEYS[1], 'NX', ARGV[b + 3], key) == 0
+      dup = redis.call('SADD', P .. 'seen:' .. h, key) == 0 or known[i]
+      if not seen_new[h] then seen_new[h] = {} end
     else
-      dup = known[i + 1] or seen_now[key]
+      dup = known[i] or seen_now[key]
     end
     if dup then
       duplicates = duplicates + 1
       fresh[#fresh + 1] = '0'
+      if run_from then
+        journal[#journal + 1] = string.sub(J, run_from, jpos - 1)
+        run_from = nil
+      end
     else
       seen_now[key] = true
-      local ev = {key = key, kind = ARGV[b + 2], t = ARGV[b + 3], q = ARGV[b + 4], other = ARGV[b + 5],
-                  text = ARGV[b + 6], resent = ARGV[b + 7], size = ARGV[b + 8], nrcpt = ARGV[b + 9],
-                  outcome = ARGV[b + 10], rcpt = ARGV[b + 11], domain = ARGV[b + 12], relay = ARGV[b + 13],
-                  code = ARGV[b + 14], enhanced = ARGV[b + 15], reason = ARGV[b + 16], stage = ARGV[b + 17],
-                  category = ARGV[b + 18], catbit = ARGV[b + 19], journal = ARGV[b + 20],
-                  host = ARGV[b + 21]}
+      if not run_from then run_from = jpos end
       if not per_event then
-        seen_args[#seen_args + 1] = ev.t
-        seen_args[#seen_args + 1] = key
+        local list = seen_new[h]
+        if not list then
+          list = {}
+          seen_new[h] = list
+        end
+        list[#list + 1] = key
       end
       -- the log's host field names the host holding the queue id; it wins over
       -- the name the milter recorded
-      if ev.kind ~= '0' and ev.host ~= '' then
-        msg(ev.q, ev.t)
-        if mget(ev.q, 'host') ~= ev.host then mput(ev.q, 'host', ev.host) end
+      if ev[2] ~= '0' and ev[21] ~= '' then
+        msg(ev[4], ev[3])
+        if mget(ev[4], 'host') ~= ev[21] then mput(ev[4], 'host', ev[21]) end
       end
       apply(ev)
-      journal[#journal + 1] = ev.journal
       applied = applied + 1
       fresh[#fresh + 1] = '1'
     end
+    jpos = jnext
   end
+  if run_from then journal[#journal + 1] = string.sub(J, run_from, jpos - 1) end
   -- Variadic commands in chunks of 1000 pairs (unpack has a limit on how many
   -- values it returns).
   local function chunked(cmd, key, args)
     for i = 1, #args, 2000 do redis.call(cmd, key, unpack(args, i, math.min(i + 1999, #args))) end
   end
-  chunked('ZADD', KEYS[1], seen_args)
+  -- An hour's set lives seen_ttl past its last write, and one hour longer so
+  -- that its last keys get the whole seen_ttl.
+  local hour_args = {}
+  for h, keys in pairs(seen_new) do
+    local k = P .. 'seen:' .. h
+    for i = 1, #keys, 1000 do redis.call('SADD', k, unpack(keys, i, math.min(i + 999, #keys))) end
+    redis.call('EXPIRE', k, STTL + 3600)
+    hour_args[#hour_args + 1] = h
+    hour_args[#hour_args + 1] = h
+  end
+  if #hour_args > 0 then
+    chunked('ZADD', P .. 'seen-hours', hour_args)
+    redis.call('EXPIRE', P .. 'seen-hours', STTL + 3600)
+  end
   if #identities > 0 then
     local qs = {}
     for i, id in ipairs(identities) do qs[i] = id[1] end
@@ -520,16 +599,23 @@ local ok, result = pcall(function()
     redis.call('HINCRBY', P .. 'counts', 'recipients', new_recipients)
     long(P .. 'counts')
   end
-  for dk, e in pairs(dest_rows) do
+  -- Every destination of the batch had a deferral or a success: all its
+  -- fields that hold a value are written (those the batch did not change are
+  -- written as read).
+  for _, e in ipairs(dest_list) do
     local args = {}
-    for f in pairs(e.written) do
-      args[#args + 1] = f
-      args[#args + 1] = e.row[f]
+    for _, f in ipairs(DEST_FIELDS) do
+      local v = e.row[f]
+      if v then
+        args[#args + 1] = f
+        args[#args + 1] = v
+      end
     end
-    if #args > 0 then redis.call('HSET', dk, unpack(args)) end
+    redis.call('HSET', e.dk, unpack(args))
+    redis.call('EXPIRE', e.dk, KTTL)
+    redis.call('ZADD', P .. 'dests', e.row.updated, e.m)
   end
-  for m, u in pairs(dest_scores) do redis.call('ZADD', P .. 'dests', u, m) end
-  redis.call('EXPIRE', KEYS[1], STTL)
+  if #dest_list > 0 then long(P .. 'dests') end
   if ARGV[5] ~= '' then
     redis.call('HSET', P .. 'pos', ARGV[5], ARGV[6])
     long(P .. 'pos')

@@ -2,7 +2,7 @@
 -- old episodes and flags, idle destinations, old event keys. The client calls it
 -- until it reports nothing more to do, so Redis is never blocked for long.
 --
--- KEYS[1]  <prefix>seen
+-- KEYS[1]  <prefix>seen (event keys of builds before the per-hour seen sets)
 -- ARGV[1]  key prefix; ARGV[2] finished-message cut (us); ARGV[3] stale-message cut (us);
 -- ARGV[4]  episode/flag/destination cut (us); ARGV[5] seen-event cut (us); ARGV[6] limit per pass
 -- Returns  {messages, recipients, episodes, flags, seen_events, more (1 = call again)}
@@ -64,4 +64,15 @@ for _, m in ipairs(list) do
   end
 end
 local seen = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[5])
+-- Per-hour seen sets (ingest.lua) go whole: an hour whose end is at or before
+-- the cut, so a key is kept up to an hour longer than seen_events.
+local hour = math.floor(tonumber(ARGV[5]) / 3600000000)
+list = redis.call('ZRANGEBYSCORE', P .. 'seen-hours', '-inf', '(' .. hour, 'LIMIT', 0, limit)
+if #list == limit then more = 1 end
+for _, h in ipairs(list) do
+  local k = P .. 'seen:' .. h
+  seen = seen + redis.call('SCARD', k)
+  redis.call('DEL', k)
+  redis.call('ZREM', P .. 'seen-hours', h)
+end
 return {messages, recipients, episodes, flags, seen, more}
