@@ -141,7 +141,8 @@ EventKeyer RedisLedger::keyer_locked() {
         }
         auto made = new_event_keyer(horizon);
         if (!made)
-            throw Failure{make_error(ErrorKind::internal, "ledger (redis): no random bytes for the event key")};
+            throw Failure{
+                make_error(ErrorKind::internal, "ledger (redis): no random bytes for the event key")};
         call({"SET", key, encode_event_keyer(*made), "NX", "EX", ttl(options_.key_ttl)});
         stored = call({"GET", key});
     }

@@ -80,9 +80,14 @@ TEST(LedgerRedisEventKey, LedgerFromBeforeTheSecretKeepsItsReplaysSeen) {
         ASSERT_TRUE(r.ok()) << r.error().message;
         ASSERT_EQ(r->applied, old.size());
     }
-    // As the version before the secret left it: no secret, FNV-1a keys.
+    // As the version before the secret left it: no secret, FNV-1a keys in the
+    // one sorted set it kept (no per-hour sets).
     Raw raw(RedisServer::shared()->port());
-    ASSERT_GE(raw.integer({"DEL", prefix + "event_keyer", prefix + "seen"}), 1);
+    const std::int64_t hour = to_micros(old.front().event.time) / 3'600'000'000LL;
+    ASSERT_EQ(hour, to_micros(old.back().event.time) / 3'600'000'000LL);
+    ASSERT_GE(raw.integer({"DEL", prefix + "event_keyer", prefix + "seen", prefix + "seen-hours",
+                           prefix + "seen:" + std::to_string(hour)}),
+              1);
     for (const auto& item : old)
         ASSERT_EQ(raw.integer({"ZADD", prefix + "seen", std::to_string(to_micros(item.event.time)),
                                hex_key(fnv_event_key(item.event))}),
@@ -92,9 +97,12 @@ TEST(LedgerRedisEventKey, LedgerFromBeforeTheSecretKeepsItsReplaysSeen) {
     ASSERT_TRUE(l);
     const std::vector<IngestItem> later = {deferred("Q1", 700, "u@dest.test"),
                                            sent("Q1", 900, "u@dest.test")};
-    // ZRANK: the member's rank, or nil (-1 here) when absent.
-    expect_upgrade_keeps_replays(*l, old, later, [&](std::int64_t, std::uint64_t key) {
-        return raw.integer({"ZRANK", prefix + "seen", hex_key(key)}) >= 0;
+    // Old keys in the sorted set (ZRANK: the member's rank, or nil, -1 here,
+    // when absent), new ones in the set of their hour.
+    expect_upgrade_keeps_replays(*l, old, later, [&](std::int64_t t, std::uint64_t key) {
+        return raw.integer({"ZRANK", prefix + "seen", hex_key(key)}) >= 0 ||
+               raw.integer(
+                   {"SISMEMBER", prefix + "seen:" + std::to_string(t / 3'600'000'000LL), hex_key(key)}) == 1;
     });
 }
 
