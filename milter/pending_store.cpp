@@ -134,7 +134,7 @@ class LedgerStore final : public PendingStore {
     std::uint64_t exceptions_caught() const override { return feed_ ? feed_->exceptions_caught() : 0; }
 
   private:
-    std::unique_ptr<Ledger> ledger_;
+    std::unique_ptr<LedgerLookup> ledger_;
     std::string spec_;
     std::string host_;  // recorded with each message (MessageIdentity::host)
     std::chrono::seconds rescan_;

@@ -398,7 +398,7 @@ Status Planner::load_state(std::string_view text) {
     return {};
 }
 
-bool ledger_first_deferral(Ledger& ledger, const Event& e) {
+bool ledger_first_deferral(LedgerReports& ledger, const Event& e) {
     auto rcpts = ledger.get_recipients(e.queue_id);
     if (!rcpts) return false;
     const std::string address = normalize_address(e.recipient);

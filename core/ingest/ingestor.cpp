@@ -266,7 +266,7 @@ void Ingestor::add_line(PreparedBatch& batch, LogParser& parser, const Classifie
     try {
         if (!parser.parse(line, item.event)) return;  // unknown lines are counted by the parser
         item.category = classify_event(classifier, item.event);
-        item.key = event_key(item.event);
+        item.key = batch.keyer ? event_key(item.event, *batch.keyer) : 0;
         ++batch.count;
     } catch (const std::exception& e) {
         ++batch.poison_lines;
@@ -288,6 +288,7 @@ Status Ingestor::ingest_prepared(PreparedBatch& batch, const std::optional<Follo
     batch.poison_lines = 0;
     const auto items = batch.events();
     auto result = ledger_.ingest(items, end);
+    batch.keyer = ledger_.event_keyer();  // add_line keys the batch's next use with it
     if (!result) {
         ++stats_.ledger_errors;
         need_catch_up_ = true;  // a lost reply may hide a committed batch

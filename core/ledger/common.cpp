@@ -1,15 +1,23 @@
 // common.cpp -- the part of the ledger both backends share: identity
-// normalisation, event keys, the event -> operation translation, names of the
-// ledger's enums, and open_ledger()'s parsing of the backend spec. Must never
-// touch a store itself.
+// normalisation, event keys (SipHash under the ledger's secret, FNV-1a before
+// its horizon) and the secret's stored form, the event -> operation
+// translation, names of the ledger's enums, and open_ledger()'s parsing of the
+// backend spec. Must never touch a store itself.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
 
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+#include <openssl/rand.h>
+
 #include "ledger/internal.hpp"
+#include "retryguard/reply.hpp"
 #include "retryguard/text.hpp"
 
 namespace retryguard {
@@ -56,7 +64,7 @@ std::string domain_of(std::string_view address) {
     return lower(d);
 }
 
-std::uint64_t event_key(const Event& event) noexcept {
+std::uint64_t fnv_event_key(const Event& event) noexcept {
     std::uint64_t h = 1469598103934665603ULL;
     auto mix = [&h](std::string_view bytes) {
         for (unsigned char c : bytes) {
@@ -75,6 +83,76 @@ std::uint64_t event_key(const Event& event) noexcept {
     mix(std::string_view(buf.data(), static_cast<std::size_t>(r.ptr - buf.data())));
     mix(event.text);
     return h;
+}
+
+namespace {
+
+std::atomic<std::uint64_t> g_key_fallbacks{0};
+
+// OpenSSL's SipHash (libcrypto is already linked for the milter's content
+// fingerprint). The algorithm is fetched once per process; each thread keeps
+// one context and re-keys it per event, so hashing allocates nothing.
+EVP_MAC* siphash() noexcept {
+    static EVP_MAC* const mac = EVP_MAC_fetch(nullptr, "SIPHASH", nullptr);
+    return mac;
+}
+
+struct MacContext {
+    EVP_MAC_CTX* ctx = nullptr;
+    MacContext() noexcept {
+        if (EVP_MAC* mac = siphash()) ctx = EVP_MAC_CTX_new(mac);
+    }
+    ~MacContext() { EVP_MAC_CTX_free(ctx); }
+    MacContext(const MacContext&) = delete;
+    MacContext& operator=(const MacContext&) = delete;
+};
+
+void put_le64(unsigned char* out, std::uint64_t v) noexcept {
+    for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+
+// SipHash-2-4 with a 64-bit result over the fields, each string preceded by
+// its length so that no two different events give the same input.
+std::optional<std::uint64_t> keyed_event_key(const Event& event, const EventKeyer& keyer) noexcept {
+    thread_local MacContext mac;
+    if (!mac.ctx) return std::nullopt;
+    std::size_t out_size = 8;
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_size_t(OSSL_MAC_PARAM_SIZE, &out_size),
+                           OSSL_PARAM_construct_end()};
+    std::array<unsigned char, 40> head{};
+    put_le64(head.data(), static_cast<std::uint64_t>(to_micros(event.time)));
+    put_le64(head.data() + 8, static_cast<std::uint64_t>(static_cast<std::int64_t>(event.pid)));
+    put_le64(head.data() + 16, event.host.size());
+    put_le64(head.data() + 24, event.program.size());
+    put_le64(head.data() + 32, event.text.size());
+    auto update = [&](std::string_view bytes) {
+        return EVP_MAC_update(mac.ctx, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()) ==
+               1;
+    };
+    std::array<unsigned char, 8> out{};
+    std::size_t written = 0;
+    if (EVP_MAC_init(mac.ctx, keyer.secret.data(), keyer.secret.size(), params) != 1 ||
+        EVP_MAC_update(mac.ctx, head.data(), head.size()) != 1 || !update(event.host) ||
+        !update(event.program) || !update(event.text) ||
+        EVP_MAC_final(mac.ctx, out.data(), &written, out.size()) != 1 || written != out.size())
+        return std::nullopt;
+    std::uint64_t key = 0;
+    for (int i = 7; i >= 0; --i) key = (key << 8) | out[static_cast<std::size_t>(i)];
+    return key;
+}
+
+}  // namespace
+
+std::uint64_t event_key(const Event& event, const EventKeyer& keyer) noexcept {
+    if (keyer.horizon && event.time <= *keyer.horizon) return fnv_event_key(event);
+    if (auto key = keyed_event_key(event, keyer)) return *key;
+    // Fail open: the event is still recorded, with the weaker key, and counted.
+    g_key_fallbacks.fetch_add(1, std::memory_order_relaxed);
+    return fnv_event_key(event);
+}
+
+std::uint64_t event_key_fallbacks() noexcept {
+    return g_key_fallbacks.load(std::memory_order_relaxed);
 }
 
 std::vector<Category> categories_in(CategorySet set) {
@@ -151,25 +229,6 @@ std::string key_hex(std::uint64_t key) {
 }
 
 namespace {
-// Spelled as reply.hpp's to_string(SmtpStage) documents; kept local so the
-// ledger does not depend on the reply parser's object file.
-std::string_view stage_name(SmtpStage stage) {
-    switch (stage) {
-        case SmtpStage::none: return "";
-        case SmtpStage::connect: return "connect";
-        case SmtpStage::helo: return "helo";
-        case SmtpStage::starttls: return "starttls";
-        case SmtpStage::auth: return "auth";
-        case SmtpStage::mail_from: return "mail-from";
-        case SmtpStage::rcpt_to: return "rcpt-to";
-        case SmtpStage::data: return "data";
-        case SmtpStage::end_of_data: return "end-of-data";
-        case SmtpStage::quit: return "quit";
-        case SmtpStage::other: return "other";
-    }
-    return "";
-}
-
 bool contains(std::string_view hay, std::string_view needle) {
     return hay.find(needle) != std::string_view::npos;
 }
@@ -190,10 +249,10 @@ std::string bounded_host(std::string_view host) {
     return out;
 }
 
-Op plan(const IngestItem& item) {
+Op plan(const IngestItem& item, const EventKeyer& keyer) {
     const Event& e = item.event;
     Op op;
-    op.key = item.key != 0 ? item.key : event_key(e);
+    op.key = item.key != 0 ? item.key : event_key(e, keyer);
     op.time = to_micros(e.time);
     op.queue_id = e.queue_id.substr(0, std::min<std::size_t>(e.queue_id.size(), 64));
     op.host = bounded_host(e.host);
@@ -238,7 +297,8 @@ Op plan(const IngestItem& item) {
                     op.enhanced = std::to_string(e.reply->enhanced->klass) + "." +
                                   std::to_string(e.reply->enhanced->subject) + "." +
                                   std::to_string(e.reply->enhanced->detail);
-                op.stage = std::string(stage_name(e.reply->stage));
+                // Stored as "" when the reply names no stage (to_string says "none").
+                if (e.reply->stage != SmtpStage::none) op.stage = std::string(to_string(e.reply->stage));
             }
             if (op.enhanced.empty()) op.enhanced = e.dsn.substr(0, std::min<std::size_t>(e.dsn.size(), 16));
             break;
@@ -264,6 +324,49 @@ Op plan(const IngestItem& item) {
         default: break;
     }
     return op;
+}
+
+std::string encode_event_keyer(const EventKeyer& keyer) {
+    std::string out = "1 ";
+    static constexpr char kHex[] = "0123456789abcdef";
+    for (unsigned char b : keyer.secret) {
+        out += kHex[b >> 4];
+        out += kHex[b & 0xf];
+    }
+    out += ' ';
+    out += keyer.horizon ? std::to_string(to_micros(*keyer.horizon)) : std::string("-");
+    return out;
+}
+
+std::optional<EventKeyer> decode_event_keyer(std::string_view stored) {
+    EventKeyer keyer;
+    constexpr std::size_t kHexDigits = 2 * std::tuple_size_v<decltype(keyer.secret)>;
+    if (stored.size() < 3 + kHexDigits + 1 || !stored.starts_with("1 ") || stored[2 + kHexDigits] != ' ')
+        return std::nullopt;
+    auto digit = [](char c) -> int {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        return -1;
+    };
+    for (std::size_t i = 0; i < keyer.secret.size(); ++i) {
+        int hi = digit(stored[2 + 2 * i]), lo = digit(stored[3 + 2 * i]);
+        if (hi < 0 || lo < 0) return std::nullopt;
+        keyer.secret[i] = static_cast<unsigned char>(hi << 4 | lo);
+    }
+    auto horizon = stored.substr(3 + kHexDigits);
+    if (horizon == "-") return keyer;
+    std::int64_t us = 0;
+    auto [p, ec] = std::from_chars(horizon.data(), horizon.data() + horizon.size(), us);
+    if (ec != std::errc{} || p != horizon.data() + horizon.size()) return std::nullopt;
+    keyer.horizon = from_micros(us);
+    return keyer;
+}
+
+std::optional<EventKeyer> new_event_keyer(std::optional<TimePoint> horizon) {
+    EventKeyer keyer;
+    if (RAND_bytes(keyer.secret.data(), static_cast<int>(keyer.secret.size())) != 1) return std::nullopt;
+    keyer.horizon = horizon;
+    return keyer;
 }
 
 LedgerCounters Counters::snapshot() const noexcept {
@@ -308,13 +411,13 @@ std::function<void(std::string_view)> default_warn() {
 
 }  // namespace ledger_detail
 
-Status Ledger::for_each_open_identity(
+Status LedgerLookup::for_each_open_identity(
     const std::function<void(std::string_view message_id, std::string_view fingerprint)>&) {
     return make_error(ErrorKind::unavailable,
                       "ledger (" + std::string(backend()) + "): cannot list its identities");
 }
 
-Result<std::unique_ptr<IdentityStream>> Ledger::open_identity_stream() {
+Result<std::unique_ptr<IdentityStream>> LedgerLookup::open_identity_stream() {
     return make_error(ErrorKind::unavailable,
                       "ledger (" + std::string(backend()) + "): has no stream of identity changes");
 }

@@ -55,7 +55,15 @@ struct Op {
     Category category = Category::unknown;
 };
 
-Op plan(const IngestItem& item);
+// `keyer`: the ledger's (used when item.key is 0).
+Op plan(const IngestItem& item, const EventKeyer& keyer);
+
+// The event-key secret as a ledger stores it (one value: secret and horizon
+// are written together, once): "1 <32 hex digits> <horizon in us, or ->".
+std::string encode_event_keyer(const EventKeyer& keyer);
+std::optional<EventKeyer> decode_event_keyer(std::string_view stored);
+// A new secret from the system's CSPRNG; nullopt when it gives none.
+std::optional<EventKeyer> new_event_keyer(std::optional<TimePoint> horizon);
 
 // A host name as stored: at most 255 bytes, characters outside printable
 // ASCII (and spaces) replaced by '?'. Log lines and configurations are not

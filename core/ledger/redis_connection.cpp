@@ -109,10 +109,48 @@ std::string jget(const nlohmann::json& j, const char* k) {
 void RedisLedger::try_first_connect() {
     std::lock_guard lock(mutex_);
     try {
-        connect_locked();
+        keyer_locked();
     } catch (const Failure&) {
         // counted as unavailable by the first operation that needs the connection
     }
+}
+
+// The event-key secret (docs/ledger.md "Event keys"): <prefix>event_keyer,
+// read after each new connection (a Redis that lost its data makes a new
+// one). The first host to write it wins (SET NX), so a fleet shares one.
+// Seen keys already stored (FNV-1a, from before the secret) make the horizon:
+// the newest time of the sorted set older builds wrote, or the end of the
+// newest hour set (seen:<hour>, listed in seen-hours), whichever is later. Its
+// TTL (the long-lived keys') is renewed at every connection of any host: if
+// it lapsed, the seen keys written under it would no longer match.
+EventKeyer RedisLedger::keyer_locked() {
+    connect_locked();
+    if (keyer_) return *keyer_;
+    const std::string key = P_ + "event_keyer";
+    auto stored = call({"GET", key});
+    if (stored->type != REDIS_REPLY_STRING) {
+        std::optional<TimePoint> horizon;
+        auto newest = call({"ZREVRANGE", P_ + "seen", "0", "0", "WITHSCORES"});
+        if (newest->type == REDIS_REPLY_ARRAY && newest->elements == 2)
+            horizon = from_micros(to_int(str(newest->element[1])));
+        auto hour = call({"ZREVRANGE", P_ + "seen-hours", "0", "0", "WITHSCORES"});
+        if (hour->type == REDIS_REPLY_ARRAY && hour->elements == 2) {
+            const TimePoint end_of_hour =
+                from_micros((to_int(str(hour->element[1])) + 1) * 3'600'000'000LL - 1);
+            if (!horizon || end_of_hour > *horizon) horizon = end_of_hour;
+        }
+        auto made = new_event_keyer(horizon);
+        if (!made)
+            throw Failure{
+                make_error(ErrorKind::internal, "ledger (redis): no random bytes for the event key")};
+        call({"SET", key, encode_event_keyer(*made), "NX", "EX", ttl(options_.key_ttl)});
+        stored = call({"GET", key});
+    }
+    call({"EXPIRE", key, ttl(options_.key_ttl)});
+    auto keyer = decode_event_keyer(str(stored.get()));
+    if (!keyer) throw Failure{make_error(ErrorKind::io, "ledger (redis): unreadable " + key)};
+    keyer_ = keyer;
+    return *keyer;
 }
 
 void RedisLedger::connect_locked() {
@@ -136,6 +174,7 @@ void RedisLedger::connect_locked() {
     }
     redisSetTimeout(c, to_timeval(options_.command_timeout));
     ctx_ = c;
+    keyer_.reset();  // read again on this connection (keyer_locked)
     try {
         if (!options_.redis_password.empty()) {
             try {

@@ -81,6 +81,13 @@ class RedisLedger final : public Ledger {
 
     void try_first_connect();
 
+    std::optional<EventKeyer> event_keyer() override {
+        std::lock_guard lock(mutex_);
+        return keyer_;
+    }
+    // The event-key secret, read (or made) after each new connection.
+    EventKeyer keyer_locked();
+
     std::string_view backend() const noexcept override { return "redis"; }
 
     Result<IngestResult> ingest(std::span<const IngestItem> batch,
@@ -237,7 +244,8 @@ class RedisLedger final : public Ledger {
     std::string P_;
     std::mutex mutex_;
     redisContext* ctx_ = nullptr;
-    bool read_only_ = false;  // the operation in progress only reads (see call_once)
+    std::optional<EventKeyer> keyer_;  // the event-key secret, once read on the connection
+    bool read_only_ = false;           // the operation in progress only reads (see call_once)
     bool ever_connected_ = false;
     bool attempted_ = false;
     std::chrono::steady_clock::time_point next_attempt_{};

@@ -70,6 +70,7 @@ void msgpack_int(std::string& out, std::int64_t v) {
 Result<IngestResult> RedisLedger::ingest(std::span<const IngestItem> batch,
                                          const std::optional<FollowerPosition>& position) {
     return run<IngestResult>([&] {
+        const EventKeyer keyer = keyer_locked();
         std::vector<std::string> args = {P_, ttl(options_.message_ttl), ttl(options_.key_ttl),
                                          ttl(options_.seen_ttl)};
         args.push_back(position ? position->source : std::string());
@@ -81,7 +82,7 @@ Result<IngestResult> RedisLedger::ingest(std::span<const IngestItem> batch,
         msgpack_array(packed, batch.size());
         std::string journal;  // the events' journal parts, one after the other
         for (const auto& item : batch) {
-            Op op = plan(item);
+            Op op = plan(item, keyer);
             msgpack_array(packed, 21);
             msgpack_str(packed, key_hex(op.key));
             msgpack_int(packed, static_cast<int>(op.kind));

@@ -22,7 +22,7 @@ Result<IngestResult> SqliteLedger::ingest(std::span<const IngestItem> batch,
             leave_queue_id_map("another connection wrote to the ledger");
         load_seen(batch);
         for (const auto& item : batch) {
-            Op op = plan(item);
+            Op op = plan(item, keyer_);
             if (!seen_.insert(op.time, op.key)) {
                 ++result.duplicates;
                 result.fresh.push_back(false);

@@ -119,6 +119,7 @@ class SqliteLedger final : public Ledger {
     Status open();
 
     std::string_view backend() const noexcept override { return "sqlite"; }
+    std::optional<EventKeyer> event_keyer() override { return keyer_; }
 
     void set_bulk_mode(bool on) noexcept override;
 
@@ -263,6 +264,9 @@ class SqliteLedger final : public Ledger {
     void exec(const char* sql);
 
     void migrate();
+    // The event-key secret (docs/ledger.md "Event keys"), read or made in the
+    // opening's migration transaction.
+    void load_event_keyer();
 
     static Error to_error(const SqlError& e);
 
@@ -651,6 +655,7 @@ class SqliteLedger final : public Ledger {
 
     std::string path_;
     LedgerOptions options_;
+    EventKeyer keyer_;  // set by open(), then only read
     sqlite3* db_ = nullptr;
     std::unordered_map<const char*, sqlite3_stmt*> cache_;
     // The batch's rows (see MessageRow); cleared after each batch.

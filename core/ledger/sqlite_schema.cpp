@@ -418,6 +418,7 @@ void SqliteLedger::migrate() {
             exec(kMigrations[v]);
             exec_bound("INSERT INTO schema_version(version) VALUES(?)", {v + 1});
         }
+        load_event_keyer();
         // A bulk import killed before its end left them dropped (set_bulk_mode).
         for (const auto& index : kSecondaryIndexes) exec(index.create);
         exec("COMMIT");
@@ -425,6 +426,35 @@ void SqliteLedger::migrate() {
         sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
         throw;
     }
+}
+
+// Made by the first opening in its migration transaction, so that concurrent
+// openers agree. Kept outside the numbered schema: every opening checks for it
+// anyway. A file that already holds seen keys (FNV-1a, from before the secret)
+// gets the newest of their times as its horizon.
+void SqliteLedger::load_event_keyer() {
+    exec("CREATE TABLE IF NOT EXISTS ledger_meta(name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID");
+    {
+        Query q = stmt("SELECT value FROM ledger_meta WHERE name = 'event_keyer'");
+        if (q.row()) {
+            auto stored = decode_event_keyer(q.str(0));
+            if (!stored) throw SqlError{SQLITE_CORRUPT, "unreadable event key secret in ledger_meta"};
+            keyer_ = *stored;
+            return;
+        }
+    }
+    std::optional<TimePoint> horizon;
+    {
+        Query q = stmt(
+            "SELECT MAX(t) FROM (SELECT MAX(time) AS t FROM seen_events UNION ALL "
+            "SELECT MAX(last) FROM seen_batches)");
+        if (q.row() && !q.is_null(0)) horizon = from_micros(q.col(0));
+    }
+    auto made = new_event_keyer(horizon);
+    if (!made) throw SqlError{SQLITE_ERROR, "no random bytes for the event key secret"};
+    Query q = stmt("INSERT INTO ledger_meta(name, value) VALUES('event_keyer', ?)");
+    q.text(encode_event_keyer(*made)).run();
+    keyer_ = *made;
 }
 
 Error SqliteLedger::to_error(const SqlError& e) {

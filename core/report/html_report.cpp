@@ -77,7 +77,7 @@ constexpr const char* kRankNames[] = {"escalated",         "flagged",      "watc
 
 }  // namespace
 
-Result<json> period_report(Ledger& ledger, const config::Config& config, TimePoint now, int days,
+Result<json> period_report(LedgerReports& ledger, const config::Config& config, TimePoint now, int days,
                            std::size_t max_rows) {
     const Duration span = std::chrono::hours(24 * std::max(days, 1));
     const TimePoint from = now - span;
@@ -884,7 +884,8 @@ std::string render_html_report(const json& doc) {
     return out;
 }
 
-Result<std::string> html_report(Ledger& ledger, const config::Config& config, TimePoint now, int days) {
+Result<std::string> html_report(LedgerReports& ledger, const config::Config& config, TimePoint now,
+                                int days) {
     auto doc = period_report(ledger, config, now, days);
     if (!doc) return doc.error();
     return render_html_report(*doc);

@@ -181,7 +181,7 @@ json incidents_from(const std::vector<DestinationEpisodes>& period, const config
 
 }  // namespace detail
 
-Result<json> incidents(Ledger& ledger, const config::Config& config, TimePoint now, Duration since) {
+Result<json> incidents(LedgerReports& ledger, const config::Config& config, TimePoint now, Duration since) {
     const TimePoint from = now - since;
     auto period = detail::read_period(ledger, from, now);
     if (!period) return period.error();

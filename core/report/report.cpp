@@ -60,7 +60,7 @@ std::string primary_category(CategorySet set) {
     return cats.empty() ? std::string() : std::string(to_string(cats.front()));
 }
 
-std::optional<json> saved_engine(Ledger& ledger) {
+std::optional<json> saved_engine(LedgerReports& ledger) {
     auto saved = ledger.get_state("engine");
     if (!saved || !*saved) return std::nullopt;
     auto view = describe_saved_state(**saved);
@@ -84,7 +84,7 @@ json open_incident(const json& e) {
                 {"absorbed", i.value("absorbed", std::int64_t{0})}};
 }
 
-Result<std::vector<DestinationEpisodes>> read_period(Ledger& ledger, TimePoint from, TimePoint to) {
+Result<std::vector<DestinationEpisodes>> read_period(LedgerReports& ledger, TimePoint from, TimePoint to) {
     auto list = ledger.list_destinations(DestinationFilter{});
     if (!list) return list.error();
     std::vector<DestinationEpisodes> out;
@@ -149,7 +149,7 @@ void put_page(json& doc, const char* key, json rows, const Page& p) {
     doc[key] = std::move(shown);
 }
 
-Result<std::map<std::string, Flag>> active_flags_by_key(Ledger& ledger, TimePoint now) {
+Result<std::map<std::string, Flag>> active_flags_by_key(LedgerReports& ledger, TimePoint now) {
     auto fl = ledger.list_flags(std::nullopt, now, false);
     if (!fl) return fl.error();
     std::map<std::string, Flag> out;

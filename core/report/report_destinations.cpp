@@ -82,7 +82,7 @@ void sort_listing(std::vector<Listed>& v, DestinationSort sort) {
 
 }  // namespace
 
-Result<json> destinations(Ledger& ledger, const DestinationQuery& query, TimePoint now) {
+Result<json> destinations(LedgerReports& ledger, const DestinationQuery& query, TimePoint now) {
     DestinationFilter f;
     f.kind = query.kind;
     if (query.state && *query.state != "none") f.state = query.state;
@@ -129,7 +129,7 @@ std::string render_destinations(const json& raw, const RenderOptions& ro) {
     return (arr.empty() ? std::string() : t.render(ro.colour)) + page_footer(doc, "destinations");
 }
 
-Result<json> flags(Ledger& ledger, TimePoint now, bool include_inactive, const Page& page) {
+Result<json> flags(LedgerReports& ledger, TimePoint now, bool include_inactive, const Page& page) {
     auto fl = ledger.list_flags(std::nullopt, now, include_inactive);
     if (!fl) return fl.error();
     json arr = json::array();

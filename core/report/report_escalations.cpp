@@ -52,7 +52,7 @@ struct EngineEscalations {
     std::vector<json> closed;
 };
 
-EngineEscalations engine_escalations(Ledger& ledger, std::optional<TimePoint> from, TimePoint now) {
+EngineEscalations engine_escalations(LedgerReports& ledger, std::optional<TimePoint> from, TimePoint now) {
     EngineEscalations out;
     auto e = saved_engine(ledger);
     if (!e || !e->contains("dests") || !(*e)["dests"].is_array()) return out;
@@ -91,7 +91,7 @@ EngineEscalations engine_escalations(Ledger& ledger, std::optional<TimePoint> fr
 
 }  // namespace
 
-Result<json> escalations(Ledger& ledger, const config::Config& config, TimePoint now,
+Result<json> escalations(LedgerReports& ledger, const config::Config& config, TimePoint now,
                          const EscalationQuery& query) {
     DestinationQuery q;
     q.state = "escalate";

@@ -89,7 +89,7 @@ json message_json(const MessageInfo& m) {
 
 }  // namespace
 
-Result<json> explain(Ledger& ledger, const Classifier& classifier, const config::Config& config,
+Result<json> explain(LedgerReports& ledger, const Classifier& classifier, const config::Config& config,
                      std::string_view query, TimePoint now, const ExplainOptions& opt) {
     constexpr std::size_t kMaxChain = 32;  // postsuper -r loops are not expected; bound anyway
     constexpr std::size_t kMaxMessages = 50;

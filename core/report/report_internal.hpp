@@ -31,7 +31,7 @@ std::string grouped(std::size_t n);
 std::string primary_category(CategorySet set);
 
 // The engine's saved state as JSON (nullopt when none is saved or it cannot be read).
-std::optional<nlohmann::json> saved_engine(Ledger& ledger);
+std::optional<nlohmann::json> saved_engine(LedgerReports& ledger);
 // The open local-outbound incident of a saved engine state as the status
 // document shows it ({category, started, destinations[], recovered, deferrals,
 // absorbed}), or null when none is open.
@@ -54,7 +54,7 @@ nlohmann::json categories_json(CategorySet set);
 void put_page(nlohmann::json& doc, const char* key, nlohmann::json rows, const Page& p);
 
 // The active flags by destination key, and the one (if any) of a destination.
-Result<std::map<std::string, Flag>> active_flags_by_key(Ledger& ledger, TimePoint now);
+Result<std::map<std::string, Flag>> active_flags_by_key(LedgerReports& ledger, TimePoint now);
 const Flag* find_flag(const std::map<std::string, Flag>& flags, DestinationKind kind,
                       const std::string& name);
 // One destination row as the listings and the status show it.
@@ -67,7 +67,7 @@ struct DestinationEpisodes {
     std::vector<Episode> episodes;  // oldest first; the open one (ended empty) last
 };
 // Every destination of the ledger that had an episode in [from, to].
-Result<std::vector<DestinationEpisodes>> read_period(Ledger& ledger, TimePoint from, TimePoint to);
+Result<std::vector<DestinationEpisodes>> read_period(LedgerReports& ledger, TimePoint from, TimePoint to);
 
 // The incidents of [from, now] (see report::incidents) from episodes already
 // read, the engine's saved state and its count of incidents ever opened.

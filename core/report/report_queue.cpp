@@ -32,7 +32,7 @@ std::size_t bucket_of(Duration age) {
 }
 }  // namespace
 
-Result<json> queue(std::string_view text, const Classifier& classifier, Ledger* ledger, TimePoint now,
+Result<json> queue(std::string_view text, const Classifier& classifier, LedgerReports* ledger, TimePoint now,
                    const Page& page) {
     struct Dest {
         std::int64_t total = 0;

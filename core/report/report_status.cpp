@@ -21,7 +21,7 @@ namespace retryguard::report {
 using nlohmann::json;
 using namespace detail;
 
-Result<json> status(Ledger& ledger, const StatusInputs& in, TimePoint now) {
+Result<json> status(LedgerReports& ledger, const StatusInputs& in, TimePoint now) {
     json doc{{"now", format_rfc3339(now)}};
     // Config.
     json cfg{{"file", in.config_path.empty() ? json(nullptr) : json(in.config_path)}};

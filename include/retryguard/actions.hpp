@@ -214,7 +214,7 @@ class Planner {
 // batch before the engine and the planner see it) holds no deferral of the
 // event's recipient earlier than the event. A ledger error answers false: a
 // notice may be lost, never sent twice.
-bool ledger_first_deferral(Ledger& ledger, const Event& e);
+bool ledger_first_deferral(LedgerReports& ledger, const Event& e);
 
 // `retryguard explain`: the notices and flushes a saved planner state
 // (Planner::save_state) records for the messages of an explain document

@@ -98,6 +98,9 @@ struct PreparedBatch {
     std::size_t count = 0;
     std::size_t lines = 0;           // lines added (recognised or not)
     std::uint64_t poison_lines = 0;  // lines whose parsing threw: skipped
+    // The ledger's event keys (Ledger::event_keyer), set by ingest_prepared for
+    // the batch's next use; none yet: the ledger computes them.
+    std::optional<EventKeyer> keyer;
     void clear() noexcept { count = 0, lines = 0, poison_lines = 0; }
     std::span<const IngestItem> events() const noexcept { return {items.data(), count}; }
 };

@@ -13,6 +13,7 @@
 // anything a verdict depends on.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -48,9 +49,24 @@ std::string normalize_address(std::string_view address);
 // "user@Example.COM" -> "example.com"; "" when there is no '@'.
 std::string domain_of(std::string_view address);
 
-// The stable key of one log event: a 64-bit FNV-1a hash of time, host,
-// program, pid and text. Replaying a line gives the same key.
-std::uint64_t event_key(const Event& event) noexcept;
+// The key of one log event in a ledger's replay protection (docs/ledger.md
+// "Event keys"): replaying a line gives the same key. Remote servers write the
+// reply texts, so the key is SipHash-2-4 of time, host, program, pid and text
+// under the ledger's 128-bit secret: without it nobody can make a new event
+// share the key of another and pass it off as a replay. A ledger recorded
+// before it had a secret keeps its keys for the events it may already hold:
+// those at or before `horizon` get the unkeyed FNV-1a key of that time (log
+// times come from syslog, not from the remote server).
+struct EventKeyer {
+    std::array<unsigned char, 16> secret{};
+    std::optional<TimePoint> horizon;  // none: every event gets the keyed hash
+};
+std::uint64_t event_key(const Event& event, const EventKeyer& keyer) noexcept;
+// The unkeyed 64-bit FNV-1a key of ledgers recorded before the secret.
+std::uint64_t fnv_event_key(const Event& event) noexcept;
+// Keys that fell back to fnv_event_key because the SipHash of the crypto
+// library could not be computed (process-wide; 0 in practice).
+std::uint64_t event_key_fallbacks() noexcept;
 
 // ---------------------------------------------------------------------------
 // What the ledger records.
@@ -84,8 +100,8 @@ std::vector<Category> categories_in(CategorySet set);
 struct IngestItem {
     Event event;
     Category category = Category::unknown;
-    // event_key(event) when computed ahead (Ingestor::add_line, on an import's
-    // reading thread); 0: the ledger computes it.
+    // event_key(event, ledger.event_keyer()) when computed ahead
+    // (Ingestor::add_line, on an import's reading thread); 0: the ledger computes it.
     std::uint64_t key = 0;
 };
 
@@ -188,7 +204,7 @@ struct RecipientInfo {
     int reply_code = 0;
     std::string enhanced;    // "4.3.5" (or the dsn= Postfix logged)
     std::string reply_text;  // the literal reason Postfix logged
-    std::string stage;       // to_string(SmtpStage)
+    std::string stage;       // to_string(SmtpStage); "" when the reply names no stage
     std::string relay;       // relay host that answered
     Category category = Category::unknown;
 };
@@ -345,14 +361,16 @@ class IdentityStream {
     virtual Status scan(const Visitor& f) = 0;
 };
 
-class Ledger {
-  public:
-    virtual ~Ledger() = default;
-    Ledger() = default;
-    Ledger(const Ledger&) = delete;
-    Ledger& operator=(const Ledger&) = delete;
+// The ledger's interface is split by who uses it (docs/architecture.md, "The
+// ledger by role"): a caller that needs one role takes that role, so what it
+// may do to the shared state reads off its signature. Ledger is all four and
+// is what the backends implement; each method belongs to exactly one role.
 
-    virtual std::string_view backend() const noexcept = 0;
+// What the log's ingest path writes: batches of events with the follower
+// position after them (live follower, `retryguard import`).
+class LedgerIngest {
+  public:
+    virtual ~LedgerIngest() = default;
 
     // Applies a batch atomically together with the follower position: after a
     // crash either the batch and the position are both recorded, or neither.
@@ -367,9 +385,24 @@ class Ledger {
     // is still its own transaction. Off again with false (and at close).
     virtual void set_bulk_mode(bool on) noexcept { (void)on; }
 
-    // Follower positions by source id.
-    virtual Result<std::optional<FollowerPosition>> load_position(std::string_view source) = 0;
+    // The key function of this ledger's events (its secret and horizon), for
+    // a caller that computes IngestItem::key ahead on another thread. nullopt
+    // while the ledger has not read its secret (Redis not reached yet): leave
+    // the keys 0 and ingest() computes them.
+    virtual std::optional<EventKeyer> event_keyer() = 0;
+
+    // A follower position by source id (LedgerReports::load_position reads it).
     virtual Status save_position(const FollowerPosition& position) = 0;
+};
+
+// What the milter asks and records per message: its identity, the pending
+// copies of the same message, the identities a filter in front of those
+// lookups is built from.
+class LedgerLookup {
+  public:
+    virtual ~LedgerLookup() = default;
+
+    virtual std::string_view backend() const noexcept = 0;
 
     // Milter: record an accepted message, then look up pending copies.
     virtual Status record_identity(const MessageIdentity& identity) = 0;
@@ -398,16 +431,24 @@ class Ledger {
     // connection: a read may wait. ErrorKind::unavailable where there is none
     // (SQLite: the filter is rebuilt from scans only).
     virtual Result<std::unique_ptr<IdentityStream>> open_identity_stream();
+};
 
-    // Reads for `retryguard explain` and the rules engine.
+// Reads of what is recorded: messages, recipients, destinations, episodes,
+// flags, the saved engine state, follower positions, counts (the CLI's reports
+// and `explain`; the notice planner's first-deferral check; the engine's
+// restore and the followers' resume).
+class LedgerReports {
+  public:
+    virtual ~LedgerReports() = default;
+
     virtual Result<std::optional<MessageInfo>> get_message(std::string_view queue_id) = 0;
     virtual Result<std::vector<MessageInfo>> find_messages_by_message_id(std::string_view message_id) = 0;
     virtual Result<std::vector<RecipientInfo>> get_recipients(std::string_view queue_id) = 0;
-    // Every recipient record for an address, newest first, at most `limit`.
     // Recipients delivered (state sent) whose delivery attempt falls in
     // [from, to): the report's summary. Reads every message updated since
     // `from`, so it is for reports, not for the mail path.
     virtual Result<std::int64_t> count_deliveries(TimePoint from, TimePoint to) = 0;
+    // Every recipient record for an address, newest first, at most `limit`.
     virtual Result<std::vector<RecipientInfo>> find_recipients_by_address(std::string_view address,
                                                                           std::size_t limit) = 0;
     virtual Result<std::optional<DestinationInfo>> get_destination(DestinationKind kind,
@@ -416,21 +457,32 @@ class Ledger {
     // Ended episodes whose first deferral lies in [from, to], oldest first.
     virtual Result<std::vector<Episode>> episode_history(DestinationKind kind, std::string_view name,
                                                          TimePoint from, TimePoint to) = 0;
+    // Flags neither cleared nor expired at `now` (all flags when include_inactive).
+    virtual Result<std::vector<Flag>> list_flags(std::optional<std::string_view> destination, TimePoint now,
+                                                 bool include_inactive) = 0;
+    virtual Result<std::map<std::string, std::int64_t>> verdict_counts() = 0;
+    virtual Result<std::optional<std::string>> get_state(std::string_view key) = 0;
+    // Follower positions by source id.
+    virtual Result<std::optional<FollowerPosition>> load_position(std::string_view source) = 0;
+    virtual Result<LedgerStats> stats() = 0;
+    virtual LedgerCounters counters() const noexcept = 0;
+};
 
-    // Rules-engine state.
+// What the rules engine's persistence writes and replays: ladder states,
+// flags, verdict counts, engine state, journal, verdict effects and outbox;
+// and retention.
+class LedgerState {
+  public:
+    virtual ~LedgerState() = default;
+
     virtual Status set_destination_state(DestinationKind kind, std::string_view name, std::string_view state,
                                          TimePoint at) = 0;
     virtual Result<std::int64_t> set_flag(const Flag& flag) = 0;  // returns the new flag's id
     // Clears every active flag of the destination; returns how many were cleared.
     virtual Result<std::int64_t> clear_flags(std::string_view destination, TimePoint at) = 0;
-    // Flags neither cleared nor expired at `now` (all flags when include_inactive).
-    virtual Result<std::vector<Flag>> list_flags(std::optional<std::string_view> destination, TimePoint now,
-                                                 bool include_inactive) = 0;
     virtual Result<std::int64_t> add_verdict_count(std::string_view verdict, std::int64_t delta) = 0;
-    virtual Result<std::map<std::string, std::int64_t>> verdict_counts() = 0;
-    // Engine state values are byte strings (any bytes).
+    // Engine state values are byte strings (any bytes; LedgerReports::get_state reads them).
     virtual Status put_state(std::string_view key, std::string_view value) = 0;
-    virtual Result<std::optional<std::string>> get_state(std::string_view key) = 0;
 
     // Engine journal. ingest() appends every fresh event; these add the other
     // entries, read them back and save a state together with the trim.
@@ -458,10 +510,15 @@ class Ledger {
     // The stored high-water mark (0: none yet).
     virtual Result<std::uint64_t> verdict_mark() = 0;
 
-    // Maintenance.
+    // Retention (docs/ledger.md "Retention"), by event time `now`.
     virtual Result<PruneResult> prune(const RetentionPolicy& policy, TimePoint now) = 0;
-    virtual Result<LedgerStats> stats() = 0;
-    virtual LedgerCounters counters() const noexcept = 0;
+};
+
+class Ledger : public LedgerIngest, public LedgerLookup, public LedgerReports, public LedgerState {
+  public:
+    Ledger() = default;
+    Ledger(const Ledger&) = delete;
+    Ledger& operator=(const Ledger&) = delete;
 };
 
 // Where the ledger lives and how to reach it.

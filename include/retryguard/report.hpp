@@ -97,7 +97,7 @@ struct DestinationQuery {
 //   state, state_changed, categories[], category, first_deferral,
 //   last_deferral, attempts, messages_pending, last_reply, last_relay,
 //   last_success, flagged, flag_reason}]} in the query's order.
-Result<nlohmann::json> destinations(Ledger& ledger, const DestinationQuery& query, TimePoint now);
+Result<nlohmann::json> destinations(LedgerReports& ledger, const DestinationQuery& query, TimePoint now);
 std::string render_destinations(const nlohmann::json& doc, const RenderOptions& ro);
 
 // The line a paged listing ends with ("" when every row is shown): what was
@@ -111,7 +111,7 @@ struct StatusInputs {
     const config::Config* config = nullptr;
     std::string config_path;  // "" for built-in defaults
 };
-Result<nlohmann::json> status(Ledger& ledger, const StatusInputs& in, TimePoint now);
+Result<nlohmann::json> status(LedgerReports& ledger, const StatusInputs& in, TimePoint now);
 std::string render_status(const nlohmann::json& doc, const RenderOptions& ro);
 
 // ---------------------------------------------------------------------------
@@ -127,7 +127,7 @@ struct EscalationQuery {
     std::optional<Duration> since;
     Page page;
 };
-Result<nlohmann::json> escalations(Ledger& ledger, const config::Config& config, TimePoint now,
+Result<nlohmann::json> escalations(LedgerReports& ledger, const config::Config& config, TimePoint now,
                                    const EscalationQuery& query = {});
 std::string render_escalations(const nlohmann::json& doc, const RenderOptions& ro);
 // The note itself (plain text, times in UTC so it reads the same anywhere).
@@ -140,8 +140,9 @@ struct ExplainOptions {
     Duration retry_estimate = std::chrono::minutes(
         30);  // assumed gap to the next retry when unknown (Postfix: between minimal and maximal backoff)
 };
-Result<nlohmann::json> explain(Ledger& ledger, const Classifier& classifier, const config::Config& config,
-                               std::string_view query, TimePoint now, const ExplainOptions& options = {});
+Result<nlohmann::json> explain(LedgerReports& ledger, const Classifier& classifier,
+                               const config::Config& config, std::string_view query, TimePoint now,
+                               const ExplainOptions& options = {});
 std::string render_explain(const nlohmann::json& doc, const RenderOptions& ro);
 
 // ---------------------------------------------------------------------------
@@ -151,8 +152,8 @@ std::string render_explain(const nlohmann::json& doc, const RenderOptions& ro);
 // lines of at most kMaxQueueLineBytes each; bad lines are counted, not fatal.
 inline constexpr std::size_t kMaxQueueLines = 1000000;
 inline constexpr std::size_t kMaxQueueLineBytes = 1 << 20;
-Result<nlohmann::json> queue(std::string_view postqueue_json, const Classifier& classifier, Ledger* ledger,
-                             TimePoint now, const Page& page = {});
+Result<nlohmann::json> queue(std::string_view postqueue_json, const Classifier& classifier,
+                             LedgerReports* ledger, TimePoint now, const Page& page = {});
 std::string render_queue(const nlohmann::json& doc, const RenderOptions& ro);
 
 // ---------------------------------------------------------------------------
@@ -170,7 +171,8 @@ std::string render_queue(const nlohmann::json& doc, const RenderOptions& ro);
 // {"now", "from", "incidents": [{category, started, ended (null: open),
 //   destinations (count), destination_names[], deferrals, absorbed (null when
 //   rebuilt), source ("engine" | "ledger")}]} oldest first.
-Result<nlohmann::json> incidents(Ledger& ledger, const config::Config& config, TimePoint now, Duration since);
+Result<nlohmann::json> incidents(LedgerReports& ledger, const config::Config& config, TimePoint now,
+                                 Duration since);
 
 // ---------------------------------------------------------------------------
 // The period report: what went wrong in the last `days` and what to do about
@@ -193,7 +195,7 @@ Result<nlohmann::json> incidents(Ledger& ledger, const config::Config& config, T
 //     deferrals followed by a delivery, and episodes of an incident's class
 //     inside that incident (shown once, as the incident).
 inline constexpr std::size_t kReportTimelineRows = 40;
-Result<nlohmann::json> period_report(Ledger& ledger, const config::Config& config, TimePoint now,
+Result<nlohmann::json> period_report(LedgerReports& ledger, const config::Config& config, TimePoint now,
                                      int days = 30, std::size_t max_rows = kReportTimelineRows);
 
 // One self-contained HTML page of the period report (no script, nothing loaded
@@ -201,11 +203,13 @@ Result<nlohmann::json> period_report(Ledger& ledger, const config::Config& confi
 // summary with what to do, deferrals by category, escalations with their
 // notes, flags, incidents, timelines on one date axis, categories over time.
 std::string render_html_report(const nlohmann::json& period);
-Result<std::string> html_report(Ledger& ledger, const config::Config& config, TimePoint now, int days = 30);
+Result<std::string> html_report(LedgerReports& ledger, const config::Config& config, TimePoint now,
+                                int days = 30);
 
 // ---------------------------------------------------------------------------
 // Flags and pruning.
-Result<nlohmann::json> flags(Ledger& ledger, TimePoint now, bool include_inactive, const Page& page = {});
+Result<nlohmann::json> flags(LedgerReports& ledger, TimePoint now, bool include_inactive,
+                             const Page& page = {});
 std::string render_flags(const nlohmann::json& doc, const RenderOptions& ro);
 
 RetentionPolicy retention_from(const config::Config& config);

@@ -1566,3 +1566,5 @@ TEST_P(LedgerContract, TwoWritersIngestAndQueryAtOnce) {
 }
 
 }  // namespace retryguard::ledger_test
+
+#include "ledger/ledger_event_key_contract.hpp"  // the event-key part of the contract
