@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/classifier.hpp"
-#include "retryguard/reply.hpp"
+#include "retryguard/classify/classifier.hpp"
+#include "retryguard/reply/reply.hpp"
 
 namespace {
 

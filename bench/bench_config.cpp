@@ -12,7 +12,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "retryguard/config.hpp"
+#include "retryguard/config/config.hpp"
 
 namespace cfg = retryguard::config;
 

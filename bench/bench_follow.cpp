@@ -14,7 +14,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "retryguard/follower.hpp"
+#include "retryguard/follow/follower.hpp"
 
 namespace {
 

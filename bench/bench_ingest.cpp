@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/ingest.hpp"
-#include "retryguard/log_parser.hpp"
+#include "retryguard/ingest/ingest.hpp"
+#include "retryguard/log/log_parser.hpp"
 
 namespace {
 

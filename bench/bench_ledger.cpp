@@ -23,7 +23,7 @@
 
 #include "../tests/ledger/ledger_events.hpp"
 #include "../tests/ledger/redis_server.hpp"
-#include "retryguard/ledger.hpp"
+#include "retryguard/ledger/ledger.hpp"
 
 namespace rg = retryguard;
 using namespace retryguard::ledger_test;

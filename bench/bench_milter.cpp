@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/ledger.hpp"
+#include "retryguard/ledger/ledger.hpp"
 
 namespace fs = std::filesystem;
 using namespace retryguard;

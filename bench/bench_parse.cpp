@@ -14,7 +14,7 @@
 #include <sstream>
 #include <string>
 
-#include "retryguard/log_parser.hpp"
+#include "retryguard/log/log_parser.hpp"
 
 namespace {
 

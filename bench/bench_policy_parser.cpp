@@ -12,8 +12,8 @@
 #include <map>
 #include <string>
 
-#include "retryguard/policy.hpp"
-#include "retryguard/policy_service.hpp"
+#include "retryguard/policy/policy.hpp"
+#include "retryguard/policy/policy_service.hpp"
 
 using namespace retryguard;
 

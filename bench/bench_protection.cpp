@@ -35,9 +35,9 @@
 #include <thread>
 #include <vector>
 
-#include "retryguard/identity_filter.hpp"
-#include "retryguard/ledger.hpp"
-#include "retryguard/resend.hpp"
+#include "retryguard/identity/identity_filter.hpp"
+#include "retryguard/ledger/ledger.hpp"
+#include "retryguard/identity/resend.hpp"
 
 namespace fs = std::filesystem;
 using namespace retryguard;

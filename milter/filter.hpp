@@ -12,10 +12,10 @@
 
 #include "log_sink.hpp"
 #include "pending_store.hpp"
-#include "retryguard/config.hpp"
-#include "retryguard/identity.hpp"
-#include "retryguard/resend.hpp"
-#include "retryguard/resend_config.hpp"
+#include "retryguard/config/config.hpp"
+#include "retryguard/identity/identity.hpp"
+#include "retryguard/identity/resend.hpp"
+#include "retryguard/identity/resend_config.hpp"
 
 namespace retryguard::milter {
 

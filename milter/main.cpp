@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "filter.hpp"
-#include "retryguard/config.hpp"
-#include "retryguard/daemon_guard.hpp"
-#include "retryguard/resend_config.hpp"
-#include "retryguard/runtime.hpp"
+#include "retryguard/config/config.hpp"
+#include "retryguard/runtime/daemon_guard.hpp"
+#include "retryguard/identity/resend_config.hpp"
+#include "retryguard/runtime/runtime.hpp"
 
 using namespace retryguard;
 using namespace retryguard::milter;

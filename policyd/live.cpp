@@ -13,8 +13,8 @@
 
 #include <fmt/format.h>
 
-#include "retryguard/config_engine.hpp"
-#include "retryguard/runtime.hpp"
+#include "retryguard/config/config_engine.hpp"
+#include "retryguard/runtime/runtime.hpp"
 #include "server.hpp"
 
 namespace retryguard::policyd {

@@ -16,15 +16,15 @@
 #include <thread>
 #include <vector>
 
-#include "retryguard/actions.hpp"
-#include "retryguard/config.hpp"
-#include "retryguard/follower.hpp"
-#include "retryguard/ingest.hpp"
-#include "retryguard/ledger.hpp"
-#include "retryguard/ledger_decider.hpp"
-#include "retryguard/logging.hpp"
-#include "retryguard/policy_service.hpp"
-#include "retryguard/verdict_log.hpp"
+#include "retryguard/actions/actions.hpp"
+#include "retryguard/config/config.hpp"
+#include "retryguard/follow/follower.hpp"
+#include "retryguard/ingest/ingest.hpp"
+#include "retryguard/ledger/ledger.hpp"
+#include "retryguard/policy/ledger_decider.hpp"
+#include "retryguard/logging/logging.hpp"
+#include "retryguard/policy/policy_service.hpp"
+#include "retryguard/rules/verdict_log.hpp"
 
 namespace retryguard::policyd {
 

@@ -20,11 +20,11 @@
 #include <fmt/format.h>
 
 #include "live.hpp"
-#include "retryguard/daemon_guard.hpp"
-#include "retryguard/ledger_decider.hpp"
-#include "retryguard/privileges.hpp"
-#include "retryguard/report.hpp"
-#include "retryguard/runtime.hpp"
+#include "retryguard/runtime/daemon_guard.hpp"
+#include "retryguard/policy/ledger_decider.hpp"
+#include "retryguard/runtime/privileges.hpp"
+#include "retryguard/report/report.hpp"
+#include "retryguard/runtime/runtime.hpp"
 #include "server.hpp"
 
 using namespace retryguard;

@@ -1,7 +1,7 @@
 // cmd_check_config.cpp -- `retryguard check-config [FILE] [--explain DOMAIN
 // [--mx HOST]] [--json]`: validates a config file and shows which destination
 // rule applies to a domain. Also prints the generated reference and default
-// file (--dump-docs, --dump-default). Thin glue over retryguard/config.hpp;
+// file (--dump-docs, --dump-default). Thin glue over retryguard/config/config.hpp;
 // must never decide policy or change the file.
 #include <cstdio>
 #include <filesystem>
@@ -9,10 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "retryguard/config.hpp"
-#include "retryguard/postfix_wiring.hpp"
-#include "retryguard/runtime.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/config/config.hpp"
+#include "retryguard/postfix/postfix_wiring.hpp"
+#include "retryguard/runtime/runtime.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard::cli {
 namespace {

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "retryguard/classifier.hpp"
-#include "retryguard/reply.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/classify/classifier.hpp"
+#include "retryguard/reply/reply.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard::cli {
 namespace {

@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "retryguard/event_json.hpp"
-#include "retryguard/log_parser.hpp"
-#include "retryguard/log_reader.hpp"
+#include "retryguard/log/event_json.hpp"
+#include "retryguard/log/log_parser.hpp"
+#include "retryguard/log/log_reader.hpp"
 
 namespace retryguard::cli {
 namespace {

@@ -2,7 +2,7 @@
 // timeline with the category and guidance of each reply and what happens next.
 // Glue only; the notices and flushes it shows come from core/actions/.
 #include "report_common.hpp"
-#include "retryguard/actions.hpp"
+#include "retryguard/actions/actions.hpp"
 
 namespace retryguard::cli {
 

@@ -15,8 +15,8 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "retryguard/follower.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/follow/follower.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard::cli {
 namespace {

@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "retryguard/config_engine.hpp"
-#include "retryguard/ingest.hpp"
-#include "retryguard/log_reader.hpp"
-#include "retryguard/runtime.hpp"
-#include "retryguard/verdict_log.hpp"
+#include "retryguard/config/config_engine.hpp"
+#include "retryguard/ingest/ingest.hpp"
+#include "retryguard/log/log_reader.hpp"
+#include "retryguard/runtime/runtime.hpp"
+#include "retryguard/rules/verdict_log.hpp"
 
 namespace retryguard::cli {
 namespace {

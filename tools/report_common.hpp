@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "retryguard/report.hpp"
-#include "retryguard/runtime.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/report/report.hpp"
+#include "retryguard/runtime/runtime.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard::cli {
 

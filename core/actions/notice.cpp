@@ -7,8 +7,8 @@
 
 #include <ctime>
 
-#include "retryguard/actions.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/actions/actions.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard::actions {
 namespace {

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "retryguard/actions.hpp"
-#include "retryguard/ledger.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/actions/actions.hpp"
+#include "retryguard/ledger/ledger.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard::actions {
 

@@ -15,7 +15,7 @@
 #include <cstring>
 #include <thread>
 
-#include "retryguard/actions.hpp"
+#include "retryguard/actions/actions.hpp"
 
 namespace retryguard::actions {
 namespace {

@@ -1,12 +1,12 @@
 // classifier.cpp -- loads classifier rules from YAML, compiles each layer's
 // text patterns into one RE2::Set, and applies the documented precedence
-// (include/retryguard/classifier.hpp, docs/classifier.md).
+// (include/retryguard/classify/classifier.hpp, docs/classifier.md).
 //
 // Owns: rule-file validation (errors carry file:line:column), compilation,
 // and the decision. Must never throw out of a public function, never let a
 // text pattern silently override a precise enhanced code the rule does not
 // name, and never guess: no rule means `unknown`.
-#include "retryguard/classifier.hpp"
+#include "retryguard/classify/classifier.hpp"
 #include "retryguard/file_access.hpp"
 
 #include <fmt/format.h>
@@ -27,7 +27,7 @@
 #include <unordered_set>
 
 #include "classify/rules.hpp"
-#include "retryguard/status_codes.hpp"
+#include "retryguard/classify/status_codes.hpp"
 
 namespace retryguard {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "retryguard/category.hpp"
-#include "retryguard/reply.hpp"
+#include "retryguard/reply/reply.hpp"
 
 namespace retryguard {
 

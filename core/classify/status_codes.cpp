@@ -2,7 +2,7 @@
 // Owns the names and references only; never decides a category. Entries follow
 // the registry (RFC 3463, 3886, 4468, 4954, 5248, 6531, 6710, 7293, 7372, 7505,
 // draft-levine-mailbomb-header X.7.28, RFC 8617 X.7.29, RFC 8689 X.7.30).
-#include "retryguard/status_codes.hpp"
+#include "retryguard/classify/status_codes.hpp"
 
 #include <array>
 #include <string>

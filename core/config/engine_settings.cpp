@@ -4,7 +4,7 @@
 #include <limits>
 #include <vector>
 
-#include "retryguard/config_engine.hpp"
+#include "retryguard/config/config_engine.hpp"
 
 namespace retryguard::config {
 

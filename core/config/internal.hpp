@@ -13,7 +13,7 @@
 #include <re2/set.h>
 #include <yaml-cpp/yaml.h>
 
-#include "retryguard/config.hpp"
+#include "retryguard/config/config.hpp"
 
 namespace retryguard::config {
 

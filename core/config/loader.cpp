@@ -15,8 +15,8 @@
 #include "config/internal.hpp"
 #include "config/values.hpp"
 #include "retryguard/file_access.hpp"
-#include "retryguard/follower.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/follow/follower.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard::config {
 

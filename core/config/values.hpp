@@ -1,5 +1,5 @@
 // values.hpp -- parsers of the config's value types that are not part of the
-// public API (the public ones are declared in retryguard/config.hpp). Owns no
+// public API (the public ones are declared in retryguard/config/config.hpp). Owns no
 // state; must never throw.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "retryguard/config.hpp"
+#include "retryguard/config/config.hpp"
 
 namespace retryguard::config {
 

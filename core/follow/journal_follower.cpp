@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "retryguard/file_access.hpp"
-#include "retryguard/follower.hpp"
+#include "retryguard/follow/follower.hpp"
 
 namespace retryguard {
 

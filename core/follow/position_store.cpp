@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "retryguard/follower.hpp"
+#include "retryguard/follow/follower.hpp"
 
 namespace retryguard {
 namespace {

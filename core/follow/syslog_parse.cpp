@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "log/syslog_header.hpp"
-#include "retryguard/follower.hpp"
+#include "retryguard/follow/follower.hpp"
 #include "retryguard/time.hpp"
 
 namespace retryguard {

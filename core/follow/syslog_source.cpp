@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "retryguard/follower.hpp"
+#include "retryguard/follow/follower.hpp"
 
 namespace retryguard {
 namespace {

@@ -1,8 +1,8 @@
 // identity.cpp -- Message-ID normalisation and the content fingerprint (see
 // identity.hpp for the rules). Owns only text normalisation and hashing; it
 // must never decide anything about a message and never throw.
-#include "retryguard/identity.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/identity/identity.hpp"
+#include "retryguard/text/text.hpp"
 
 #include <re2/re2.h>
 

@@ -1,14 +1,14 @@
 // identity_filter.cpp -- the milter's negative cache of ledger identities
 // (identity_filter.hpp). Owns hashing and the rebuild protocol; must never
 // answer "no copy" for a key it was given, whatever a rebuild does.
-#include "retryguard/identity_filter.hpp"
+#include "retryguard/identity/identity_filter.hpp"
 
 #include <algorithm>
 #include <exception>
 #include <functional>
 #include <string>
 
-#include "retryguard/ledger.hpp"
+#include "retryguard/ledger/ledger.hpp"
 
 namespace retryguard {
 namespace {

@@ -2,11 +2,11 @@
 // thread of its own, and the ledger's change stream between them (see
 // identity_filter_feed.hpp). Fail open throughout: whenever keys may have been
 // missed the filter is invalidated, so every message is looked up.
-#include "retryguard/identity_filter_feed.hpp"
+#include "retryguard/identity/identity_filter_feed.hpp"
 
 #include <fmt/format.h>
 
-#include "retryguard/daemon_guard.hpp"
+#include "retryguard/runtime/daemon_guard.hpp"
 
 namespace retryguard {
 

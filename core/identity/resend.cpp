@@ -1,9 +1,9 @@
 // resend.cpp -- the resend decision, its reply text and its verdict line (see
 // resend.hpp). Pure: no I/O, no clock, no exceptions escaping to the caller's
 // C callbacks beyond std::bad_alloc, which the milter catches.
-#include "retryguard/resend.hpp"
-#include "retryguard/text.hpp"
-#include "retryguard/verdict.hpp"
+#include "retryguard/identity/resend.hpp"
+#include "retryguard/text/text.hpp"
+#include "retryguard/rules/verdict.hpp"
 
 #include <fmt/format.h>
 #include <algorithm>

@@ -1,6 +1,6 @@
 // resend_config.cpp -- maps reinjection.* of the configuration onto the
 // milter's ResendPolicy. Translation only; decides nothing.
-#include "retryguard/resend_config.hpp"
+#include "retryguard/identity/resend_config.hpp"
 
 #include <algorithm>
 

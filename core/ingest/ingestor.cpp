@@ -1,7 +1,7 @@
 // ingestor.cpp -- log lines -> events -> ledger + rules engine -> verdicts.
 // The only place where the parser, the classifier, the ledger and the engine
 // meet; see ingest.hpp for the exactly-once argument.
-#include "retryguard/ingest.hpp"
+#include "retryguard/ingest/ingest.hpp"
 
 #include <algorithm>
 

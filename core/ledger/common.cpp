@@ -17,8 +17,8 @@
 #include <openssl/rand.h>
 
 #include "ledger/internal.hpp"
-#include "retryguard/reply.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/reply/reply.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard {
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "retryguard/ledger.hpp"
+#include "retryguard/ledger/ledger.hpp"
 
 namespace retryguard::ledger_detail {
 

@@ -7,7 +7,7 @@
 // gets a new byte and this reader keeps the old ones.
 #include <cstring>
 
-#include "retryguard/ledger.hpp"
+#include "retryguard/ledger/ledger.hpp"
 
 namespace retryguard {
 namespace {

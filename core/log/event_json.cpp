@@ -3,16 +3,16 @@
 // any byte. Strings are rendered by core/text only: the JSON writer here and
 // text::json_dump for the objects (invalid UTF-8 becomes U+FFFD), the terminal
 // renderer for the text line.
-#include "retryguard/event_json.hpp"
+#include "retryguard/log/event_json.hpp"
 
 #include <fmt/format.h>
 
 #include <cmath>
 #include <iterator>
 
-#include "retryguard/text.hpp"
+#include "retryguard/text/text.hpp"
 #include "retryguard/time.hpp"
-#include "retryguard/verdict.hpp"
+#include "retryguard/rules/verdict.hpp"
 
 namespace retryguard {
 namespace {

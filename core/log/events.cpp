@@ -1,7 +1,7 @@
 // events.cpp -- the stable names of event kinds and delivery statuses. These
 // names appear in `retryguard events --json` and in docs/events.md; changing one
 // breaks every consumer that reads them, so never rename, only add.
-#include "retryguard/events.hpp"
+#include "retryguard/log/events.hpp"
 
 namespace retryguard {
 

@@ -7,7 +7,7 @@
 // or treat an unrecognised line as an error. Peer-controlled text (addresses,
 // replies, header values) may contain any byte; only delimiters Postfix itself
 // writes are trusted for splitting.
-#include "retryguard/log_parser.hpp"
+#include "retryguard/log/log_parser.hpp"
 
 #include <algorithm>
 #include <array>
@@ -16,7 +16,7 @@
 
 #include "log/log_parser_internal.hpp"
 #include "log/syslog_header.hpp"
-#include "retryguard/reply.hpp"
+#include "retryguard/reply/reply.hpp"
 
 namespace retryguard {
 

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <utility>
 
-#include "retryguard/events.hpp"
+#include "retryguard/log/events.hpp"
 
 namespace retryguard::log_detail {
 

@@ -3,7 +3,7 @@
 // framing for whole-file reads; must never hold more than one block plus one
 // capped line in memory, whatever the file contains; and read_log_file(), the
 // loop `retryguard events` and `retryguard import` run over each file.
-#include "retryguard/log_reader.hpp"
+#include "retryguard/log/log_reader.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -11,7 +11,7 @@
 #include <array>
 
 #include "log/log_parser_internal.hpp"
-#include "retryguard/verdict.hpp"
+#include "retryguard/rules/verdict.hpp"
 
 namespace retryguard::log_detail {
 

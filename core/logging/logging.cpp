@@ -2,7 +2,7 @@
 // postlogd datagrams, an appended file, and both syslog and standard error.
 // Must never block mail: sends are non-blocking, a failed write is reported
 // to the caller and dropped, never retried.
-#include "retryguard/logging.hpp"
+#include "retryguard/logging/logging.hpp"
 
 #include <fcntl.h>
 #include <sys/socket.h>

@@ -10,8 +10,8 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "retryguard/policy.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/policy/policy.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard {
 namespace {

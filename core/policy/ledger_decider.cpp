@@ -5,11 +5,11 @@
 // action precedence (flagged > escalated > local incident > watch > DUNNO),
 // placeholder filling and dry-run. Must never block, lock, touch the ledger or
 // throw in decide(): anything unexpected answers DUNNO and is counted.
-#include "retryguard/ledger_decider.hpp"
+#include "retryguard/policy/ledger_decider.hpp"
 
 #include <fmt/format.h>
 
-#include "retryguard/text.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard {
 namespace {

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "retryguard/policy.hpp"
+#include "retryguard/policy/policy.hpp"
 
 namespace retryguard {
 namespace {

@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "retryguard/policy_service.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/policy/policy_service.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard {
 namespace {

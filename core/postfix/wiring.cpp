@@ -1,7 +1,7 @@
 // wiring.cpp -- see postfix_wiring.hpp. Postfix list syntax: items separated by
 // commas or white space; `{ ... }` groups one item with its options
 // (`{ unix:x, default_action=DUNNO }`).
-#include "retryguard/postfix_wiring.hpp"
+#include "retryguard/postfix/postfix_wiring.hpp"
 
 #include <grp.h>
 #include <pwd.h>

@@ -1,5 +1,5 @@
 // reply.cpp -- parses remote SMTP replies and the reason texts Postfix logs
-// after status=... into the Reply model (include/retryguard/reply.hpp).
+// after status=... into the Reply model (include/retryguard/reply/reply.hpp).
 //
 // Owns: the wire syntax (RFC 5321 reply lines, RFC 3463 codes) and the fixed
 // phrases Postfix 3.x writes (smtp_proto.c, smtp_connect.c, smtp_trouble.c,
@@ -8,8 +8,8 @@
 // failure texts when no server replied. Never decides what a reply means
 // (that is the classifier's job), never throws, never reads past
 // kMaxReplyLength.
-#include "retryguard/reply.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/reply/reply.hpp"
+#include "retryguard/text/text.hpp"
 
 #include <algorithm>
 #include <array>

@@ -19,8 +19,8 @@
 #include <set>
 
 #include "report/report_internal.hpp"
-#include "retryguard/report.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/report/report.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard::report {
 

@@ -12,7 +12,7 @@
 #include <set>
 
 #include "report/report_internal.hpp"
-#include "retryguard/report.hpp"
+#include "retryguard/report/report.hpp"
 
 namespace retryguard::report {
 

@@ -4,7 +4,7 @@
 // report_explain.cpp, report_queue.cpp; the HTML page is html_report.cpp, the
 // incidents of a period incidents.cpp). They read; they never decide policy, and
 // never write to the ledger (prune and flag clearing are the callers' explicit acts).
-#include "retryguard/report.hpp"
+#include "retryguard/report/report.hpp"
 
 #include <fmt/format.h>
 
@@ -16,10 +16,10 @@
 #include <set>
 
 #include "report/report_internal.hpp"
-#include "retryguard/ingest.hpp"
-#include "retryguard/postfix_wiring.hpp"
-#include "retryguard/reply.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/ingest/ingest.hpp"
+#include "retryguard/postfix/postfix_wiring.hpp"
+#include "retryguard/reply/reply.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard::report {
 

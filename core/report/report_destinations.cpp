@@ -1,7 +1,7 @@
 // report_destinations.cpp -- `retryguard destinations` and `retryguard flags`:
 // the destinations the ledger knows, worst first, and the flags set on them.
 // Reads only.
-#include "retryguard/report.hpp"
+#include "retryguard/report/report.hpp"
 
 #include <fmt/format.h>
 
@@ -11,10 +11,10 @@
 #include <set>
 
 #include "report/report_internal.hpp"
-#include "retryguard/ingest.hpp"
-#include "retryguard/postfix_wiring.hpp"
-#include "retryguard/reply.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/ingest/ingest.hpp"
+#include "retryguard/postfix/postfix_wiring.hpp"
+#include "retryguard/reply/reply.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard::report {
 

@@ -1,6 +1,6 @@
 // report_explain.cpp -- `retryguard explain`: one message or recipient, what
 // the ledger holds about it and what the guidance says to do. Reads only.
-#include "retryguard/report.hpp"
+#include "retryguard/report/report.hpp"
 
 #include <fmt/format.h>
 
@@ -10,10 +10,10 @@
 #include <set>
 
 #include "report/report_internal.hpp"
-#include "retryguard/ingest.hpp"
-#include "retryguard/postfix_wiring.hpp"
-#include "retryguard/reply.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/ingest/ingest.hpp"
+#include "retryguard/postfix/postfix_wiring.hpp"
+#include "retryguard/reply/reply.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard::report {
 

@@ -14,9 +14,9 @@
 #include <string_view>
 #include <vector>
 
-#include "retryguard/config.hpp"
-#include "retryguard/ledger.hpp"
-#include "retryguard/report.hpp"
+#include "retryguard/config/config.hpp"
+#include "retryguard/ledger/ledger.hpp"
+#include "retryguard/report/report.hpp"
 #include "retryguard/time.hpp"
 
 namespace retryguard::report::detail {

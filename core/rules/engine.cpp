@@ -2,7 +2,7 @@
 // detection and retry-spacing reports, all on event time (see engine.hpp).
 // Nothing here reads the clock, touches storage or logs: callers persist the
 // state and write the verdicts.
-#include "retryguard/engine.hpp"
+#include "retryguard/rules/engine.hpp"
 
 #include <fmt/format.h>
 
@@ -10,8 +10,8 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 
-#include "retryguard/classifier.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/classify/classifier.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard {
 

@@ -3,9 +3,9 @@
 // directions live here (on top of the verdict renderer of core/text) so they
 // cannot drift. Every part of the line that can hold outside text, the key
 // included, goes through the same quoting.
-#include "retryguard/verdict.hpp"
+#include "retryguard/rules/verdict.hpp"
 
-#include "retryguard/text.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard {
 

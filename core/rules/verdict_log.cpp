@@ -5,7 +5,7 @@
 // verdict_log.cpp -- verdict lines through the logging module (syslog,
 // postlogd, a file or stderr), counted, and replayed after a crash without
 // writing a line twice to a file that already holds it.
-#include "retryguard/verdict_log.hpp"
+#include "retryguard/rules/verdict_log.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,6 +1,6 @@
 // daemon_guard.cpp -- the thread guard's helpers and the warning limiter
 // (see daemon_guard.hpp).
-#include "retryguard/daemon_guard.hpp"
+#include "retryguard/runtime/daemon_guard.hpp"
 
 namespace retryguard {
 

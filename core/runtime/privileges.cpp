@@ -1,6 +1,6 @@
 // privileges.cpp -- user/group lookup, handing root-created files over and
 // the privilege drop (see privileges.hpp).
-#include "retryguard/privileges.hpp"
+#include "retryguard/runtime/privileges.hpp"
 
 #include <grp.h>
 #include <pwd.h>

@@ -1,6 +1,6 @@
 // runtime.cpp -- opens configuration, ledger and classifier the same way for
 // every program (see runtime.hpp).
-#include "retryguard/runtime.hpp"
+#include "retryguard/runtime/runtime.hpp"
 
 #include <sys/stat.h>
 

@@ -1,8 +1,8 @@
-// text.cpp -- the renderers of outside text (include/retryguard/text.hpp): JSON,
+// text.cpp -- the renderers of outside text (include/retryguard/text/text.hpp): JSON,
 // terminal, verdict line, HTML, and cutting without splitting a character. One
 // UTF-8 decoder and one "unsafe code point" predicate serve all of them, so the
 // outputs cannot disagree about what a byte is. Never throws on content.
-#include "retryguard/text.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard::text {
 namespace {

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <string>
 
-#include "retryguard/ingest.hpp"
-#include "retryguard/ledger.hpp"
+#include "retryguard/ingest/ingest.hpp"
+#include "retryguard/ledger/ledger.hpp"
 
 using namespace retryguard;
 

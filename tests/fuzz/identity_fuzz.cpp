@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "retryguard/identity.hpp"
-#include "retryguard/resend.hpp"
+#include "retryguard/identity/identity.hpp"
+#include "retryguard/identity/resend.hpp"
 
 using namespace retryguard;
 

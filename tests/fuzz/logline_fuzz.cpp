@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include "retryguard/event_json.hpp"
-#include "retryguard/log_parser.hpp"
+#include "retryguard/log/event_json.hpp"
+#include "retryguard/log/log_parser.hpp"
 
 namespace {
 

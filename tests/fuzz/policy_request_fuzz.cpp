@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "retryguard/policy.hpp"
+#include "retryguard/policy/policy.hpp"
 
 using namespace retryguard;
 

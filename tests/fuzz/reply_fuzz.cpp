@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "retryguard/classifier.hpp"
-#include "retryguard/reply.hpp"
+#include "retryguard/classify/classifier.hpp"
+#include "retryguard/reply/reply.hpp"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "retryguard/classifier.hpp"
+#include "retryguard/classify/classifier.hpp"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // text_json_fuzz.cpp -- libFuzzer target for the JSON renderer of outside text
-// (include/retryguard/text.hpp): any bytes as a string, a key and inside a
+// (include/retryguard/text/text.hpp): any bytes as a string, a key and inside a
 // document. Checks beyond "no crash": the output is valid UTF-8 without raw
 // control bytes, nlohmann parses it, and it reads back as the replacement rule
 // applied to the input; json_dump of a document holding the bytes parses too.
@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "retryguard/text.hpp"
+#include "retryguard/text/text.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     using namespace retryguard;

@@ -1,5 +1,5 @@
 // text_terminal_fuzz.cpp -- libFuzzer target for the terminal and HTML
-// renderers and the UTF-8-safe cutting (include/retryguard/text.hpp). Checks:
+// renderers and the UTF-8-safe cutting (include/retryguard/text/text.hpp). Checks:
 // terminal output is valid UTF-8 with no byte below 0x20, no DEL, no C1 or
 // bidi code point, and is unchanged by a second rendering; HTML output holds no
 // raw markup character; a cut prefix never ends inside a character; a policy
@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "retryguard/text.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace {
 

@@ -10,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "retryguard/log_parser.hpp"
-#include "retryguard/text.hpp"
-#include "retryguard/verdict.hpp"
+#include "retryguard/log/log_parser.hpp"
+#include "retryguard/text/text.hpp"
+#include "retryguard/rules/verdict.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     using namespace retryguard;

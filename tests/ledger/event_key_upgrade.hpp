@@ -9,7 +9,7 @@
 #include <functional>
 #include <vector>
 
-#include "retryguard/ledger.hpp"
+#include "retryguard/ledger/ledger.hpp"
 
 namespace retryguard::ledger_test {
 

@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "ledger/ledger_events.hpp"
-#include "retryguard/ledger.hpp"
+#include "retryguard/ledger/ledger.hpp"
 
 namespace retryguard::ledger_test {
 

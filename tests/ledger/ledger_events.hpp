@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/ledger.hpp"
+#include "retryguard/ledger/ledger.hpp"
 
 namespace retryguard::ledger_test {
 

@@ -12,8 +12,8 @@
 
 #include "ledger/ledger_contract.hpp"
 #include "ledger/redis_server.hpp"
-#include "retryguard/config.hpp"
-#include "retryguard/runtime.hpp"
+#include "retryguard/config/config.hpp"
+#include "retryguard/runtime/runtime.hpp"
 
 namespace retryguard::ledger_test {
 namespace {

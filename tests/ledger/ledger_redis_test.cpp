@@ -4,7 +4,7 @@
 // changes that keeps the milters' identity filters current. Label: redis.
 #include "ledger/ledger_contract.hpp"
 #include "ledger/redis_server.hpp"
-#include "retryguard/identity_filter.hpp"
+#include "retryguard/identity/identity_filter.hpp"
 
 namespace retryguard::ledger_test {
 namespace {

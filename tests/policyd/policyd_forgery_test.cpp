@@ -26,8 +26,8 @@
 #include <thread>
 #include <vector>
 
-#include "retryguard/log_parser.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/log/log_parser.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;

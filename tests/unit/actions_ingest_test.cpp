@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/actions.hpp"
-#include "retryguard/config_engine.hpp"
-#include "retryguard/ingest.hpp"
+#include "retryguard/actions/actions.hpp"
+#include "retryguard/config/config_engine.hpp"
+#include "retryguard/ingest/ingest.hpp"
 
 namespace retryguard::actions {
 namespace {

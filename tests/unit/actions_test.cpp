@@ -10,10 +10,10 @@
 #include <sstream>
 
 #include "classify_util.hpp"
-#include "retryguard/actions.hpp"
-#include "retryguard/config_engine.hpp"
-#include "retryguard/ingest.hpp"
-#include "retryguard/log_parser.hpp"
+#include "retryguard/actions/actions.hpp"
+#include "retryguard/config/config_engine.hpp"
+#include "retryguard/ingest/ingest.hpp"
+#include "retryguard/log/log_parser.hpp"
 
 namespace retryguard::actions {
 namespace {

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/classifier.hpp"
+#include "retryguard/classify/classifier.hpp"
 #include "unit/classify_util.hpp"
 
 namespace retryguard {

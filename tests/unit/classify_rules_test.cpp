@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/classifier.hpp"
-#include "retryguard/status_codes.hpp"
+#include "retryguard/classify/classifier.hpp"
+#include "retryguard/classify/status_codes.hpp"
 #include "unit/classify_util.hpp"
 
 namespace retryguard {

@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "retryguard/classifier.hpp"
+#include "retryguard/classify/classifier.hpp"
 
 namespace retryguard::test {
 

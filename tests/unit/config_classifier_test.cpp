@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
-#include "retryguard/config.hpp"
-#include "retryguard/runtime.hpp"
+#include "retryguard/config/config.hpp"
+#include "retryguard/runtime/runtime.hpp"
 
 namespace cfg = retryguard::config;
 

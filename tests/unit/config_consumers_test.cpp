@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/config.hpp"
-#include "retryguard/follower.hpp"
-#include "retryguard/identity.hpp"
-#include "retryguard/report.hpp"
-#include "retryguard/resend_config.hpp"
-#include "retryguard/runtime.hpp"
+#include "retryguard/config/config.hpp"
+#include "retryguard/follow/follower.hpp"
+#include "retryguard/identity/identity.hpp"
+#include "retryguard/report/report.hpp"
+#include "retryguard/identity/resend_config.hpp"
+#include "retryguard/runtime/runtime.hpp"
 
 namespace retryguard {
 namespace {

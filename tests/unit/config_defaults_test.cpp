@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "retryguard/config.hpp"
+#include "retryguard/config/config.hpp"
 
 namespace cfg = retryguard::config;
 using namespace std::chrono_literals;

@@ -3,7 +3,7 @@
 // spellings, and the snapshot it was built from even after a reload.
 #include <gtest/gtest.h>
 
-#include "retryguard/config_engine.hpp"
+#include "retryguard/config/config_engine.hpp"
 
 namespace cfg = retryguard::config;
 using namespace std::chrono_literals;

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/config.hpp"
+#include "retryguard/config/config.hpp"
 
 namespace cfg = retryguard::config;
 

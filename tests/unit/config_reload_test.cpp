@@ -9,7 +9,7 @@
 #include <fstream>
 #include <thread>
 
-#include "retryguard/config.hpp"
+#include "retryguard/config/config.hpp"
 
 namespace cfg = retryguard::config;
 using namespace std::chrono_literals;

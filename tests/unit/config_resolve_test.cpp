@@ -3,7 +3,7 @@
 // and that a rule overrides only the keys it sets.
 #include <gtest/gtest.h>
 
-#include "retryguard/config.hpp"
+#include "retryguard/config/config.hpp"
 
 namespace cfg = retryguard::config;
 using namespace std::chrono_literals;

@@ -1,7 +1,7 @@
 // config_values_test.cpp -- the value syntaxes: durations, sizes, sockets.
 #include <gtest/gtest.h>
 
-#include "retryguard/config.hpp"
+#include "retryguard/config/config.hpp"
 
 namespace cfg = retryguard::config;
 using namespace std::chrono_literals;

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "retryguard/daemon_guard.hpp"
+#include "retryguard/runtime/daemon_guard.hpp"
 
 using retryguard::run_guarded;
 using retryguard::WarningLimiter;

@@ -16,7 +16,7 @@
 
 #include <gtest/gtest.h>
 
-#include "retryguard/classifier.hpp"
+#include "retryguard/classify/classifier.hpp"
 #include "retryguard/file_access.hpp"
 
 namespace retryguard {

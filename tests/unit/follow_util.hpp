@@ -16,7 +16,7 @@
 
 #include <gtest/gtest.h>
 
-#include "retryguard/follower.hpp"
+#include "retryguard/follow/follower.hpp"
 
 namespace retryguard::test {
 

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "retryguard/identity_filter_feed.hpp"
+#include "retryguard/identity/identity_filter_feed.hpp"
 
 using namespace retryguard;
 using namespace std::chrono_literals;

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "retryguard/identity_filter.hpp"
+#include "retryguard/identity/identity_filter.hpp"
 
 using namespace retryguard;
 

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "retryguard/identity.hpp"
-#include "retryguard/ledger.hpp"
+#include "retryguard/identity/identity.hpp"
+#include "retryguard/ledger/ledger.hpp"
 
 using namespace retryguard;
 

@@ -1,5 +1,5 @@
 // reinjection.* in the YAML configuration reaches the milter's policy.
-#include "retryguard/resend_config.hpp"
+#include "retryguard/identity/resend_config.hpp"
 
 #include <gtest/gtest.h>
 

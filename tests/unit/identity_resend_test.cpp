@@ -2,7 +2,7 @@
 // verdict line.
 #include <gtest/gtest.h>
 
-#include "retryguard/resend.hpp"
+#include "retryguard/identity/resend.hpp"
 
 using namespace retryguard;
 using namespace std::chrono;

@@ -1,5 +1,5 @@
 // Configuration values reach the rules engine, globally and per destination.
-#include "retryguard/config_engine.hpp"
+#include "retryguard/config/config_engine.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The ingest path end to end on real Postfix 3.7 logs: parser, classifier,
 // SQLite ledger and rules engine together.
-#include "retryguard/ingest.hpp"
+#include "retryguard/ingest/ingest.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

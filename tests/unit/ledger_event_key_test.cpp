@@ -11,7 +11,7 @@
 
 #include "ledger/event_key_upgrade.hpp"
 #include "ledger/ledger_events.hpp"
-#include "retryguard/ledger.hpp"
+#include "retryguard/ledger/ledger.hpp"
 
 namespace retryguard::ledger_test {
 namespace {

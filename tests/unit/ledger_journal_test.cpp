@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/ledger.hpp"
+#include "retryguard/ledger/ledger.hpp"
 
 namespace retryguard {
 namespace {

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <string>
 
-#include "retryguard/event_json.hpp"
-#include "retryguard/log_parser.hpp"
+#include "retryguard/log/event_json.hpp"
+#include "retryguard/log/log_parser.hpp"
 
 namespace retryguard {
 namespace {

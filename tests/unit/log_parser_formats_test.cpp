@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "retryguard/follower.hpp"
-#include "retryguard/log_parser.hpp"
+#include "retryguard/follow/follower.hpp"
+#include "retryguard/log/log_parser.hpp"
 
 namespace retryguard {
 namespace {

@@ -6,8 +6,8 @@
 #include <chrono>
 #include <string>
 
-#include "retryguard/event_json.hpp"
-#include "retryguard/log_parser.hpp"
+#include "retryguard/log/event_json.hpp"
+#include "retryguard/log/log_parser.hpp"
 
 namespace retryguard {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/log_parser.hpp"
+#include "retryguard/log/log_parser.hpp"
 
 namespace retryguard {
 namespace {

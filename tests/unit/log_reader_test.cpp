@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/log_reader.hpp"
+#include "retryguard/log/log_reader.hpp"
 
 namespace retryguard {
 namespace {

@@ -1,7 +1,7 @@
 // The logging module: Postfix's record format, target specs, severities, and
 // the sinks that work without root (file, stderr, a datagram socket standing
 // in for postlogd).
-#include "retryguard/logging.hpp"
+#include "retryguard/logging/logging.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "retryguard/policy.hpp"
-#include "retryguard/policy_service.hpp"
+#include "retryguard/policy/policy.hpp"
+#include "retryguard/policy/policy_service.hpp"
 
 using namespace retryguard;
 

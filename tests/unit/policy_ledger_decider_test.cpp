@@ -10,14 +10,14 @@
 #include <fstream>
 #include <sstream>
 
-#include "retryguard/classifier.hpp"
-#include "retryguard/config.hpp"
-#include "retryguard/config_engine.hpp"
-#include "retryguard/ingest.hpp"
-#include "retryguard/ledger_decider.hpp"
-#include "retryguard/log_parser.hpp"
-#include "retryguard/policy_service.hpp"
-#include "retryguard/runtime.hpp"
+#include "retryguard/classify/classifier.hpp"
+#include "retryguard/config/config.hpp"
+#include "retryguard/config/config_engine.hpp"
+#include "retryguard/ingest/ingest.hpp"
+#include "retryguard/policy/ledger_decider.hpp"
+#include "retryguard/log/log_parser.hpp"
+#include "retryguard/policy/policy_service.hpp"
+#include "retryguard/runtime/runtime.hpp"
 
 using namespace retryguard;
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/policy.hpp"
+#include "retryguard/policy/policy.hpp"
 
 using namespace retryguard;
 

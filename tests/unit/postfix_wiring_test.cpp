@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "retryguard/postfix_wiring.hpp"
+#include "retryguard/postfix/postfix_wiring.hpp"
 
 namespace retryguard {
 namespace {

@@ -7,7 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "retryguard/privileges.hpp"
+#include "retryguard/runtime/privileges.hpp"
 
 using retryguard::drop_privileges;
 using retryguard::lookup_run_as;

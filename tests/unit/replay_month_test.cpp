@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/report.hpp"
-#include "retryguard/verdict.hpp"
+#include "retryguard/report/report.hpp"
+#include "retryguard/rules/verdict.hpp"
 
 namespace retryguard {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/reply.hpp"
+#include "retryguard/reply/reply.hpp"
 
 namespace retryguard {
 namespace {

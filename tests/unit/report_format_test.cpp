@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <ctime>
 
-#include "retryguard/report.hpp"
+#include "retryguard/report/report.hpp"
 
 namespace {
 

@@ -18,9 +18,9 @@
 #include <utility>
 #include <vector>
 
-#include "retryguard/config_engine.hpp"
-#include "retryguard/ingest.hpp"
-#include "retryguard/report.hpp"
+#include "retryguard/config/config_engine.hpp"
+#include "retryguard/ingest/ingest.hpp"
+#include "retryguard/report/report.hpp"
 
 namespace retryguard {
 namespace {

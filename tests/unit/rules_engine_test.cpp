@@ -1,5 +1,5 @@
 // Scenario tests of the rules engine on synthetic multi-day event streams.
-#include "retryguard/engine.hpp"
+#include "retryguard/rules/engine.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The verdict log's targets, with real sockets and files.
-#include "retryguard/verdict_log.hpp"
+#include "retryguard/rules/verdict_log.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>

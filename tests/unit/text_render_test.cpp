@@ -1,5 +1,5 @@
 // text_render_test.cpp -- property tests of the renderers of outside text
-// (include/retryguard/text.hpp) over thousands of deterministic, seeded random
+// (include/retryguard/text/text.hpp) over thousands of deterministic, seeded random
 // byte strings built from the pieces remote servers actually send: ASCII, ESC
 // and OSC sequences, BEL, CR, NUL, valid and invalid UTF-8, C1 and bidi code
 // points. Each renderer's output is read back by its reader.
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/text.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard {
 namespace {

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <string>
 
-#include "retryguard/report.hpp"
-#include "retryguard/text.hpp"
+#include "retryguard/report/report.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard {
 namespace {

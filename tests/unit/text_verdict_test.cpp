@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/event_json.hpp"
-#include "retryguard/log_parser.hpp"
-#include "retryguard/text.hpp"
-#include "retryguard/verdict.hpp"
+#include "retryguard/log/event_json.hpp"
+#include "retryguard/log/log_parser.hpp"
+#include "retryguard/text/text.hpp"
+#include "retryguard/rules/verdict.hpp"
 
 namespace retryguard {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "retryguard/log_parser.hpp"
+#include "retryguard/log/log_parser.hpp"
 #include "retryguard/result.hpp"
 #include "retryguard/time.hpp"
 

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "retryguard/events.hpp"
+#include "retryguard/log/events.hpp"
 
 namespace retryguard {
 

@@ -22,9 +22,9 @@
 #include <string>
 #include <thread>
 
-#include "retryguard/identity_filter.hpp"
-#include "retryguard/ledger.hpp"
-#include "retryguard/logging.hpp"
+#include "retryguard/identity/identity_filter.hpp"
+#include "retryguard/ledger/ledger.hpp"
+#include "retryguard/logging/logging.hpp"
 
 namespace retryguard {
 

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "retryguard/config.hpp"
+#include "retryguard/config/config.hpp"
 #include "retryguard/result.hpp"
 
 namespace retryguard {

@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-#include "retryguard/position.hpp"
+#include "retryguard/follow/position.hpp"
 #include "retryguard/result.hpp"
 #include "retryguard/time.hpp"
 

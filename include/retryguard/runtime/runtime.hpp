@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "retryguard/classifier.hpp"
-#include "retryguard/config.hpp"
-#include "retryguard/ledger.hpp"
+#include "retryguard/classify/classifier.hpp"
+#include "retryguard/config/config.hpp"
+#include "retryguard/ledger/ledger.hpp"
 #include "retryguard/result.hpp"
 
 namespace retryguard {

@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "retryguard/category.hpp"
-#include "retryguard/events.hpp"
+#include "retryguard/log/events.hpp"
 #include "retryguard/result.hpp"
-#include "retryguard/verdict.hpp"
+#include "retryguard/rules/verdict.hpp"
 
 namespace retryguard {
 

@@ -7,7 +7,7 @@
 #include <span>
 #include <string_view>
 
-#include "retryguard/reply.hpp"
+#include "retryguard/reply/reply.hpp"
 
 namespace retryguard {
 

@@ -30,12 +30,12 @@
 #include <nlohmann/json.hpp>
 
 #include "retryguard/category.hpp"
-#include "retryguard/config.hpp"
-#include "retryguard/engine.hpp"
-#include "retryguard/events.hpp"
-#include "retryguard/ledger.hpp"
+#include "retryguard/config/config.hpp"
+#include "retryguard/rules/engine.hpp"
+#include "retryguard/log/events.hpp"
+#include "retryguard/ledger/ledger.hpp"
 #include "retryguard/result.hpp"
-#include "retryguard/verdict.hpp"
+#include "retryguard/rules/verdict.hpp"
 
 namespace retryguard::actions {
 

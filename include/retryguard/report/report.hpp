@@ -4,7 +4,7 @@
 // documents so the two outputs can never disagree. The documents hold outside
 // text (replies, addresses, Message-IDs) as stored; the render_* functions,
 // the escalation note and the HTML page show it only through the renderers of
-// core/text (include/retryguard/text.hpp). Read-only except prune and
+// core/text (include/retryguard/text/text.hpp). Read-only except prune and
 // flag clearing, which the caller asks for explicitly; nothing here decides
 // policy (that is the rules engine's job).
 #pragma once
@@ -15,9 +15,9 @@
 #include <string_view>
 #include <vector>
 
-#include "retryguard/classifier.hpp"
-#include "retryguard/config.hpp"
-#include "retryguard/ledger.hpp"
+#include "retryguard/classify/classifier.hpp"
+#include "retryguard/config/config.hpp"
+#include "retryguard/ledger/ledger.hpp"
 #include "retryguard/result.hpp"
 #include "retryguard/time.hpp"
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "retryguard/events.hpp"
+#include "retryguard/log/events.hpp"
 #include "retryguard/time.hpp"
 
 namespace retryguard {

@@ -6,8 +6,8 @@
 
 #include <memory>
 
-#include "retryguard/config.hpp"
-#include "retryguard/engine.hpp"
+#include "retryguard/config/config.hpp"
+#include "retryguard/rules/engine.hpp"
 
 namespace retryguard::config {
 

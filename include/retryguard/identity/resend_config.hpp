@@ -6,9 +6,9 @@
 
 #include <cstddef>
 
-#include "retryguard/config.hpp"
-#include "retryguard/identity.hpp"
-#include "retryguard/resend.hpp"
+#include "retryguard/config/config.hpp"
+#include "retryguard/identity/identity.hpp"
+#include "retryguard/identity/resend.hpp"
 
 namespace retryguard {
 

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "retryguard/reply.hpp"
+#include "retryguard/reply/reply.hpp"
 #include "retryguard/time.hpp"
 
 namespace retryguard {

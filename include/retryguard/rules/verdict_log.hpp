@@ -13,9 +13,9 @@
 #include <string>
 #include <string_view>
 
-#include "retryguard/logging.hpp"
+#include "retryguard/logging/logging.hpp"
 #include "retryguard/result.hpp"
-#include "retryguard/verdict.hpp"
+#include "retryguard/rules/verdict.hpp"
 
 namespace retryguard {
 

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "retryguard/ledger.hpp"
+#include "retryguard/ledger/ledger.hpp"
 #include "retryguard/time.hpp"
 
 namespace retryguard {

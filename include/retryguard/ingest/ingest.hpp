@@ -55,13 +55,13 @@
 #include <string_view>
 #include <vector>
 
-#include "retryguard/classifier.hpp"
-#include "retryguard/engine.hpp"
-#include "retryguard/ledger.hpp"
-#include "retryguard/log_parser.hpp"
-#include "retryguard/position.hpp"
+#include "retryguard/classify/classifier.hpp"
+#include "retryguard/rules/engine.hpp"
+#include "retryguard/ledger/ledger.hpp"
+#include "retryguard/log/log_parser.hpp"
+#include "retryguard/follow/position.hpp"
 #include "retryguard/result.hpp"
-#include "retryguard/verdict.hpp"
+#include "retryguard/rules/verdict.hpp"
 
 namespace retryguard {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "retryguard/policy.hpp"
+#include "retryguard/policy/policy.hpp"
 
 namespace retryguard {
 

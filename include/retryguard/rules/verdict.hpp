@@ -3,7 +3,7 @@
 // Format (docs/verdicts.md): `KEY: verdict=NAME key=value key="quoted value" ...`
 // where KEY is the Postfix queue id when a message is involved, else the
 // destination ("domain:example.com", "mx:mx1.example.net") or "-". The key and
-// every value use one quoting (text::verdict_value, include/retryguard/text.hpp):
+// every value use one quoting (text::verdict_value, include/retryguard/text/text.hpp):
 // empty values, values with a space, a quote, a backslash, '=' or a control
 // byte are quoted with double quotes, with \" and \\ escaped and control
 // bytes, invalid UTF-8 and the C1/bidi code points as \xHH. The project's own

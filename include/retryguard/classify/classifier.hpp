@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "retryguard/category.hpp"
-#include "retryguard/reply.hpp"
+#include "retryguard/reply/reply.hpp"
 #include "retryguard/result.hpp"
 
 namespace YAML {

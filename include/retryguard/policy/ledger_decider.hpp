@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "retryguard/category.hpp"
-#include "retryguard/config.hpp"
-#include "retryguard/engine.hpp"
-#include "retryguard/ledger.hpp"
-#include "retryguard/policy.hpp"
+#include "retryguard/config/config.hpp"
+#include "retryguard/rules/engine.hpp"
+#include "retryguard/ledger/ledger.hpp"
+#include "retryguard/policy/policy.hpp"
 #include "retryguard/time.hpp"
 
 namespace retryguard {

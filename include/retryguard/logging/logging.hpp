@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "retryguard/config.hpp"
+#include "retryguard/config/config.hpp"
 #include "retryguard/result.hpp"
 
 namespace retryguard::logging {
