@@ -36,8 +36,8 @@
 #include <vector>
 
 #include "retryguard/identity/identity_filter.hpp"
-#include "retryguard/ledger/ledger.hpp"
 #include "retryguard/identity/resend.hpp"
+#include "retryguard/ledger/ledger.hpp"
 
 namespace fs = std::filesystem;
 using namespace retryguard;

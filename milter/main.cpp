@@ -23,8 +23,8 @@
 
 #include "filter.hpp"
 #include "retryguard/config/config.hpp"
-#include "retryguard/runtime/daemon_guard.hpp"
 #include "retryguard/identity/resend_config.hpp"
+#include "retryguard/runtime/daemon_guard.hpp"
 #include "retryguard/runtime/runtime.hpp"
 
 using namespace retryguard;

@@ -16,10 +16,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "retryguard/runtime/daemon_guard.hpp"
 #include "retryguard/identity/identity_filter.hpp"
 #include "retryguard/identity/identity_filter_feed.hpp"
 #include "retryguard/ledger/ledger.hpp"
+#include "retryguard/runtime/daemon_guard.hpp"
 
 namespace retryguard::milter {
 

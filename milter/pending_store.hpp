@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "log_sink.hpp"
-#include "retryguard/ledger/ledger.hpp"
 #include "retryguard/identity/resend.hpp"
+#include "retryguard/ledger/ledger.hpp"
 #include "retryguard/result.hpp"
 #include "retryguard/time.hpp"
 

@@ -21,8 +21,8 @@
 #include "retryguard/follow/follower.hpp"
 #include "retryguard/ingest/ingest.hpp"
 #include "retryguard/ledger/ledger.hpp"
-#include "retryguard/policy/ledger_decider.hpp"
 #include "retryguard/logging/logging.hpp"
+#include "retryguard/policy/ledger_decider.hpp"
 #include "retryguard/policy/policy_service.hpp"
 #include "retryguard/rules/verdict_log.hpp"
 

@@ -20,10 +20,10 @@
 #include <fmt/format.h>
 
 #include "live.hpp"
-#include "retryguard/runtime/daemon_guard.hpp"
 #include "retryguard/policy/ledger_decider.hpp"
-#include "retryguard/runtime/privileges.hpp"
 #include "retryguard/report/report.hpp"
+#include "retryguard/runtime/daemon_guard.hpp"
+#include "retryguard/runtime/privileges.hpp"
 #include "retryguard/runtime/runtime.hpp"
 #include "server.hpp"
 

@@ -19,11 +19,11 @@
 #include <unordered_set>
 #include <vector>
 
-#include "retryguard/runtime/daemon_guard.hpp"
 #include "retryguard/logging/logging.hpp"
 #include "retryguard/policy/policy.hpp"
 #include "retryguard/policy/policy_service.hpp"
 #include "retryguard/rules/verdict_log.hpp"
+#include "retryguard/runtime/daemon_guard.hpp"
 
 namespace retryguard::policyd {
 

@@ -19,8 +19,8 @@
 #include "retryguard/config/config_engine.hpp"
 #include "retryguard/ingest/ingest.hpp"
 #include "retryguard/log/log_reader.hpp"
-#include "retryguard/runtime/runtime.hpp"
 #include "retryguard/rules/verdict_log.hpp"
+#include "retryguard/runtime/runtime.hpp"
 
 namespace retryguard::cli {
 namespace {

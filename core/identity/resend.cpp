@@ -2,8 +2,8 @@
 // resend.hpp). Pure: no I/O, no clock, no exceptions escaping to the caller's
 // C callbacks beyond std::bad_alloc, which the milter catches.
 #include "retryguard/identity/resend.hpp"
-#include "retryguard/text/text.hpp"
 #include "retryguard/rules/verdict.hpp"
+#include "retryguard/text/text.hpp"
 
 #include <fmt/format.h>
 #include <algorithm>

@@ -10,9 +10,9 @@
 #include <cmath>
 #include <iterator>
 
+#include "retryguard/rules/verdict.hpp"
 #include "retryguard/text/text.hpp"
 #include "retryguard/time.hpp"
-#include "retryguard/rules/verdict.hpp"
 
 namespace retryguard {
 namespace {

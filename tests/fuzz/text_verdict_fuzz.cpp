@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "retryguard/log/log_parser.hpp"
-#include "retryguard/text/text.hpp"
 #include "retryguard/rules/verdict.hpp"
+#include "retryguard/text/text.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     using namespace retryguard;

@@ -16,8 +16,8 @@
 #include "retryguard/config/config.hpp"
 #include "retryguard/follow/follower.hpp"
 #include "retryguard/identity/identity.hpp"
-#include "retryguard/report/report.hpp"
 #include "retryguard/identity/resend_config.hpp"
+#include "retryguard/report/report.hpp"
 #include "retryguard/runtime/runtime.hpp"
 
 namespace retryguard {

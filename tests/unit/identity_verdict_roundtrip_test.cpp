@@ -3,8 +3,8 @@
 // (principle: verdicts are log lines first, parseable by our parser).
 #include <gtest/gtest.h>
 
-#include "retryguard/log/log_parser.hpp"
 #include "retryguard/identity/resend.hpp"
+#include "retryguard/log/log_parser.hpp"
 
 using namespace retryguard;
 using namespace std::chrono;

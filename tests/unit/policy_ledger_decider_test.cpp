@@ -14,8 +14,8 @@
 #include "retryguard/config/config.hpp"
 #include "retryguard/config/config_engine.hpp"
 #include "retryguard/ingest/ingest.hpp"
-#include "retryguard/policy/ledger_decider.hpp"
 #include "retryguard/log/log_parser.hpp"
+#include "retryguard/policy/ledger_decider.hpp"
 #include "retryguard/policy/policy_service.hpp"
 #include "retryguard/runtime/runtime.hpp"
 

@@ -11,8 +11,8 @@
 
 #include "retryguard/log/event_json.hpp"
 #include "retryguard/log/log_parser.hpp"
-#include "retryguard/text/text.hpp"
 #include "retryguard/rules/verdict.hpp"
+#include "retryguard/text/text.hpp"
 
 namespace retryguard {
 namespace {

@@ -31,10 +31,10 @@
 
 #include "retryguard/category.hpp"
 #include "retryguard/config/config.hpp"
-#include "retryguard/rules/engine.hpp"
-#include "retryguard/log/events.hpp"
 #include "retryguard/ledger/ledger.hpp"
+#include "retryguard/log/events.hpp"
 #include "retryguard/result.hpp"
+#include "retryguard/rules/engine.hpp"
 #include "retryguard/rules/verdict.hpp"
 
 namespace retryguard::actions {

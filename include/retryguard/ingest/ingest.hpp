@@ -56,11 +56,11 @@
 #include <vector>
 
 #include "retryguard/classify/classifier.hpp"
-#include "retryguard/rules/engine.hpp"
+#include "retryguard/follow/position.hpp"
 #include "retryguard/ledger/ledger.hpp"
 #include "retryguard/log/log_parser.hpp"
-#include "retryguard/follow/position.hpp"
 #include "retryguard/result.hpp"
+#include "retryguard/rules/engine.hpp"
 #include "retryguard/rules/verdict.hpp"
 
 namespace retryguard {

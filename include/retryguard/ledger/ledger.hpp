@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "retryguard/category.hpp"
-#include "retryguard/log/events.hpp"
 #include "retryguard/follow/position.hpp"
+#include "retryguard/log/events.hpp"
 #include "retryguard/result.hpp"
 #include "retryguard/time.hpp"
 

@@ -18,9 +18,9 @@
 
 #include "retryguard/category.hpp"
 #include "retryguard/config/config.hpp"
-#include "retryguard/rules/engine.hpp"
 #include "retryguard/ledger/ledger.hpp"
 #include "retryguard/policy/policy.hpp"
+#include "retryguard/rules/engine.hpp"
 #include "retryguard/time.hpp"
 
 namespace retryguard {
