@@ -87,6 +87,7 @@ plot_svg() {
   term='svg size 900,760 dynamic font "sans,12" background rgb "white"'
   case "$svg" in *.png) term='pngcairo size 900,760 font "sans,11"' ;; esac
   # x in thousands; a short last chunk is left out (see above).
+  # shellcheck disable=SC2016 # $2, $5, $7: gnuplot's columns, not the shell's
   plotcmd() { # $1: the column of x
     local x="column($1) / 1000"
     printf 'plot "%s" skip 1 every ::1 using ($2 == full ? %s : NaN):5 with linespoints pt 7 lc rgb "#1f5fa8" title "import CPU (user+system)"' "$tsv" "$x"
@@ -195,17 +196,18 @@ for c in "$work"/chunk.*; do
   lines=$(wc -l < "$c")
   [ "$redis" = 1 ] && r0=$(redis_cpu)
   read -r wall cpu rss < <(measure "$cli" import -q --utc --year 2026 "${ledger_opts[@]}" "$c")
-  # The same process on no lines: opening the ledger, restoring and saving the
-  # engine state. A log follower pays this once, not per chunk.
-  read -r _ fixed_cpu _ < <(measure "$cli" import -q --utc --year 2026 "${ledger_opts[@]}" "$work/empty.log")
   srv_us="" keys=""
   if [ "$redis" = 1 ]; then
     srv_us=$(awk -v a="$(redis_cpu)" -v b="$r0" -v l="$lines" 'BEGIN { printf "%.1f", (a - b) * 1e6 / l }')
     keys=$(redis-cli -p "$rport" dbsize)
-    bytes=$(redis-cli -p "$rport" info memory | awk -F: '/^used_memory:/ { printf "%d", $2 }')
+    # %.0f: mawk's %d stops at 2^31 - 1 (2 GiB)
+    bytes=$(redis-cli -p "$rport" info memory | awk -F: '/^used_memory:/ { printf "%.0f", $2 }')
   else
     bytes=$(du -cb "$work"/ledger.db* | tail -1 | cut -f1)
   fi
+  # The same process on no lines: opening the ledger, restoring and saving the
+  # engine state. A log follower pays this once, not per chunk.
+  read -r _ fixed_cpu _ < <(measure "$cli" import -q --utc --year 2026 "${ledger_opts[@]}" "$work/empty.log")
   # status exits 1 when a destination is at "escalate": that is data, not an error.
   "$cli" status --json "${ledger_opts[@]}" > "$work/status.json" || [ $? = 1 ] ||
     { echo "retryguard status failed" >&2; exit 1; }
