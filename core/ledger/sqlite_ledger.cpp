@@ -8,7 +8,10 @@
 // verdict effects, prune and stats; the schema, the statements and the ingest
 // path are in sqlite_schema.cpp, sqlite_statements.cpp and sqlite_ingest.cpp
 // (sqlite_internal.hpp).
+#include <thread>
+
 #include "ledger/sqlite_internal.hpp"
+#include "ledger/sqlite_prune.hpp"
 
 namespace retryguard::ledger_detail {
 namespace {
@@ -557,38 +560,101 @@ Result<std::vector<OutboxEntry>> SqliteLedger::read_outbox() {
     });
 }
 
+// Prune runs in passes, each its own IMMEDIATE transaction, so that the write
+// lock is free between them and another connection (the policy daemon's log
+// follower while its pruner runs, the milter) commits within its busy_timeout
+// instead of waiting for the whole prune of a month of mail. A pass removes at
+// most kPruneMessages messages with their recipients and episode_messages rows
+// (about 5 rows per message on a relay's ledger: a few milliseconds of B-tree
+// work and a WAL append of a few megabytes, small next to the default 2 s
+// busy_timeout, yet large enough that the per-pass overhead -- the commit's
+// fsync, the candidate lookups -- stays a small share), or kPruneRows rows of
+// the other tables, or kPruneRows replay-key pairs.
+constexpr std::int64_t kPruneMessages = 2000;
+constexpr std::int64_t kPruneRows = 10000;
+
+void set_prune_pass_hook(Ledger& ledger, std::function<void()> hook) {
+    if (auto* sqlite = dynamic_cast<SqliteLedger*>(&ledger)) sqlite->prune_pass_hook_ = std::move(hook);
+}
+
 Result<PruneResult> SqliteLedger::prune(const RetentionPolicy& policy, TimePoint now) {
     PruneResult r;
-    auto st = write([&] {
-        r = {};
-        if (qid_map_.active()) leave_queue_id_map("pruning");  // deletes rows the map knows
-        std::int64_t finished_cut = to_micros(now - policy.finished_messages);
-        std::int64_t stale_cut = to_micros(now - policy.stale_messages);
-        std::int64_t ep_cut = to_micros(now - policy.episodes);
-        std::int64_t seen_cut = to_micros(now - policy.seen_events);
+    const std::int64_t finished_cut = to_micros(now - policy.finished_messages);
+    const std::int64_t stale_cut = to_micros(now - policy.stale_messages);
+    const std::int64_t ep_cut = to_micros(now - policy.episodes);
+    const std::int64_t seen_cut = to_micros(now - policy.seen_events);
+    // One pass: `step` returns whether rows may remain. Between two passes the
+    // thread waits as long as the pass held the lock, so that a writer polling
+    // in its busy handler (SQLite sleeps between its attempts) finds it free
+    // at least half of the time rather than only in the instant between them.
+    bool first = true;
+    auto passes = [&](auto&& step) -> Status {
+        for (bool more = true; more;) {
+            if (!first && prune_pass_hook_) prune_pass_hook_();
+            first = false;
+            const auto start = std::chrono::steady_clock::now();
+            auto st = write([&] {
+                if (qid_map_.active()) leave_queue_id_map("pruning");  // deletes rows the map knows
+                more = step();
+            });
+            if (!st) return st;
+            if (more) std::this_thread::sleep_for(std::chrono::steady_clock::now() - start);
+        }
+        return {};
+    };
+    // The candidates come from the indexes messages_finished and messages_updated
+    // (a range scan each, never the whole table), at most kPruneMessages per pass.
+    auto st = passes([&] {
         exec_bound("CREATE TEMP TABLE IF NOT EXISTS doomed(queue_id TEXT PRIMARY KEY) WITHOUT ROWID", {});
         exec_bound("DELETE FROM temp.doomed", {});
-        exec_bound(
-            "INSERT OR IGNORE INTO temp.doomed SELECT queue_id FROM messages WHERE finished < ?1 "
-            "UNION SELECT queue_id FROM messages WHERE updated < ?2",
-            {finished_cut, stale_cut});
-        r.recipients =
+        std::int64_t n = exec_bound(
+            "INSERT OR IGNORE INTO temp.doomed SELECT queue_id FROM messages WHERE finished < ?1 LIMIT ?2",
+            {finished_cut, kPruneMessages});
+        if (n < kPruneMessages)
+            n += exec_bound(
+                "INSERT OR IGNORE INTO temp.doomed SELECT queue_id FROM messages WHERE updated < ?1 AND "
+                "(finished IS NULL OR finished >= ?2) LIMIT ?3",
+                {stale_cut, finished_cut, kPruneMessages - n});
+        if (n == 0) return false;
+        r.recipients +=
             exec_bound("DELETE FROM recipients WHERE queue_id IN (SELECT queue_id FROM temp.doomed)", {});
-        r.messages =
+        r.messages +=
             exec_bound("DELETE FROM messages WHERE queue_id IN (SELECT queue_id FROM temp.doomed)", {});
         exec_bound("DELETE FROM episode_messages WHERE queue_id IN (SELECT queue_id FROM temp.doomed)", {});
         exec_bound("DELETE FROM temp.doomed", {});
-        r.episodes = exec_bound("DELETE FROM episodes WHERE ended < ?1", {ep_cut});
-        r.flags = exec_bound(
-            "DELETE FROM flags WHERE (cleared_at IS NOT NULL AND cleared_at < ?1) OR "
-            "(expires_at IS NOT NULL AND expires_at < ?1)",
-            {ep_cut});
-        exec_bound(
-            "DELETE FROM destinations WHERE ep_first IS NULL AND updated < ?1 AND "
-            "(state = '' OR state = 'recovered')",
-            {ep_cut});
-        r.seen_events = prune_seen(seen_cut);
+        return true;
     });
+    if (st)
+        st = passes([&] {
+            auto n = exec_bound(
+                "DELETE FROM episodes WHERE id IN (SELECT id FROM episodes WHERE ended < ?1 LIMIT ?2)",
+                {ep_cut, kPruneRows});
+            r.episodes += n;
+            return n == kPruneRows;
+        });
+    if (st)
+        st = passes([&] {
+            auto n = exec_bound(
+                "DELETE FROM flags WHERE id IN (SELECT id FROM flags WHERE (cleared_at IS NOT NULL AND "
+                "cleared_at < ?1) OR (expires_at IS NOT NULL AND expires_at < ?1) LIMIT ?2)",
+                {ep_cut, kPruneRows});
+            r.flags += n;
+            return n == kPruneRows;
+        });
+    if (st)
+        st = passes([&] {
+            auto n = exec_bound(
+                "DELETE FROM destinations WHERE (kind, name) IN (SELECT kind, name FROM destinations WHERE "
+                "ep_first IS NULL AND updated < ?1 AND (state = '' OR state = 'recovered') LIMIT ?2)",
+                {ep_cut, kPruneRows});
+            return n == kPruneRows;
+        });
+    if (st)
+        st = passes([&] {
+            bool more = false;
+            r.seen_events += prune_seen(seen_cut, kPruneRows, more);
+            return more;
+        });
     if (!st) return counters_.count(Result<PruneResult>(st.error()));
     return counters_.count(Result<PruneResult>(r));
 }
