@@ -668,9 +668,9 @@ PruneCounts prune_counts(const std::string& path, std::int64_t finished_cut, std
     return c;
 }
 
-// synthetic_stream's message i is seen at t0 + 2i; prune's passes take 2000
-// messages each, so that 6000 messages (3 in 4 finished) need several.
-constexpr int kPruneStream = 6000;
+// synthetic_stream's message i is seen at t0 + 2i; prune's passes take 5,000
+// messages each, so that 10,000 messages (3 in 4 finished) need several.
+constexpr int kPruneStream = 10000;
 constexpr std::int64_t kT0 = 1795000000;
 
 // Prune in passes removes what one transaction over the same retention would
@@ -685,14 +685,14 @@ TEST(LedgerSqlite, PruneInPassesRemovesWhatOneTransactionWouldAndNothingElse) {
     const std::int64_t hour = 3600, day = 24 * hour;
     const std::int64_t now = kT0 + 100 * day;
     RetentionPolicy p;
-    p.finished_messages = std::chrono::seconds(now - (kT0 + 2 * 5000));  // finished up to message ~4100
-    p.stale_messages = std::chrono::seconds(now - (kT0 + 2 * 3000));     // queued up to message ~3000
-    p.episodes = std::chrono::seconds(now - (kT0 + 2 * 4000));
-    p.seen_events = std::chrono::seconds(now - (kT0 + 2 * 4500));
-    const std::int64_t finished_cut = (kT0 + 2 * 5000) * 1000000, stale_cut = (kT0 + 2 * 3000) * 1000000,
-                       ep_cut = (kT0 + 2 * 4000) * 1000000, seen_cut = kT0 + 2 * 4500;
+    p.finished_messages = std::chrono::seconds(now - (kT0 + 2 * 8000));  // finished up to message ~7100
+    p.stale_messages = std::chrono::seconds(now - (kT0 + 2 * 5000));     // queued up to message ~5000
+    p.episodes = std::chrono::seconds(now - (kT0 + 2 * 6000));
+    p.seen_events = std::chrono::seconds(now - (kT0 + 2 * 7000));
+    const std::int64_t finished_cut = (kT0 + 2 * 8000) * 1000000, stale_cut = (kT0 + 2 * 5000) * 1000000,
+                       ep_cut = (kT0 + 2 * 6000) * 1000000, seen_cut = kT0 + 2 * 7000;
     const auto want = prune_counts(path, finished_cut, stale_cut, ep_cut);
-    ASSERT_GT(want.messages, 2000);  // more than one pass
+    ASSERT_GT(want.messages, 5000);  // more than one pass
     ASSERT_GT(want.kept_messages, 0);
     ASSERT_GT(want.episodes, 0);
     ASSERT_GT(want.kept_episodes, 0);
