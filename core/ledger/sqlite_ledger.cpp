@@ -5,9 +5,9 @@
 // half-applied batch escape: every public method catches, rolls back and
 // returns an Error.
 // This file holds the reads and reports, identities, flags, states, the
-// verdict effects, prune and stats; the schema, the statements and the ingest
-// path are in sqlite_schema.cpp, sqlite_statements.cpp and sqlite_ingest.cpp
-// (sqlite_internal.hpp).
+// verdict effects, prune (in bounded passes) and stats; the schema, the
+// statements and the ingest path are in sqlite_schema.cpp,
+// sqlite_statements.cpp and sqlite_ingest.cpp (sqlite_internal.hpp).
 #include <thread>
 
 #include "ledger/sqlite_internal.hpp"
