@@ -108,8 +108,9 @@ void notify_reloading() {
 // ledger.retention.*: prunes the ledger at start and then every
 // ledger.retention.prune_interval (read again after a reload), on a thread and
 // ledger connection of its own, so the log follower's thread never waits for
-// a prune (with SQLite its writes may wait for the prune's transaction, within
-// ledger.sqlite.busy_timeout). Failures are logged and retried next interval.
+// a prune (with SQLite its writes may wait for one of the prune's bounded
+// passes, within ledger.sqlite.busy_timeout; docs/ledger.md "Retention").
+// Failures are logged and retried next interval.
 class Pruner {
   public:
     Pruner(std::shared_ptr<config::ConfigHolder> config, Logger& log)

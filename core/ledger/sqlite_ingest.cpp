@@ -141,17 +141,33 @@ void SqliteLedger::store_seen() {
     fresh_keys_.clear();
 }
 
-// Drops the pairs older than `cut`: whole rows, and the old pairs of a row
-// that straddles it. Returns how many pairs went.
-std::int64_t SqliteLedger::prune_seen(std::int64_t cut) {
+// One bounded pass of prune over the replay keys: drops the pairs older than
+// `cut`, whole rows oldest first up to about `budget` pairs (a row is one
+// ingest batch's keys, so the budget bounds the bytes freed, at least one row),
+// then, once no whole row is left, the old pairs of the rows that straddle it
+// and at most `budget` legacy seen_events rows. `more` is set when pairs older
+// than `cut` may remain. Returns how many pairs went.
+std::int64_t SqliteLedger::prune_seen(std::int64_t cut, std::int64_t budget, bool& more) {
     std::int64_t dropped = 0;
-    std::vector<std::pair<std::int64_t, std::string>> straddling;
+    more = false;
     {
-        Query q = stmt("SELECT COALESCE(SUM(count), 0) FROM seen_batches WHERE last < ?");
-        q.i64(cut);
-        if (q.row()) dropped += q.col(0);
+        std::vector<std::int64_t> ids;
+        {
+            Query q = stmt("SELECT id, count FROM seen_batches WHERE last < ? ORDER BY last");
+            q.i64(cut);
+            while (q.row()) {
+                if (!ids.empty() && dropped + q.col(1) > budget) {
+                    more = true;
+                    break;
+                }
+                ids.push_back(q.col(0));
+                dropped += q.col(1);
+            }
+        }
+        for (auto id : ids) exec_bound("DELETE FROM seen_batches WHERE id = ?1", {id});
+        if (more) return dropped;
     }
-    exec_bound("DELETE FROM seen_batches WHERE last < ?1", {cut});
+    std::vector<std::pair<std::int64_t, std::string>> straddling;
     {
         Query q = stmt("SELECT id, keys FROM seen_batches WHERE first < ?1 AND last >= ?1");
         q.i64(cut);
@@ -175,7 +191,12 @@ std::int64_t SqliteLedger::prune_seen(std::int64_t cut) {
         Query q = stmt("UPDATE seen_batches SET first = ?, last = ?, count = ?, keys = ? WHERE id = ?");
         q.i64(lo).i64(hi).i64(n).blob(kept).i64(id).run();
     }
-    return dropped + exec_bound("DELETE FROM seen_events WHERE time < ?1", {cut});
+    const std::int64_t legacy = exec_bound(
+        "DELETE FROM seen_events WHERE (time, key) IN "
+        "(SELECT time, key FROM seen_events WHERE time < ?1 ORDER BY time LIMIT ?2)",
+        {cut, budget});
+    more = legacy == budget;
+    return dropped + legacy;
 }
 
 // The row of `queue_id`, created (as the first INSERT of one of its events

@@ -435,7 +435,10 @@ class SqliteLedger final : public Ledger {
 
     void store_seen();
 
-    std::int64_t prune_seen(std::int64_t cut);
+    std::int64_t prune_seen(std::int64_t cut, std::int64_t budget, bool& more);
+    // Run by prune between its passes, no transaction open (set_prune_pass_hook).
+    std::function<void()> prune_pass_hook_;
+    friend void set_prune_pass_hook(Ledger& ledger, std::function<void()> hook);
 
     // The batch's message and recipient rows, kept in memory while the batch's
     // events are applied and written once at its end (flush_rows): a message's

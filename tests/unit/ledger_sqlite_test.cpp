@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "../../core/ledger/sqlite_prune.hpp"
 #include "ledger/ledger_contract.hpp"
 
 namespace retryguard::ledger_test {
@@ -623,6 +624,165 @@ TEST(LedgerSqlite, LookupsStopAtTheirDeadline) {
 }
 
 // An in-memory database has no second connection: lookups share the main one.
+// Counts of a raw connection to the ledger file (the oracle of the prune tests).
+std::int64_t count_rows(const std::string& path, const std::string& sql) {
+    sqlite3* db = nullptr;
+    std::int64_t n = -1;
+    if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+        sqlite3_stmt* s = nullptr;
+        if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) == SQLITE_OK &&
+            sqlite3_step(s) == SQLITE_ROW)
+            n = sqlite3_column_int64(s, 0);
+        sqlite3_finalize(s);
+    }
+    sqlite3_close(db);
+    return n;
+}
+
+// What one transaction over the whole retention selects (the selection prune
+// made before it ran in passes), against the ledger file: the rows to go and
+// the rows to stay, per table.
+struct PruneCounts {
+    std::int64_t messages, recipients, episodes, destinations;
+    std::int64_t kept_messages, kept_recipients, kept_episodes, kept_destinations;
+};
+
+PruneCounts prune_counts(const std::string& path, std::int64_t finished_cut, std::int64_t stale_cut,
+                         std::int64_t ep_cut) {
+    const std::string doomed = "(SELECT queue_id FROM messages WHERE finished < " +
+                               std::to_string(finished_cut) + " OR updated < " + std::to_string(stale_cut) +
+                               ")";
+    const std::string old_destination = "ep_first IS NULL AND updated < " + std::to_string(ep_cut) +
+                                        " AND (state = '' OR state = 'recovered')";
+    const std::string ended = "ended < " + std::to_string(ep_cut);
+    PruneCounts c{};
+    c.messages = count_rows(path, "SELECT COUNT(*) FROM messages WHERE queue_id IN " + doomed);
+    c.recipients = count_rows(path, "SELECT COUNT(*) FROM recipients WHERE queue_id IN " + doomed);
+    c.episodes = count_rows(path, "SELECT COUNT(*) FROM episodes WHERE " + ended);
+    c.destinations = count_rows(path, "SELECT COUNT(*) FROM destinations WHERE " + old_destination);
+    c.kept_messages = count_rows(path, "SELECT COUNT(*) FROM messages WHERE queue_id NOT IN " + doomed);
+    c.kept_recipients = count_rows(path, "SELECT COUNT(*) FROM recipients WHERE queue_id NOT IN " + doomed);
+    c.kept_episodes = count_rows(path, "SELECT COUNT(*) FROM episodes WHERE NOT (" + ended + ")");
+    c.kept_destinations =
+        count_rows(path, "SELECT COUNT(*) FROM destinations WHERE NOT (" + old_destination + ")");
+    return c;
+}
+
+// synthetic_stream's message i is seen at t0 + 2i; prune's passes take 5,000
+// messages each, so that 10,000 messages (3 in 4 finished) need several.
+constexpr int kPruneStream = 10000;
+constexpr std::int64_t kT0 = 1795000000;
+
+// Prune in passes removes what one transaction over the same retention would
+// have removed, totals included, and nothing else: the cuts fall inside the
+// stream, so that each table keeps rows too.
+TEST(LedgerSqlite, PruneInPassesRemovesWhatOneTransactionWouldAndNothingElse) {
+    auto path = db_path("prune-passes");
+    auto l = open_ledger("sqlite:" + path);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    const auto stream = synthetic_stream(kPruneStream, 50, kT0);
+    ASSERT_TRUE((*l)->ingest(stream, std::nullopt).ok());
+    const std::int64_t hour = 3600, day = 24 * hour;
+    const std::int64_t now = kT0 + 100 * day;
+    RetentionPolicy p;
+    p.finished_messages = std::chrono::seconds(now - (kT0 + 2 * 8000));  // finished up to message ~7100
+    p.stale_messages = std::chrono::seconds(now - (kT0 + 2 * 5000));     // queued up to message ~5000
+    p.episodes = std::chrono::seconds(now - (kT0 + 2 * 6000));
+    p.seen_events = std::chrono::seconds(now - (kT0 + 2 * 7000));
+    const std::int64_t finished_cut = (kT0 + 2 * 8000) * 1000000, stale_cut = (kT0 + 2 * 5000) * 1000000,
+                       ep_cut = (kT0 + 2 * 6000) * 1000000, seen_cut = kT0 + 2 * 7000;
+    const auto want = prune_counts(path, finished_cut, stale_cut, ep_cut);
+    ASSERT_GT(want.messages, 5000);  // more than one pass
+    ASSERT_GT(want.kept_messages, 0);
+    ASSERT_GT(want.episodes, 0);
+    ASSERT_GT(want.kept_episodes, 0);
+    ASSERT_GT(want.kept_destinations, 0);
+    auto before = (*l)->stats();
+    ASSERT_TRUE(before.ok());
+    ASSERT_EQ(before->seen_events, static_cast<std::int64_t>(stream.size()));
+    std::int64_t old_events = 0;
+    for (const auto& item : stream) old_events += to_micros(item.event.time) < seen_cut * 1000000 ? 1 : 0;
+    ASSERT_GT(old_events, 0);
+    ASSERT_LT(old_events, static_cast<std::int64_t>(stream.size()));
+
+    auto r = (*l)->prune(p, at(now));
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->messages, want.messages);
+    EXPECT_EQ(r->recipients, want.recipients);
+    EXPECT_EQ(r->episodes, want.episodes);
+    EXPECT_EQ(r->flags, 0);
+    EXPECT_EQ(r->seen_events, old_events);
+
+    const auto after = prune_counts(path, finished_cut, stale_cut, ep_cut);
+    EXPECT_EQ(after.messages, 0);
+    EXPECT_EQ(after.recipients, 0);
+    EXPECT_EQ(after.episodes, 0);
+    EXPECT_EQ(after.destinations, 0);
+    EXPECT_EQ(after.kept_messages, want.kept_messages);
+    EXPECT_EQ(after.kept_recipients, want.kept_recipients);
+    EXPECT_EQ(after.kept_episodes, want.kept_episodes);
+    EXPECT_EQ(after.kept_destinations, want.kept_destinations);
+    EXPECT_EQ(count_rows(path,
+                         "SELECT COUNT(*) FROM episode_messages WHERE queue_id NOT IN "
+                         "(SELECT queue_id FROM messages)"),
+              0);
+    auto stats = (*l)->stats();
+    ASSERT_TRUE(stats.ok());
+    EXPECT_EQ(stats->seen_events, static_cast<std::int64_t>(stream.size()) - old_events);
+    // The keys kept still count as seen: their events are no news.
+    auto again = (*l)->ingest(std::vector<IngestItem>(stream.end() - 9, stream.end()), std::nullopt);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->applied, 0u);
+    EXPECT_EQ(again->duplicates, 9u);
+    // A second prune finds nothing left.
+    r = (*l)->prune(p, at(now));
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->messages + r->recipients + r->episodes + r->flags + r->seen_events, 0);
+}
+
+// Between two passes prune holds no transaction: another connection (the
+// policy daemon's follower while its pruner runs) commits an ingest batch
+// there at once, with a busy timeout far too short to wait for a pass.
+TEST(LedgerSqlite, AnotherConnectionCommitsBetweenPrunePasses) {
+    auto path = db_path("prune-between");
+    auto l = open_ledger("sqlite:" + path);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    ASSERT_TRUE((*l)->ingest(synthetic_stream(kPruneStream, 50, kT0), std::nullopt).ok());
+    LedgerOptions options;
+    options.spec = "sqlite:" + path;
+    options.busy_timeout = std::chrono::milliseconds(1);
+    auto follower = open_ledger(options);
+    ASSERT_TRUE(follower.ok()) << follower.error().message;
+    const std::int64_t later = kT0 + 40 * 86400;
+    int passes = 0, committed = 0;
+    std::vector<std::int64_t> left;  // messages of the stream still there at each pass
+    ledger_detail::set_prune_pass_hook(**l, [&] {
+        ++passes;
+        auto qid = "F" + std::to_string(passes);
+        auto done = (*follower)->ingest(std::vector<IngestItem>{queue_active(qid, later + passes, "s@x.test"),
+                                                                deferred(qid, later + passes, "r@f.test")},
+                                        std::nullopt);
+        if (done.ok()) ++committed;
+        left.push_back(count_rows(path, "SELECT COUNT(*) FROM messages WHERE queue_id NOT LIKE 'F%'"));
+    });
+    RetentionPolicy p;  // 30 days after the stream: all its finished messages go
+    auto r = (*l)->prune(p, at(kT0 + 35 * 86400));
+    ledger_detail::set_prune_pass_hook(**l, {});
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->messages, kPruneStream * 3 / 4);
+    ASSERT_GE(passes, 3);
+    EXPECT_EQ(committed, passes);
+    // The follower's batches landed while the stream's messages were going, not after.
+    ASSERT_FALSE(left.empty());
+    EXPECT_LT(left.front(), kPruneStream);
+    EXPECT_GT(left.front(), kPruneStream / 4);
+    for (int i = 1; i <= passes; ++i) {
+        auto m = (*l)->get_message("F" + std::to_string(i));
+        ASSERT_TRUE(m.ok());
+        EXPECT_TRUE(m->has_value()) << i;
+    }
+}
+
 TEST(LedgerSqlite, InMemoryLedgerAnswersLookupsOnItsOnlyConnection) {
     auto l = open_ledger("sqlite::memory:");
     ASSERT_TRUE(l.ok()) << l.error().message;
