@@ -32,7 +32,7 @@ TEST_PKGS=(
   systemd-journal-remote              # writes journal files the journald follower tests read
   chromium                            # renders the HTML report headless in its test
 )
-BENCH_PKGS=(pflogsumm postfwd postgrey time)  # time: GNU time (peak memory) in bench/import-vs-pflogsumm.sh
+BENCH_PKGS=(pflogsumm postfwd postgrey time gnuplot-nox)  # time: GNU time (peak memory) in bench/import-vs-pflogsumm.sh; gnuplot: bench/import-curve.sh plots
 PACKAGE_PKGS=(debhelper dpkg-dev fakeroot lintian rsync util-linux debootstrap)  # packaging/build-deb.sh, tests/packaging
 
 want=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}")
