@@ -271,6 +271,7 @@ void Ingestor::add_line(PreparedBatch& batch, LogParser& parser, const Classifie
         if (!parser.parse(line, item.event)) return;  // unknown lines are counted by the parser
         item.category = classify_event(classifier, item.event);
         item.key = batch.keyer ? event_key(item.event, *batch.keyer) : 0;
+        encode_journal_batch_item(item.journal, item);  // here, off the ledger's thread
         ++batch.count;
     } catch (const std::exception& e) {
         ++batch.poison_lines;
