@@ -59,9 +59,10 @@ struct ImportBatch {
 };
 
 // The reading thread takes a free batch, fills it and hands it over full; the
-// ledger thread takes the full ones in order and gives them back. Three batches
-// in all: one being filled, one waiting, one in the ledger, so memory stays
-// bounded by three batches whatever the files' size. nullptr ends the stream.
+// ledger thread takes the full ones in order and gives them back once the
+// engine thread is done with them too. Four batches in all: one being filled,
+// one waiting, one in the ledger, one with the engine, so memory stays
+// bounded by four batches whatever the files' size. nullptr ends the stream.
 class BatchPipe {
   public:
     BatchPipe() {
@@ -93,7 +94,7 @@ class BatchPipe {
         }
         cv_.notify_all();
     }
-    std::array<ImportBatch, 3> batches_;
+    std::array<ImportBatch, 4> batches_;
     std::deque<ImportBatch*> free_, full_;
     std::mutex mutex_;
     std::condition_variable cv_;
@@ -226,30 +227,42 @@ int run_import(const ImportOptions& opt) {
     int rc = kExitOk;
     std::uint64_t batches_since_save = 0, lines_since_save = 0;
     std::optional<std::size_t> failed_file;  // the ledger refused a batch of it: its later ones are dropped
+    auto report_save = [](const std::optional<Status>& sv) {
+        if (sv && !*sv)
+            fmt::print(stderr, "retryguard import: saving engine state: {}\n", sv->error().message);
+    };
+    // Three threads: the ledger records a batch while the engine thread feeds
+    // the one before (Ingestor::ingest_pipelined).
     while (ImportBatch* b = pipe.take_full()) {
         if (b->prepared.lines == 0 || b->file == failed_file) {
             pipe.put_free(b);
             continue;
         }
-        auto st = ingestor.ingest_prepared(b->prepared, std::nullopt);
-        emit();
-        lines_since_save += b->prepared.lines;
         const std::size_t file = b->file;
-        pipe.put_free(b);
-        if (!st) {
-            fmt::print(stderr, "retryguard import: {}: ledger: {}\n", opt.files[file], st.error().message);
+        const std::size_t lines = b->prepared.lines;
+        // Saving now and then keeps the engine journal (replayed after a crash) short.
+        const bool save_due =
+            batches_since_save + 1 >= kSaveEveryBatches || lines_since_save + lines >= kSaveEveryLines;
+        auto step = ingestor.ingest_pipelined(
+            b->prepared, [&pipe, b](PreparedBatch&) { pipe.put_free(b); }, save_due);
+        emit();
+        report_save(step.saved);
+        if (!step.ingest) {
+            fmt::print(stderr, "retryguard import: {}: ledger: {}\n", opt.files[file],
+                       step.ingest.error().message);
             failed_file = file;
             rc = kExitAttention;
             continue;
         }
-        // Saving now and then keeps the engine journal (replayed after a crash) short.
-        if (++batches_since_save >= kSaveEveryBatches || lines_since_save >= kSaveEveryLines) {
+        if (save_due) {
             batches_since_save = lines_since_save = 0;
-            auto sv = ingestor.save();
-            emit();
-            if (!sv) fmt::print(stderr, "retryguard import: saving engine state: {}\n", sv.error().message);
+        } else {
+            ++batches_since_save;
+            lines_since_save += lines;
         }
     }
+    report_save(ingestor.finish_pipeline());
+    emit();
     reader_thread.join();
     if (rc_reader != kExitOk) rc = rc_reader;
     std::optional<TimePoint> last_time;

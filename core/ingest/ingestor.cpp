@@ -153,6 +153,10 @@ std::optional<FollowerPosition> Ingestor::resume_position(std::string_view sourc
 }
 
 void Ingestor::queue(std::vector<Verdict>& verdicts) {
+    queue(verdicts, pending_);
+}
+
+void Ingestor::queue(std::vector<Verdict>& verdicts, std::vector<PendingVerdict>& out) {
     for (auto& v : verdicts) {
         PendingVerdict p;
         VerdictEffect& e = p.effect;
@@ -184,7 +188,7 @@ void Ingestor::queue(std::vector<Verdict>& verdicts) {
         if (sink_ && !v.silent) e.line = format_verdict(v);
         p.verdict = std::move(v);
         if (!v.silent) ++stats_.verdicts;
-        pending_.push_back(std::move(p));
+        out.push_back(std::move(p));
     }
 }
 
@@ -194,7 +198,7 @@ std::vector<Verdict> Ingestor::engine_on_event(const IngestItem& item) {
     return engine_.on_event(item.event, item.category);
 }
 
-void Ingestor::feed_event(const IngestItem& item, std::uint64_t seq) {
+void Ingestor::feed_event(const IngestItem& item, std::uint64_t seq, std::vector<PendingVerdict>& out) {
     // feed() of an event record, without one to build (no observer wants it).
     std::vector<Verdict> verdicts;
     try {
@@ -203,7 +207,7 @@ void Ingestor::feed_event(const IngestItem& item, std::uint64_t seq) {
         ++stats_.engine_errors;
         if (poison_) poison_("journal entry", seq, e.what());
     }
-    queue(verdicts);
+    queue(verdicts, out);
     journal_seq_ = seq;
 }
 
@@ -267,6 +271,7 @@ void Ingestor::add_line(PreparedBatch& batch, LogParser& parser, const Classifie
         if (!parser.parse(line, item.event)) return;  // unknown lines are counted by the parser
         item.category = classify_event(classifier, item.event);
         item.key = batch.keyer ? event_key(item.event, *batch.keyer) : 0;
+        encode_journal_batch_item(item.journal, item);  // here, off the ledger's thread
         ++batch.count;
     } catch (const std::exception& e) {
         ++batch.poison_lines;
@@ -308,7 +313,7 @@ Status Ingestor::ingest_prepared(PreparedBatch& batch, const std::optional<Follo
         for (std::size_t i = 0; i < items.size() && i < result->fresh.size(); ++i) {
             if (!result->fresh[i]) continue;
             if (!observer_) {
-                feed_event(items[i], result->journal_seq);
+                feed_event(items[i], result->journal_seq, pending_);
                 continue;
             }
             // Lent to the record and taken back, so the item keeps its buffers.
@@ -379,15 +384,17 @@ Status Ingestor::save() {
                           "the saved engine state could not be restored: not overwriting it");
     if (auto st = flush_effects(); !st)
         return make_error(st.error().kind, "verdict effects pending: " + st.error().message);
+    return ledger_.save_engine_state(kStateKey, encode_state(), journal_seq_, outbox_written_);
+}
+
+std::string Ingestor::encode_state() const {
     const std::string engine_bytes = engine_.save_state();
     json j{{"version", 2},
            {"journal_seq", journal_seq_},
            {"verdict_seq", verdict_seq_},
            {"engine", json::binary(std::vector<std::uint8_t>(engine_bytes.begin(), engine_bytes.end()))}};
     const std::vector<std::uint8_t> bytes = json::to_cbor(j);
-    return ledger_.save_engine_state(
-        kStateKey, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), journal_seq_,
-        outbox_written_);
+    return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
 Status Ingestor::sync_flags(TimePoint now) {

@@ -231,7 +231,8 @@ std::string encode_journal_clear_flag(std::string_view destination, TimePoint no
     return w.take();
 }
 
-void append_journal_batch_item(std::string& batch, const IngestItem& item) {
+namespace {
+void append_framed_item(std::string& batch, const IngestItem& item) {
     // The batch frames each entry with its length (8 bytes, as Writer::str),
     // written once the entry is: encoded in place, not copied.
     const std::size_t at = batch.size();
@@ -242,6 +243,20 @@ void append_journal_batch_item(std::string& batch, const IngestItem& item) {
     const std::uint64_t n = batch.size() - at - 8;
     for (int i = 0; i < 8; ++i)
         batch[at + static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+}
+}  // namespace
+
+void append_journal_batch_item(std::string& batch, const IngestItem& item) {
+    if (!item.journal.empty()) {
+        batch += item.journal;
+        return;
+    }
+    append_framed_item(batch, item);
+}
+
+void encode_journal_batch_item(std::string& out, const IngestItem& item) {
+    out.clear();
+    append_framed_item(out, item);
 }
 
 namespace {

@@ -200,6 +200,27 @@ TEST(LedgerJournal, CompactEntriesAreSmallerAndRoundTripEveryField) {
     EXPECT_TRUE(out.empty());
 }
 
+TEST(LedgerJournal, AnEntryEncodedAheadIsCopiedAsTheLedgerWouldEncodeIt) {
+    // Ingestor::add_line encodes each item's entry on the reading thread; the
+    // ledger's batch entry must be byte for byte what it encodes itself.
+    IngestItem ahead = sample();
+    encode_journal_batch_item(ahead.journal, ahead);
+    ASSERT_FALSE(ahead.journal.empty());
+    const IngestItem plain = sample();
+    std::string mine(kJournalBatchTag), theirs(kJournalBatchTag);
+    append_journal_batch_item(mine, plain);
+    append_journal_batch_item(mine, plain);
+    append_journal_batch_item(theirs, ahead);
+    append_journal_batch_item(theirs, plain);
+    EXPECT_EQ(theirs, mine);
+    // What is copied is the stored encoding, not the event: a stale one would show.
+    ahead.journal.back() ^= 1;
+    std::string changed(kJournalBatchTag);
+    append_journal_batch_item(changed, ahead);
+    append_journal_batch_item(changed, plain);
+    EXPECT_NE(changed, mine);
+}
+
 TEST(LedgerJournal, AVersionTwoEntryStillDecodesWithTheLineText) {
     const IngestItem item = sample();
     std::vector<EngineJournalRecord> out;

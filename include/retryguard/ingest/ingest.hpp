@@ -45,14 +45,17 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "retryguard/classify/classifier.hpp"
@@ -147,6 +150,36 @@ class Ingestor {
                          std::string_view line, const PoisonSink& poison);
     Status ingest_prepared(PreparedBatch& batch, const std::optional<FollowerPosition>& end);
 
+    // Pipelined ingest (`retryguard import`): the engine is fed on a thread of
+    // its own while the caller's thread records the next batch in the ledger.
+    // ingest_pipelined records `batch` (as ingest_prepared does) and hands its
+    // fresh events to the engine thread; the verdict effects of the batch
+    // before it are applied (and their lines written) first, so at most one
+    // batch is with the engine and the caller needs one batch more in
+    // circulation. `release` gets the batch back once the engine is done with
+    // it (or at once when it has nothing to feed). `save_after`: the engine
+    // thread snapshots its state right after this batch, and the snapshot is
+    // saved (with the journal it covers trimmed) once the batch's effects are
+    // applied; the exactly-once argument is the one above: the state saved
+    // covers exactly the journal up to its entry, and effects applied one batch
+    // later are what a crash between the two commits would leave for restore().
+    // A ledger error or a journal written by someone else meanwhile drains the
+    // engine thread and takes the serial path (catch_up). finish_pipeline()
+    // drains and stops the thread; advance() and save() are serial calls for
+    // after it. No observer may be set (the observer runs on the serial path).
+    struct PipelineStep {
+        Status ingest;                // the ledger's answer for this batch
+        std::optional<Status> saved;  // a snapshot's save, when one was written by this call
+    };
+    using Release = std::function<void(PreparedBatch&)>;
+    PipelineStep ingest_pipelined(PreparedBatch& batch, const Release& release, bool save_after);
+    // Applies what the engine thread still holds, stops it; the saves this
+    // writes are returned as in PipelineStep::saved.
+    std::optional<Status> finish_pipeline();
+    ~Ingestor();
+    Ingestor(const Ingestor&) = delete;
+    Ingestor& operator=(const Ingestor&) = delete;
+
     // Time-based rules at event time `now` (end of an import; a quiet live log),
     // journaled first: an error means nothing was evaluated (try again later).
     Status advance(TimePoint now);
@@ -193,11 +226,33 @@ class Ingestor {
         VerdictEffect effect;
         Verdict verdict;
     };
+    // One batch with the engine thread (pipelined ingest).
+    struct EngineJob {
+        PreparedBatch* batch = nullptr;
+        Release release;
+        std::vector<bool> fresh;
+        std::uint64_t seq = 0;  // the batch's journal entry (0: nothing fresh)
+        bool snapshot = false;
+        // Filled by the engine thread:
+        std::vector<PendingVerdict> pending;
+        std::optional<std::string> state;  // the snapshot's bytes
+        std::string state_error;
+        std::uint64_t state_journal_seq = 0;
+        bool done = false;
+    };
+    void engine_thread_main();
+    void run_job(EngineJob& job);
+    // Waits for the engine thread's job, applies its effects, writes its
+    // snapshot, releases its batch. nullopt: no snapshot was written.
+    std::optional<Status> collect_job();
+    // The engine state as saved (CBOR), covering journal_seq_ and verdict_seq_.
+    std::string encode_state() const;
     // Feeds one journal record to the engine; its verdicts are numbered and queued.
     void feed(const EngineJournalRecord& record, std::uint64_t seq);
-    void feed_event(const IngestItem& item, std::uint64_t seq);
+    void feed_event(const IngestItem& item, std::uint64_t seq, std::vector<PendingVerdict>& out);
     std::vector<Verdict> engine_on_event(const IngestItem& item);
     void queue(std::vector<Verdict>& verdicts);
+    void queue(std::vector<Verdict>& verdicts, std::vector<PendingVerdict>& out);
     // Journal entries after journal_seq_ (written by an earlier run or with a
     // lost reply) into the engine.
     Status catch_up();
@@ -223,6 +278,16 @@ class Ingestor {
     std::vector<PendingVerdict> pending_;
     bool restore_failed_ = false;
     bool need_catch_up_ = false;  // a ledger call failed: the journal may hold entries not fed
+
+    // Pipelined ingest: the engine thread and its one job. While a job is out,
+    // the engine, journal_seq_, verdict_seq_ and stats_.verdicts/by_category/
+    // engine_errors belong to the engine thread; the rest to the caller's.
+    std::thread engine_thread_;
+    std::mutex job_mutex_;
+    std::condition_variable job_cv_;
+    std::optional<EngineJob> job_;
+    bool job_stop_ = false;
+    std::uint64_t submitted_seq_ = 0;  // last journal entry handed to the engine thread
 };
 
 // A saved engine state (the Ingestor's kStateKey value) for readers such as

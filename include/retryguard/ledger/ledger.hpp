@@ -103,6 +103,10 @@ struct IngestItem {
     // event_key(event, ledger.event_keyer()) when computed ahead
     // (Ingestor::add_line, on an import's reading thread); 0: the ledger computes it.
     std::uint64_t key = 0;
+    // The item's framed engine journal entry (encode_journal_batch_item) when
+    // encoded ahead (Ingestor::add_line, on an import's reading thread); empty:
+    // the ledger encodes it. The ledger copies it as it is.
+    std::string journal{};
 };
 
 struct IngestResult {
@@ -142,6 +146,8 @@ std::string encode_journal_clear_flag(std::string_view destination, TimePoint no
 // A batch entry: kJournalBatchTag, then every fresh event as added here.
 inline constexpr std::string_view kJournalBatchTag = "B";
 void append_journal_batch_item(std::string& batch, const IngestItem& item);
+// The bytes append_journal_batch_item adds for `item`, into `out` (replaced).
+void encode_journal_batch_item(std::string& out, const IngestItem& item);
 // One entry (a batch gives one record per event) appended to `out`; false
 // when `data` is not an entry this program wrote (out unchanged then).
 bool decode_journal_entry(std::string_view data, std::vector<EngineJournalRecord>& out);
