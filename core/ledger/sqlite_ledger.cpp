@@ -562,6 +562,7 @@ Result<PruneResult> SqliteLedger::prune(const RetentionPolicy& policy, TimePoint
     auto st = write([&] {
         r = {};
         if (qid_map_.active()) leave_queue_id_map("pruning");  // deletes rows the map knows
+        dests_.clear();                                        // deletes destination rows bulk mode keeps
         std::int64_t finished_cut = to_micros(now - policy.finished_messages);
         std::int64_t stale_cut = to_micros(now - policy.stale_messages);
         std::int64_t ep_cut = to_micros(now - policy.episodes);

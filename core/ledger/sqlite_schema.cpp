@@ -324,13 +324,22 @@ Status SqliteLedger::open() {
 // (scans); the ingest path finds its rows through the queue-id map instead
 // (QueueIdMap), which also keeps queue ids unique while their index is
 // missing. A process killed before the end leaves them missing; open()
-// builds them.
+// builds them. Destination rows are kept between batches meanwhile
+// (DestinationCache), into any ledger.
 void SqliteLedger::set_bulk_mode(bool on) noexcept {
     std::lock_guard lock(mutex_);
     (void)guard([&] {
         exec(on ? "PRAGMA cache_size=-65536" : "PRAGMA cache_size=-16000");
         exec(on ? "PRAGMA wal_autocheckpoint=65536" : "PRAGMA wal_autocheckpoint=1000");
+        if (on && !dest_cache_.active) {
+            dest_cache_.version = data_version();
+            dest_cache_.active = true;
+        }
     });
+    if (!on) {
+        dest_cache_.active = false;
+        dests_ = DestinationRows();
+    }
     if (on && !indexes_deferred_) {
         auto st = guard([&] {
             exec("BEGIN IMMEDIATE");
