@@ -562,14 +562,18 @@ SqliteLedger::DestinationRow& SqliteLedger::destination_row(const char* kind, co
             row.in_table = true;
             row.last_success = opt_i64(q, 0);
             row.last_deferral = opt_i64(q, 1);
-            row.ep_first = opt_i64(q, 2);
-            row.ep_last = opt_i64(q, 3);
-            row.ep_attempts = q.col(4);
-            row.ep_messages = q.col(5);
-            row.ep_categories = q.col(6);
-            row.ep_last_reply = q.str(7);
-            row.ep_last_relay = q.str(8);
             row.updated = q.col(9);
+            if (!q.is_null(2) || !q.is_null(3) || q.col(4) != 0 || q.col(5) != 0 || q.col(6) != 0 ||
+                !q.str(7).empty() || !q.str(8).empty()) {
+                row.ep = std::make_unique<DestinationEpisode>();
+                row.ep->first = opt_i64(q, 2);
+                row.ep->last = opt_i64(q, 3);
+                row.ep->attempts = q.col(4);
+                row.ep->messages = q.col(5);
+                row.ep->categories = q.col(6);
+                row.ep->last_reply = q.str(7);
+                row.ep->last_relay = q.str(8);
+            }
         }
         it = dests_.emplace(dest_key_, std::move(row)).first;
     }
@@ -594,38 +598,38 @@ void SqliteLedger::record_deferral(const char* kind, const std::string& name, co
     if (!row.episode_messages->contains(message)) {
         Query q = stmt("INSERT OR IGNORE INTO episode_messages(kind, name, queue_id) VALUES(?, ?, ?)");
         q.text(kind).text(name).text(message).run();
-        row.ep_messages += sqlite3_changes(db_);
+        if (!row.ep) row.ep = std::make_unique<DestinationEpisode>();
+        row.ep->messages += sqlite3_changes(db_);
         row.episode_messages->insert(message);
     }
+    if (!row.ep) row.ep = std::make_unique<DestinationEpisode>();
+    DestinationEpisode& ep = *row.ep;
     row.last_deferral = max_opt(row.last_deferral, op.time);
-    if (!row.ep_first) row.ep_first = op.time;
-    row.ep_last = max_opt(row.ep_last, op.time);
-    row.ep_attempts += 1;
-    row.ep_categories |= category_bit(op.category);
-    row.ep_last_reply = op.reason;
-    row.ep_last_relay = op.relay;
+    if (!ep.first) ep.first = op.time;
+    ep.last = max_opt(ep.last, op.time);
+    ep.attempts += 1;
+    ep.categories |= category_bit(op.category);
+    ep.last_reply = op.reason;
+    ep.last_relay = op.relay;
     row.updated = std::max(row.updated, op.time);
 }
 
 void SqliteLedger::record_success(const char* kind, const std::string& name, std::int64_t t) {
     auto& row = destination_row(kind, name);
-    if (row.ep_first) {
+    if (row.ep && row.ep->first) {
+        const DestinationEpisode& ep = *row.ep;
         Query q = stmt(
             "INSERT INTO episodes(kind, name, first_deferral, last_deferral, ended, attempts, messages, "
             "categories, last_reply, last_relay) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-        q.text(kind).text(name).i64(*row.ep_first).i64(row.ep_last.value_or(*row.ep_first)).i64(t);
-        q.i64(row.ep_attempts).i64(row.ep_messages).i64(row.ep_categories).text(row.ep_last_reply);
-        q.text(row.ep_last_relay).run();
+        q.text(kind).text(name).i64(*ep.first).i64(ep.last.value_or(*ep.first)).i64(t);
+        q.i64(ep.attempts).i64(ep.messages).i64(ep.categories).text(ep.last_reply);
+        q.text(ep.last_relay).run();
         Query d = stmt("DELETE FROM episode_messages WHERE kind = ? AND name = ?");
         d.text(kind).text(name).run();
         if (row.episode_messages) row.episode_messages->clear();
     }
     row.last_success = max_opt(row.last_success, t);
-    row.ep_first.reset();
-    row.ep_last.reset();
-    row.ep_attempts = row.ep_messages = row.ep_categories = 0;
-    row.ep_last_reply.clear();
-    row.ep_last_relay.clear();
+    row.ep.reset();
     row.updated = std::max(row.updated, t);
 }
 
@@ -645,12 +649,14 @@ void SqliteLedger::flush_destinations() {
     auto run = [&](const char* sql, std::string_view key, const DestinationRow& row) {
         Query q = stmt(sql);
         auto opt = [&](const std::optional<std::int64_t>& v) -> Query& { return v ? q.i64(*v) : q.null(); };
+        static const DestinationEpisode kNoEpisode;
+        const DestinationEpisode& ep = row.ep ? *row.ep : kNoEpisode;
         opt(row.last_success);
         opt(row.last_deferral);
-        opt(row.ep_first);
-        opt(row.ep_last);
-        q.i64(row.ep_attempts).i64(row.ep_messages).i64(row.ep_categories).text(row.ep_last_reply);
-        q.text(row.ep_last_relay).i64(row.updated);
+        opt(ep.first);
+        opt(ep.last);
+        q.i64(ep.attempts).i64(ep.messages).i64(ep.categories).text(ep.last_reply);
+        q.text(ep.last_relay).i64(row.updated);
         const auto tab = key.find('\t');
         q.text(key.substr(0, tab)).text(key.substr(tab + 1)).run();
     };

@@ -637,12 +637,19 @@ class SqliteLedger final : public Ledger {
     // write lock (BEGIN IMMEDIATE).
     // Neither `state` nor `state_changed` is here: only the verdict effects
     // write them, and the batch's UPDATE leaves them alone.
+    // The `ep_*` columns: most destinations have no open episode, so a kept
+    // row holds them only while one is open (or the table had them).
+    struct DestinationEpisode {
+        std::optional<std::int64_t> first, last;
+        std::int64_t attempts = 0, messages = 0, categories = 0;
+        std::string last_reply, last_relay;
+    };
     struct DestinationRow {
-        std::optional<std::int64_t> last_success, last_deferral, ep_first, ep_last;
-        std::int64_t ep_attempts = 0, ep_messages = 0, ep_categories = 0, updated = 0;
-        std::string ep_last_reply, ep_last_relay;
-        bool in_table = false;  // UPDATE it, else INSERT
-        bool touched = false;   // by the current batch: to be written
+        std::optional<std::int64_t> last_success, last_deferral;
+        std::int64_t updated = 0;
+        std::unique_ptr<DestinationEpisode> ep;  // nullptr: the columns' defaults
+        bool in_table = false;                   // UPDATE it, else INSERT
+        bool touched = false;                    // by the current batch: to be written
         // Queue ids known to be in episode_messages: for the current batch only
         // (released when it is written), so a long episode does not grow it.
         std::unique_ptr<std::unordered_set<std::string>> episode_messages;
