@@ -15,11 +15,20 @@ Result<IngestResult> SqliteLedger::ingest(std::span<const IngestItem> batch,
         result = {};
         journal_.assign(kJournalBatchTag);
         clear_rows();
-        dests_.clear();
+        drop_touched_destinations();
+        if (!dest_cache_.active) dests_.clear();
         qid_map_.discard_staged();
-        // Another connection wrote since: rows the map does not know may exist.
-        if (qid_map_.active() && data_version() != qid_map_.version())
-            leave_queue_id_map("another connection wrote to the ledger");
+        if (qid_map_.active() || dest_cache_.active) {
+            const std::int64_t version = data_version();
+            // Another connection wrote since: rows the map does not know may
+            // exist, and the kept destination rows may be stale.
+            if (qid_map_.active() && version != qid_map_.version())
+                leave_queue_id_map("another connection wrote to the ledger");
+            if (dest_cache_.active && version != dest_cache_.version) {
+                dests_.clear();
+                dest_cache_.version = version;
+            }
+        }
         load_seen(batch);
         for (const auto& item : batch) {
             Op op = plan(item, keyer_);
@@ -47,11 +56,21 @@ Result<IngestResult> SqliteLedger::ingest(std::span<const IngestItem> batch,
         }
     });
     clear_rows();
-    dests_.clear();
     if (!st) {
-        qid_map_.discard_staged();  // rolled back with the batch: the map stays as committed
+        // Rolled back with the batch: the map stays as committed, and the
+        // destination rows the batch touched are read again.
+        drop_touched_destinations();
+        qid_map_.discard_staged();
         return counters_.count(Result<IngestResult>(st.error()));
     }
+    for (auto* d : dests_touched_) d->second.touched = false;
+    dests_touched_.clear();
+    if (dest_cache_.unsound) {
+        options_.warn("bulk mode: a kept destination row was missing: reading destinations again");
+        dest_cache_.unsound = false;
+        dests_.clear();
+    }
+    if (!dest_cache_.active) dests_.clear();
     qid_map_.commit_staged();
     counters_.events += result.applied;
     counters_.duplicates += result.duplicates;
@@ -548,99 +567,138 @@ void SqliteLedger::clear_rows() {
     rcpts_loaded_.clear();
 }
 
+// The row of (kind, name): kept, else read from the table.
 SqliteLedger::DestinationRow& SqliteLedger::destination_row(const char* kind, const std::string& name) {
-    auto key = std::string(kind) + '\t' + name;
-    auto it = dests_.find(key);
-    if (it != dests_.end()) return it->second;
-    DestinationRow row;
-    Query q = stmt(
-        "SELECT last_success, last_deferral, ep_first, ep_last, ep_attempts, ep_messages, ep_categories, "
-        "ep_last_reply, ep_last_relay, updated FROM destinations WHERE kind = ? AND name = ?");
-    q.text(kind).text(name);
-    if (q.row()) {
-        auto opt = [&](int i) -> std::optional<std::int64_t> {
-            if (q.is_null(i)) return std::nullopt;
-            return q.col(i);
-        };
-        row.last_success = opt(0);
-        row.last_deferral = opt(1);
-        row.ep_first = opt(2);
-        row.ep_last = opt(3);
-        row.ep_attempts = q.col(4);
-        row.ep_messages = q.col(5);
-        row.ep_categories = q.col(6);
-        row.ep_last_reply = q.str(7);
-        row.ep_last_relay = q.str(8);
-        row.updated = q.col(9);
+    dest_key_.assign(kind).push_back('\t');
+    dest_key_.append(name);
+    auto it = dests_.find(dest_key_);
+    if (it == dests_.end()) {
+        DestinationRow row;
+        Query q = stmt(
+            "SELECT last_success, last_deferral, ep_first, ep_last, ep_attempts, ep_messages, "
+            "ep_categories, ep_last_reply, ep_last_relay, updated FROM destinations WHERE kind = ? AND name "
+            "= ?");
+        q.text(kind).text(name);
+        if (q.row()) {
+            row.in_table = true;
+            row.last_success = opt_i64(q, 0);
+            row.last_deferral = opt_i64(q, 1);
+            row.updated = q.col(9);
+            if (!q.is_null(2) || !q.is_null(3) || q.col(4) != 0 || q.col(5) != 0 || q.col(6) != 0 ||
+                !q.str(7).empty() || !q.str(8).empty()) {
+                row.ep = std::make_unique<DestinationEpisode>();
+                row.ep->first = opt_i64(q, 2);
+                row.ep->last = opt_i64(q, 3);
+                row.ep->attempts = q.col(4);
+                row.ep->messages = q.col(5);
+                row.ep->categories = q.col(6);
+                row.ep->last_reply = q.str(7);
+                row.ep->last_relay = q.str(8);
+            }
+        }
+        it = dests_.emplace(dest_key_, std::move(row)).first;
     }
-    return dests_.emplace(std::move(key), std::move(row)).first->second;
+    if (!it->second.touched) {
+        it->second.touched = true;
+        dests_touched_.push_back(&*it);
+    }
+    return it->second;
+}
+
+// After a rolled-back batch (or one whose end was never reached): the rows
+// it touched are not as committed.
+void SqliteLedger::drop_touched_destinations() {
+    for (auto* d : dests_touched_) dests_.erase(dests_.find(d->first));
+    dests_touched_.clear();
 }
 
 void SqliteLedger::record_deferral(const char* kind, const std::string& name, const std::string& message,
                                    const Op& op) {
     auto& row = destination_row(kind, name);
-    if (!row.episode_messages.contains(message)) {
+    if (!row.episode_messages) row.episode_messages = std::make_unique<std::unordered_set<std::string>>();
+    if (!row.episode_messages->contains(message)) {
         Query q = stmt("INSERT OR IGNORE INTO episode_messages(kind, name, queue_id) VALUES(?, ?, ?)");
         q.text(kind).text(name).text(message).run();
-        row.ep_messages += sqlite3_changes(db_);
-        row.episode_messages.insert(message);
+        if (!row.ep) row.ep = std::make_unique<DestinationEpisode>();
+        row.ep->messages += sqlite3_changes(db_);
+        row.episode_messages->insert(message);
     }
+    if (!row.ep) row.ep = std::make_unique<DestinationEpisode>();
+    DestinationEpisode& ep = *row.ep;
     row.last_deferral = max_opt(row.last_deferral, op.time);
-    if (!row.ep_first) row.ep_first = op.time;
-    row.ep_last = max_opt(row.ep_last, op.time);
-    row.ep_attempts += 1;
-    row.ep_categories |= category_bit(op.category);
-    row.ep_last_reply = op.reason;
-    row.ep_last_relay = op.relay;
+    if (!ep.first) ep.first = op.time;
+    ep.last = max_opt(ep.last, op.time);
+    ep.attempts += 1;
+    ep.categories |= category_bit(op.category);
+    ep.last_reply = op.reason;
+    ep.last_relay = op.relay;
     row.updated = std::max(row.updated, op.time);
 }
 
 void SqliteLedger::record_success(const char* kind, const std::string& name, std::int64_t t) {
     auto& row = destination_row(kind, name);
-    if (row.ep_first) {
+    if (row.ep && row.ep->first) {
+        const DestinationEpisode& ep = *row.ep;
         Query q = stmt(
             "INSERT INTO episodes(kind, name, first_deferral, last_deferral, ended, attempts, messages, "
             "categories, last_reply, last_relay) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-        q.text(kind).text(name).i64(*row.ep_first).i64(row.ep_last.value_or(*row.ep_first)).i64(t);
-        q.i64(row.ep_attempts).i64(row.ep_messages).i64(row.ep_categories).text(row.ep_last_reply);
-        q.text(row.ep_last_relay).run();
+        q.text(kind).text(name).i64(*ep.first).i64(ep.last.value_or(*ep.first)).i64(t);
+        q.i64(ep.attempts).i64(ep.messages).i64(ep.categories).text(ep.last_reply);
+        q.text(ep.last_relay).run();
         Query d = stmt("DELETE FROM episode_messages WHERE kind = ? AND name = ?");
         d.text(kind).text(name).run();
-        row.episode_messages.clear();
+        if (row.episode_messages) row.episode_messages->clear();
     }
     row.last_success = max_opt(row.last_success, t);
-    row.ep_first.reset();
-    row.ep_last.reset();
-    row.ep_attempts = row.ep_messages = row.ep_categories = 0;
-    row.ep_last_reply.clear();
-    row.ep_last_relay.clear();
+    row.ep.reset();
     row.updated = std::max(row.updated, t);
 }
 
+// Rows known to be in the table are UPDATEd, new ones INSERTed (no upsert
+// probe). `updated` only grows: the verdict effects may have raised it
+// since the row was read. `state` and `state_changed` belong to the verdict
+// effects and are left alone.
 void SqliteLedger::flush_destinations() {
-    for (const auto& [key, row] : dests_) {
-        auto tab = key.find('\t');
-        Query q = stmt(
-            "INSERT INTO destinations(kind, name, last_success, last_deferral, ep_first, ep_last, "
-            "ep_attempts, ep_messages, ep_categories, ep_last_reply, ep_last_relay, updated) "
-            "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT(kind, name) DO UPDATE "
-            "SET "
-            "last_success = excluded.last_success, last_deferral = excluded.last_deferral, "
-            "ep_first = excluded.ep_first, ep_last = excluded.ep_last, ep_attempts = "
-            "excluded.ep_attempts, "
-            "ep_messages = excluded.ep_messages, ep_categories = excluded.ep_categories, "
-            "ep_last_reply = excluded.ep_last_reply, ep_last_relay = excluded.ep_last_relay, "
-            "updated = MAX(updated, excluded.updated)");
+    static constexpr const char* kUpdate =
+        "UPDATE destinations SET last_success = ?1, last_deferral = ?2, ep_first = ?3, ep_last = ?4, "
+        "ep_attempts = ?5, ep_messages = ?6, ep_categories = ?7, ep_last_reply = ?8, ep_last_relay = ?9, "
+        "updated = MAX(updated, ?10) WHERE kind = ?11 AND name = ?12";
+    static constexpr const char* kInsert =
+        "INSERT INTO destinations(last_success, last_deferral, ep_first, ep_last, ep_attempts, "
+        "ep_messages, ep_categories, ep_last_reply, ep_last_relay, updated, kind, name) "
+        "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+    auto run = [&](const char* sql, std::string_view key, const DestinationRow& row) {
+        Query q = stmt(sql);
         auto opt = [&](const std::optional<std::int64_t>& v) -> Query& { return v ? q.i64(*v) : q.null(); };
-        q.text(std::string_view(key).substr(0, tab)).text(std::string_view(key).substr(tab + 1));
+        static const DestinationEpisode kNoEpisode;
+        const DestinationEpisode& ep = row.ep ? *row.ep : kNoEpisode;
         opt(row.last_success);
         opt(row.last_deferral);
-        opt(row.ep_first);
-        opt(row.ep_last);
-        q.i64(row.ep_attempts).i64(row.ep_messages).i64(row.ep_categories).text(row.ep_last_reply);
-        q.text(row.ep_last_relay).i64(row.updated).run();
+        opt(ep.first);
+        opt(ep.last);
+        q.i64(ep.attempts).i64(ep.messages).i64(ep.categories).text(ep.last_reply);
+        q.text(ep.last_relay).i64(row.updated);
+        const auto tab = key.find('\t');
+        q.text(key.substr(0, tab)).text(key.substr(tab + 1)).run();
+    };
+    for (auto* d : dests_touched_) {
+        const std::string& key = d->first;
+        DestinationRow& row = d->second;
+        if (row.in_table) {
+            run(kUpdate, key, row);
+            // Only a cache out of step with the table gets here (the batch
+            // holds the write lock): the row is written anyway and the cache
+            // is dropped after the batch.
+            if (sqlite3_changes(db_) == 0) {
+                dest_cache_.unsound = true;
+                run(kInsert, key, row);
+            }
+        } else {
+            run(kInsert, key, row);
+            row.in_table = true;
+        }
+        row.episode_messages.reset();
     }
-    dests_.clear();
 }
 
 }  // namespace retryguard::ledger_detail

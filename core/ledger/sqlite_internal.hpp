@@ -635,13 +635,43 @@ class SqliteLedger final : public Ledger {
     void clear_rows();
 
     // Destination rows touched by the current batch, kept in memory and written
-    // once per batch (flush_destinations): a busy MX sees hundreds of deferrals
-    // per batch. Safe because the batch holds the write lock (BEGIN IMMEDIATE).
+    // once per batch (flush_destinations), in the order first touched: a busy
+    // MX sees hundreds of deferrals per batch. Safe because the batch holds the
+    // write lock (BEGIN IMMEDIATE).
+    // Neither `state` nor `state_changed` is here: only the verdict effects
+    // write them, and the batch's UPDATE leaves them alone.
+    // The `ep_*` columns: most destinations have no open episode, so a kept
+    // row holds them only while one is open (or the table had them).
+    struct DestinationEpisode {
+        std::optional<std::int64_t> first, last;
+        std::int64_t attempts = 0, messages = 0, categories = 0;
+        std::string last_reply, last_relay;
+    };
     struct DestinationRow {
-        std::optional<std::int64_t> last_success, last_deferral, ep_first, ep_last;
-        std::int64_t ep_attempts = 0, ep_messages = 0, ep_categories = 0, updated = 0;
-        std::string ep_last_reply, ep_last_relay;
-        std::unordered_set<std::string> episode_messages;  // known to be in episode_messages
+        std::optional<std::int64_t> last_success, last_deferral;
+        std::int64_t updated = 0;
+        std::unique_ptr<DestinationEpisode> ep;  // nullptr: the columns' defaults
+        bool in_table = false;                   // UPDATE it, else INSERT
+        bool touched = false;                    // by the current batch: to be written
+        // Queue ids known to be in episode_messages: for the current batch only
+        // (released when it is written), so a long episode does not grow it.
+        std::unique_ptr<std::unordered_set<std::string>> episode_messages;
+    };
+    using DestinationRows = std::unordered_map<std::string, DestinationRow>;  // "kind\tname"
+
+    // Bulk mode keeps the destination rows (dests_) between batches, so that a
+    // destination is read once per import instead of once per batch that
+    // touches it; otherwise they are dropped after each batch. The rows a
+    // batch touched are dropped when it rolls back (read again when touched
+    // again); all are dropped when another connection committed (PRAGMA
+    // data_version), when a prune deleted rows, and when bulk mode ends. The
+    // verdict effects need no drop: they write `state` and `state_changed`,
+    // which the rows do not hold and the batch's UPDATE leaves alone, and
+    // raise `updated`, which that UPDATE raises with MAX() as well.
+    struct DestinationCache {
+        bool active = false;
+        std::int64_t version = 0;  // PRAGMA data_version when the rows were dropped last
+        bool unsound = false;      // a kept row was missing from the table: drop them all
     };
 
     static std::optional<std::int64_t> max_opt(std::optional<std::int64_t> a, std::int64_t b) {
@@ -656,6 +686,8 @@ class SqliteLedger final : public Ledger {
 
     void flush_destinations();
 
+    void drop_touched_destinations();
+
     std::string path_;
     LedgerOptions options_;
     EventKeyer keyer_;  // set by open(), then only read
@@ -668,7 +700,10 @@ class SqliteLedger final : public Ledger {
     std::vector<RecipientRow> rcpts_;
     std::unordered_map<std::string, std::size_t> rcpt_index_;  // recipient_key -> rcpts_ or kNoRow
     std::unordered_set<std::string> rcpts_loaded_;             // queue ids whose rows are all in rcpts_
-    std::unordered_map<std::string, DestinationRow> dests_;
+    DestinationRows dests_;                                    // see DestinationCache
+    std::vector<DestinationRows::value_type*> dests_touched_;  // by the current batch
+    std::string dest_key_;  // destination_row's key, built without allocating
+    DestinationCache dest_cache_;
     SeenSet seen_;  // per batch, see load_seen
     std::vector<std::pair<std::int64_t, std::uint64_t>> fresh_keys_;
     std::string seen_blob_;

@@ -604,6 +604,7 @@ Result<PruneResult> SqliteLedger::prune(const RetentionPolicy& policy, TimePoint
             const auto start = std::chrono::steady_clock::now();
             auto st = write([&] {
                 if (qid_map_.active()) leave_queue_id_map("pruning");  // deletes rows the map knows
+                dests_.clear();  // deletes destination rows bulk mode keeps
                 more = step();
             });
             if (!st) return st;

@@ -332,6 +332,150 @@ TEST(LedgerSqlite, AMilterRecordsWhileABulkImportHasTheQueueIdIndexesDropped) {
     EXPECT_EQ(run("milter-bulk", true), expected);
 }
 
+// Bulk mode keeps destination rows between batches. Another connection ends
+// d.test's episode between two batches of the import: the import's next
+// batch reads the row again instead of writing its own stale copy back.
+TEST(LedgerSqlite, BulkModeReadsDestinationsAgainAfterAnotherConnectionWrote) {
+    const std::vector<IngestItem> first = {client("A1", 10), queue_active("A1", 11, "s@x.test"),
+                                           deferred("A1", 12, "r@d.test")};
+    const std::vector<IngestItem> other = {client("B1", 20), queue_active("B1", 21, "s@x.test"),
+                                           sent("B1", 22, "q@d.test"), removed("B1", 23)};
+    const std::vector<IngestItem> second = {deferred("A1", 30, "r@d.test")};
+    const std::vector<std::string> ids = {"A1", "B1"};
+    std::string expected;
+    {
+        auto ref = open_ledger("sqlite:" + db_path("destcache-writer-ref"));
+        ASSERT_TRUE(ref.ok());
+        for (const auto* part : {&first, &other, &second})
+            ASSERT_TRUE((*ref)->ingest(*part, std::nullopt).ok());
+        expected = full_dump(**ref, ids);
+    }
+    const std::string path = db_path("destcache-writer");
+    auto bulk = open_ledger("sqlite:" + path);
+    ASSERT_TRUE(bulk.ok());
+    (*bulk)->set_bulk_mode(true);
+    ASSERT_TRUE((*bulk)->ingest(first, std::nullopt).ok());
+    {
+        auto writer = open_ledger("sqlite:" + path);
+        ASSERT_TRUE(writer.ok());
+        ASSERT_TRUE((*writer)->ingest(other, std::nullopt).ok());
+    }
+    ASSERT_TRUE((*bulk)->ingest(second, std::nullopt).ok());
+    auto d = (*bulk)->get_destination(DestinationKind::domain, "d.test");
+    ASSERT_TRUE(d.ok() && d->has_value());
+    EXPECT_EQ((*d)->last_success, at(22)) << "the other connection's delivery stays";
+    ASSERT_TRUE((*d)->episode.has_value());
+    EXPECT_EQ((*d)->episode->first_deferral, at(30))
+        << "a new episode, not the one the other connection ended";
+    EXPECT_EQ((*d)->episode->attempts, 1);
+    EXPECT_EQ(full_dump(**bulk, ids), expected);
+    (*bulk)->set_bulk_mode(false);
+    EXPECT_EQ(full_dump(**bulk, ids), expected);
+}
+
+// A batch that rolls back after its destination rows were written (a trigger
+// refuses its journal entry) leaves no trace in the rows bulk mode keeps: the
+// next batch counts from the committed rows.
+TEST(LedgerSqlite, BulkModeForgetsTheDestinationChangesOfARolledBackBatch) {
+    const std::vector<IngestItem> first = {client("A1", 10), queue_active("A1", 11, "s@x.test"),
+                                           deferred("A1", 12, "r@d.test")};
+    const std::vector<IngestItem> poisoned = {deferred("A1", 20, "r@d.test"),
+                                              deferred("A1", 21, "p@poison.test")};
+    const std::vector<IngestItem> third = {deferred("A1", 30, "r@d.test")};
+    const std::vector<std::string> ids = {"A1"};
+    std::string expected;
+    {
+        auto ref = open_ledger("sqlite:" + db_path("destcache-rollback-ref"));
+        ASSERT_TRUE(ref.ok());
+        ASSERT_TRUE((*ref)->ingest(first, std::nullopt).ok());
+        ASSERT_TRUE((*ref)->ingest(third, std::nullopt).ok());
+        expected = full_dump(**ref, ids);
+    }
+    const std::string path = db_path("destcache-rollback");
+    auto bulk = open_ledger("sqlite:" + path);
+    ASSERT_TRUE(bulk.ok());
+    {
+        sqlite3* db = nullptr;
+        ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+        ASSERT_EQ(sqlite3_exec(db,
+                               "CREATE TRIGGER poison BEFORE INSERT ON engine_journal WHEN EXISTS("
+                               "SELECT 1 FROM destinations WHERE name = 'poison.test') "
+                               "BEGIN SELECT RAISE(ABORT, 'poisoned batch'); END",
+                               nullptr, nullptr, nullptr),
+                  SQLITE_OK);
+        sqlite3_close(db);
+    }
+    (*bulk)->set_bulk_mode(true);
+    ASSERT_TRUE((*bulk)->ingest(first, std::nullopt).ok());
+    auto failed = (*bulk)->ingest(poisoned, std::nullopt);
+    ASSERT_FALSE(failed.ok());
+    EXPECT_NE(failed.error().message.find("poisoned batch"), std::string::npos) << failed.error().message;
+    ASSERT_TRUE((*bulk)->ingest(third, std::nullopt).ok());
+    auto d = (*bulk)->get_destination(DestinationKind::domain, "d.test");
+    ASSERT_TRUE(d.ok() && d->has_value() && (*d)->episode.has_value());
+    EXPECT_EQ((*d)->episode->attempts, 2) << "the rolled-back deferral is not counted";
+    EXPECT_EQ((*d)->last_deferral, at(30));
+    (*bulk)->set_bulk_mode(false);
+    EXPECT_EQ(full_dump(**bulk, ids), expected);
+}
+
+// The import's own connection writes destinations outside its batches too:
+// verdict effects set a ladder state (which the batches' writes leave alone)
+// and a prune deletes idle rows (which the import then reads again, absent).
+TEST(LedgerSqlite, BulkModeDestinationRowsFollowVerdictEffectsAndPrune) {
+    const std::vector<IngestItem> first = {client("A1", 10),
+                                           queue_active("A1", 11, "s@x.test"),
+                                           deferred("A1", 12, "r@d.test"),
+                                           client("B1", 13),
+                                           queue_active("B1", 13, "s@x.test"),
+                                           deferred("B1", 13, "q@e.test"),
+                                           sent("B1", 14, "q@e.test"),
+                                           removed("B1", 15)};
+    const std::vector<IngestItem> second = {deferred("A1", 30, "r@d.test")};
+    const std::vector<IngestItem> third = {client("C1", 40), queue_active("C1", 40, "s@x.test"),
+                                           sent("C1", 41, "z@e.test"), removed("C1", 42)};
+    const std::vector<std::string> ids = {"A1", "B1", "C1"};
+    VerdictEffect watch;
+    watch.seq = 1;
+    watch.verdict = "watch";
+    watch.action = VerdictEffect::Action::destination_state;
+    watch.kind = DestinationKind::domain;
+    watch.name = "d.test";
+    watch.state = "watch";
+    watch.at = at(100);
+    RetentionPolicy policy;
+    policy.episodes = std::chrono::seconds(500);  // at 1000: idle destinations last updated before 500 go
+    auto run = [&](const std::string& tag, bool bulk_mode) {
+        auto l = open_ledger("sqlite:" + db_path(tag));
+        EXPECT_TRUE(l.ok());
+        if (bulk_mode) (*l)->set_bulk_mode(true);
+        EXPECT_TRUE((*l)->ingest(first, std::nullopt).ok());
+        EXPECT_TRUE((*l)->apply_verdict_effects(std::span(&watch, 1), 0).ok());
+        EXPECT_TRUE((*l)->ingest(second, std::nullopt).ok());
+        auto pruned = (*l)->prune(policy, at(1000));
+        EXPECT_TRUE(pruned.ok());
+        EXPECT_TRUE((*l)->ingest(third, std::nullopt).ok());
+        std::string out = full_dump(**l, ids);
+        auto d = (*l)->get_destination(DestinationKind::domain, "d.test");
+        EXPECT_TRUE(d.ok() && d->has_value());
+        if (d.ok() && d->has_value()) {
+            EXPECT_EQ((*d)->state, "watch");
+            EXPECT_EQ((*d)->state_changed, at(100));
+            EXPECT_EQ((*d)->last_deferral, at(30));
+        }
+        auto e = (*l)->get_destination(DestinationKind::domain, "e.test");
+        EXPECT_TRUE(e.ok() && e->has_value());
+        if (e.ok() && e->has_value()) {
+            EXPECT_EQ((*e)->last_deferral, std::nullopt) << "pruned, then written afresh";
+            EXPECT_EQ((*e)->last_success, at(41));
+        }
+        if (bulk_mode) (*l)->set_bulk_mode(false);
+        return out;
+    };
+    const std::string expected = run("destcache-effects-ref", false);
+    EXPECT_EQ(run("destcache-effects", true), expected);
+}
+
 // Schema 9 turned the UNIQUE constraints of messages and recipients into
 // unique indexes: a version 8 file keeps its rows, ids and uniqueness.
 TEST(LedgerSqlite, SchemaEightFileMigratesToUniqueIndexesKeepingItsRows) {
