@@ -86,24 +86,13 @@ Ingestor::PipelineStep Ingestor::ingest_pipelined(PreparedBatch& batch, const Re
         job_stop_ = false;
         engine_thread_ = std::thread([this] { engine_thread_main(); });
     }
-    stats_.poison_lines += batch.poison_lines;
-    batch.poison_lines = 0;
-    const auto items = batch.events();
-    auto result = ledger_.ingest(items, std::nullopt);
-    batch.keyer = ledger_.event_keyer();
+    auto result = record_batch(batch, std::nullopt);
     if (!result) {
-        ++stats_.ledger_errors;
-        need_catch_up_ = true;  // a lost reply may hide a committed batch
         step.saved = collect_job();
         if (release) release(batch);
         step.ingest = result.error();
         return step;
     }
-    ++stats_.batches;
-    stats_.lines += batch.lines;
-    stats_.events += items.size();
-    stats_.applied += result->applied;
-    stats_.duplicates += result->duplicates;
 
     if (need_catch_up_ || (result->applied > 0 && result->journal_seq != submitted_seq_ + 1)) {
         // Entries the engine has not seen precede this batch's: the serial

@@ -287,7 +287,8 @@ Status Ingestor::ingest_lines(LogParser& parser, std::span<const std::string> li
     return ingest_prepared(prepared_, end);
 }
 
-Status Ingestor::ingest_prepared(PreparedBatch& batch, const std::optional<FollowerPosition>& end) {
+Result<IngestResult> Ingestor::record_batch(PreparedBatch& batch,
+                                            const std::optional<FollowerPosition>& end) {
     // Counted once, even when the caller offers the batch again after a ledger error.
     stats_.poison_lines += batch.poison_lines;
     batch.poison_lines = 0;
@@ -297,13 +298,20 @@ Status Ingestor::ingest_prepared(PreparedBatch& batch, const std::optional<Follo
     if (!result) {
         ++stats_.ledger_errors;
         need_catch_up_ = true;  // a lost reply may hide a committed batch
-        return result.error();
+        return result;
     }
     ++stats_.batches;
     stats_.lines += batch.lines;
     stats_.events += items.size();
     stats_.applied += result->applied;
     stats_.duplicates += result->duplicates;
+    return result;
+}
+
+Status Ingestor::ingest_prepared(PreparedBatch& batch, const std::optional<FollowerPosition>& end) {
+    auto result = record_batch(batch, end);
+    if (!result) return result.error();
+    const auto items = batch.events();
 
     if (need_catch_up_ || (result->applied > 0 && result->journal_seq != journal_seq_ + 1)) {
         // Entries the engine has not seen precede this batch's: take all from the journal.

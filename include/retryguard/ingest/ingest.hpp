@@ -250,6 +250,8 @@ class Ingestor {
     // Feeds one journal record to the engine; its verdicts are numbered and queued.
     void feed(const EngineJournalRecord& record, std::uint64_t seq);
     void feed_event(const IngestItem& item, std::uint64_t seq, std::vector<PendingVerdict>& out);
+    // The ledger half of a batch (both ingest paths): recorded and counted.
+    Result<IngestResult> record_batch(PreparedBatch& batch, const std::optional<FollowerPosition>& end);
     std::vector<Verdict> engine_on_event(const IngestItem& item);
     void queue(std::vector<Verdict>& verdicts);
     void queue(std::vector<Verdict>& verdicts, std::vector<PendingVerdict>& out);
