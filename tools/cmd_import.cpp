@@ -182,11 +182,11 @@ int run_import(const ImportOptions& opt) {
         fmt::print(stderr, "retryguard import: {}\n", restored.error().message);
         return kExitAttention;
     }
-    // Two threads: this one reads, parses and classifies the files into batches
-    // (Ingestor::add_line); the other records each batch in the ledger and feeds
-    // the engine, in the order read. The batches are the same as one thread
-    // would cut (batch_lines, and each file's last lines), so the ledger and the
-    // verdicts are too.
+    // A reading thread parses and classifies the files into batches
+    // (Ingestor::add_line); this one records each batch in the ledger, in the
+    // order read, and the Ingestor's engine thread feeds the engine one batch
+    // behind (below). The batches are the same as one thread would cut
+    // (batch_lines, and each file's last lines), so the ledger and the verdicts are too.
     BatchPipe pipe;
     std::atomic<int> rc_reader{kExitOk};
     std::jthread reader_thread([&] {
@@ -231,8 +231,8 @@ int run_import(const ImportOptions& opt) {
         if (sv && !*sv)
             fmt::print(stderr, "retryguard import: saving engine state: {}\n", sv->error().message);
     };
-    // Three threads: the ledger records a batch while the engine thread feeds
-    // the one before (Ingestor::ingest_pipelined).
+    // The ledger records a batch while the engine thread feeds the one before
+    // (Ingestor::ingest_pipelined).
     while (ImportBatch* b = pipe.take_full()) {
         if (b->prepared.lines == 0 || b->file == failed_file) {
             pipe.put_free(b);
