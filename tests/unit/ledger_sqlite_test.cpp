@@ -154,6 +154,37 @@ TEST(LedgerSqlite, PruneCutInsideABatchKeepsItsNewerKeys) {
     EXPECT_EQ(again->applied, 2u);  // no longer recognised as replays
 }
 
+// `first`, `other` and `second` into a reference ledger one after the other;
+// then the same into a ledger in bulk mode, `other` through a second
+// connection between the two batches. Returns the bulk ledger (still in bulk
+// mode) and sets `expected` to the reference's dump; null on a failed step.
+std::unique_ptr<Ledger> bulk_with_another_writer(const std::string& tag, const std::vector<IngestItem>& first,
+                                                 const std::vector<IngestItem>& other,
+                                                 const std::vector<IngestItem>& second,
+                                                 const std::vector<std::string>& ids, std::string& expected,
+                                                 std::string* path_out = nullptr) {
+    auto ref = open_ledger("sqlite:" + db_path(tag + "-ref"));
+    EXPECT_TRUE(ref.ok());
+    if (!ref) return nullptr;
+    for (const auto* part : {&first, &other, &second})
+        if (!(*ref)->ingest(*part, std::nullopt).ok()) return nullptr;
+    expected = full_dump(**ref, ids);
+    const std::string path = db_path(tag);
+    if (path_out) *path_out = path;
+    auto bulk = open_ledger("sqlite:" + path);
+    EXPECT_TRUE(bulk.ok());
+    if (!bulk) return nullptr;
+    (*bulk)->set_bulk_mode(true);
+    if (!(*bulk)->ingest(first, std::nullopt).ok()) return nullptr;
+    {
+        auto writer = open_ledger("sqlite:" + path);
+        EXPECT_TRUE(writer.ok());
+        if (!writer || !(*writer)->ingest(other, std::nullopt).ok()) return nullptr;
+    }
+    if (!(*bulk)->ingest(second, std::nullopt).ok()) return nullptr;
+    return std::move(*bulk);
+}
+
 // Bulk mode into an empty ledger defers the secondary indexes; another process
 // writing the same file meanwhile must not be overwritten or missed, and the
 // indexes are back when bulk mode ends.
@@ -166,27 +197,11 @@ TEST(LedgerSqlite, BulkModeIntoAnEmptyLedgerGivesTheSameLedgerDespiteAnotherWrit
     const std::vector<IngestItem> second = {deferred("M1", 30, "r@d.test"), client("M2", 31),
                                             deferred("M3", 32, "p@d.test"), sent("M1", 33, "q@e.test")};
     const std::vector<std::string> ids = {"M1", "M2", "M3"};
-    std::string expected;
-    {
-        auto ref = open_ledger("sqlite:" + db_path("bulk-ref"));
-        ASSERT_TRUE(ref.ok());
-        for (const auto* part : {&first, &other, &second})
-            ASSERT_TRUE((*ref)->ingest(*part, std::nullopt).ok());
-        expected = full_dump(**ref, ids);
-    }
-    const std::string path = db_path("bulk");
-    auto bulk = open_ledger("sqlite:" + path);
-    ASSERT_TRUE(bulk.ok());
-    (*bulk)->set_bulk_mode(true);
-    ASSERT_TRUE((*bulk)->ingest(first, std::nullopt).ok());
-    {
-        auto writer = open_ledger("sqlite:" + path);
-        ASSERT_TRUE(writer.ok());
-        ASSERT_TRUE((*writer)->ingest(other, std::nullopt).ok());
-    }
-    ASSERT_TRUE((*bulk)->ingest(second, std::nullopt).ok());
-    (*bulk)->set_bulk_mode(false);
-    EXPECT_EQ(full_dump(**bulk, ids), expected);
+    std::string expected, path;
+    auto bulk = bulk_with_another_writer("bulk", first, other, second, ids, expected, &path);
+    ASSERT_TRUE(bulk);
+    bulk->set_bulk_mode(false);
+    EXPECT_EQ(full_dump(*bulk, ids), expected);
 
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
@@ -343,34 +358,18 @@ TEST(LedgerSqlite, BulkModeReadsDestinationsAgainAfterAnotherConnectionWrote) {
     const std::vector<IngestItem> second = {deferred("A1", 30, "r@d.test")};
     const std::vector<std::string> ids = {"A1", "B1"};
     std::string expected;
-    {
-        auto ref = open_ledger("sqlite:" + db_path("destcache-writer-ref"));
-        ASSERT_TRUE(ref.ok());
-        for (const auto* part : {&first, &other, &second})
-            ASSERT_TRUE((*ref)->ingest(*part, std::nullopt).ok());
-        expected = full_dump(**ref, ids);
-    }
-    const std::string path = db_path("destcache-writer");
-    auto bulk = open_ledger("sqlite:" + path);
-    ASSERT_TRUE(bulk.ok());
-    (*bulk)->set_bulk_mode(true);
-    ASSERT_TRUE((*bulk)->ingest(first, std::nullopt).ok());
-    {
-        auto writer = open_ledger("sqlite:" + path);
-        ASSERT_TRUE(writer.ok());
-        ASSERT_TRUE((*writer)->ingest(other, std::nullopt).ok());
-    }
-    ASSERT_TRUE((*bulk)->ingest(second, std::nullopt).ok());
-    auto d = (*bulk)->get_destination(DestinationKind::domain, "d.test");
+    auto bulk = bulk_with_another_writer("destcache-writer", first, other, second, ids, expected);
+    ASSERT_TRUE(bulk);
+    auto d = bulk->get_destination(DestinationKind::domain, "d.test");
     ASSERT_TRUE(d.ok() && d->has_value());
     EXPECT_EQ((*d)->last_success, at(22)) << "the other connection's delivery stays";
     ASSERT_TRUE((*d)->episode.has_value());
     EXPECT_EQ((*d)->episode->first_deferral, at(30))
         << "a new episode, not the one the other connection ended";
     EXPECT_EQ((*d)->episode->attempts, 1);
-    EXPECT_EQ(full_dump(**bulk, ids), expected);
-    (*bulk)->set_bulk_mode(false);
-    EXPECT_EQ(full_dump(**bulk, ids), expected);
+    EXPECT_EQ(full_dump(*bulk, ids), expected);
+    bulk->set_bulk_mode(false);
+    EXPECT_EQ(full_dump(*bulk, ids), expected);
 }
 
 // A batch that rolls back after its destination rows were written (a trigger
