@@ -616,15 +616,14 @@ void SqliteLedger::record_deferral(const char* kind, const std::string& name, co
                                    const Op& op) {
     auto& row = destination_row(kind, name);
     if (!row.episode_messages) row.episode_messages = std::make_unique<std::unordered_set<std::string>>();
+    if (!row.ep) row.ep = std::make_unique<DestinationEpisode>();
+    DestinationEpisode& ep = *row.ep;
     if (!row.episode_messages->contains(message)) {
         Query q = stmt("INSERT OR IGNORE INTO episode_messages(kind, name, queue_id) VALUES(?, ?, ?)");
         q.text(kind).text(name).text(message).run();
-        if (!row.ep) row.ep = std::make_unique<DestinationEpisode>();
-        row.ep->messages += sqlite3_changes(db_);
+        ep.messages += sqlite3_changes(db_);
         row.episode_messages->insert(message);
     }
-    if (!row.ep) row.ep = std::make_unique<DestinationEpisode>();
-    DestinationEpisode& ep = *row.ep;
     row.last_deferral = max_opt(row.last_deferral, op.time);
     if (!ep.first) ep.first = op.time;
     ep.last = max_opt(ep.last, op.time);

@@ -636,31 +636,27 @@ Result<PruneResult> SqliteLedger::prune(const RetentionPolicy& policy, TimePoint
         exec_bound("DELETE FROM temp.doomed", {});
         return n == kPruneMessages;  // fewer: both candidate queries ran dry
     });
-    if (st)
-        st = passes([&] {
-            auto n = exec_bound(
-                "DELETE FROM episodes WHERE id IN (SELECT id FROM episodes WHERE ended < ?1 LIMIT ?2)",
-                {ep_cut, kPruneRows});
-            r.episodes += n;
+    // Episodes, flags, destinations: at most kPruneRows of one table per pass.
+    auto rows = [&](const char* sql, std::int64_t* removed) {
+        return passes([&] {
+            const auto n = exec_bound(sql, {ep_cut, kPruneRows});
+            if (removed) *removed += n;
             return n == kPruneRows;
         });
+    };
     if (st)
-        st = passes([&] {
-            auto n = exec_bound(
-                "DELETE FROM flags WHERE id IN (SELECT id FROM flags WHERE (cleared_at IS NOT NULL AND "
-                "cleared_at < ?1) OR (expires_at IS NOT NULL AND expires_at < ?1) LIMIT ?2)",
-                {ep_cut, kPruneRows});
-            r.flags += n;
-            return n == kPruneRows;
-        });
+        st = rows("DELETE FROM episodes WHERE id IN (SELECT id FROM episodes WHERE ended < ?1 LIMIT ?2)",
+                  &r.episodes);
     if (st)
-        st = passes([&] {
-            auto n = exec_bound(
-                "DELETE FROM destinations WHERE (kind, name) IN (SELECT kind, name FROM destinations WHERE "
-                "ep_first IS NULL AND updated < ?1 AND (state = '' OR state = 'recovered') LIMIT ?2)",
-                {ep_cut, kPruneRows});
-            return n == kPruneRows;
-        });
+        st = rows(
+            "DELETE FROM flags WHERE id IN (SELECT id FROM flags WHERE (cleared_at IS NOT NULL AND "
+            "cleared_at < ?1) OR (expires_at IS NOT NULL AND expires_at < ?1) LIMIT ?2)",
+            &r.flags);
+    if (st)
+        st = rows(
+            "DELETE FROM destinations WHERE (kind, name) IN (SELECT kind, name FROM destinations WHERE "
+            "ep_first IS NULL AND updated < ?1 AND (state = '' OR state = 'recovered') LIMIT ?2)",
+            nullptr);
     if (st)
         st = passes([&] {
             bool more = false;
