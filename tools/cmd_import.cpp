@@ -37,11 +37,6 @@ struct ImportOptions {
     std::size_t batch = 0;  // lines per ledger transaction; 0: the backend's default
 };
 
-// The engine state is saved every 50 batches, or sooner once this many lines
-// went in (the save trims the engine journal, which holds every event until then).
-constexpr std::uint64_t kSaveEveryBatches = 50;
-constexpr std::uint64_t kSaveEveryLines = 100000;
-
 // Default lines per ledger transaction. SQLite: each transaction rewrites every
 // B-tree page it touches, and queue ids spread a batch's messages over the
 // whole messages and recipients tables, so fewer, larger transactions write far
@@ -225,7 +220,7 @@ int run_import(const ImportOptions& opt) {
         pipe.put_full(nullptr);
     });
     int rc = kExitOk;
-    std::uint64_t batches_since_save = 0, lines_since_save = 0;
+    SaveSchedule schedule;  // when the engine state is saved (it trims the journal a restart replays)
     std::optional<std::size_t> failed_file;  // the ledger refused a batch of it: its later ones are dropped
     auto report_save = [](const std::optional<Status>& sv) {
         if (sv && !*sv)
@@ -240,9 +235,7 @@ int run_import(const ImportOptions& opt) {
         }
         const std::size_t file = b->file;
         const std::size_t lines = b->prepared.lines;
-        // Saving now and then keeps the engine journal (replayed after a crash) short.
-        const bool save_due =
-            batches_since_save + 1 >= kSaveEveryBatches || lines_since_save + lines >= kSaveEveryLines;
+        const bool save_due = schedule.due(lines, ingestor.saved_state_bytes());
         auto step = ingestor.ingest_pipelined(
             b->prepared, [&pipe, b](PreparedBatch&) { pipe.put_free(b); }, save_due);
         emit();
@@ -254,12 +247,7 @@ int run_import(const ImportOptions& opt) {
             rc = kExitAttention;
             continue;
         }
-        if (save_due) {
-            batches_since_save = lines_since_save = 0;
-        } else {
-            ++batches_since_save;
-            lines_since_save += lines;
-        }
+        schedule.done(lines, save_due);
     }
     report_save(ingestor.finish_pipeline());
     emit();

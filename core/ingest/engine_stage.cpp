@@ -66,6 +66,7 @@ std::optional<Status> Ingestor::collect_job() {
         return make_error(ErrorKind::invalid_input,
                           "the saved engine state could not be restored: not overwriting it");
     if (!job->state) return make_error(ErrorKind::internal, "encoding the engine state: " + job->state_error);
+    saved_state_bytes_ = job->state->size();
     if (!pending_.empty())
         return make_error(ErrorKind::unavailable, "verdict effects pending: the engine state is saved later");
     return ledger_.save_engine_state(kStateKey, *job->state, job->state_journal_seq, outbox_written_);

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text/cbor_writer.hpp"
+
 namespace retryguard {
 
 Category classify_event(const Classifier& classifier, const Event& event) {
@@ -392,17 +394,38 @@ Status Ingestor::save() {
                           "the saved engine state could not be restored: not overwriting it");
     if (auto st = flush_effects(); !st)
         return make_error(st.error().kind, "verdict effects pending: " + st.error().message);
-    return ledger_.save_engine_state(kStateKey, encode_state(), journal_seq_, outbox_written_);
+    const std::string state = encode_state();
+    saved_state_bytes_ = state.size();
+    return ledger_.save_engine_state(kStateKey, state, journal_seq_, outbox_written_);
 }
 
+bool SaveSchedule::due(std::uint64_t lines, std::size_t state_bytes) const noexcept {
+    const std::uint64_t after = lines_ + lines;
+    const bool interval = batches_ + 1 >= settings_.every_batches || after >= settings_.every_lines;
+    return interval && after * settings_.state_bytes_per_line >= state_bytes;
+}
+
+void SaveSchedule::done(std::uint64_t lines, bool saved) noexcept {
+    if (saved) {
+        batches_ = lines_ = 0;
+    } else {
+        ++batches_;
+        lines_ += lines;
+    }
+}
+
+// The map nlohmann::json would write for {version, journal_seq, verdict_seq,
+// engine (binary)}, keys sorted, without copying the engine's bytes twice.
 std::string Ingestor::encode_state() const {
     const std::string engine_bytes = engine_.save_state();
-    json j{{"version", 2},
-           {"journal_seq", journal_seq_},
-           {"verdict_seq", verdict_seq_},
-           {"engine", json::binary(std::vector<std::uint8_t>(engine_bytes.begin(), engine_bytes.end()))}};
-    const std::vector<std::uint8_t> bytes = json::to_cbor(j);
-    return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    cbor::Writer w;
+    w.out().reserve(engine_bytes.size() + 64);
+    w.map(4);
+    w.key("engine").bytes(engine_bytes);
+    w.key("journal_seq").uint(journal_seq_);
+    w.key("verdict_seq").uint(verdict_seq_);
+    w.key("version").integer(2);
+    return w.take();
 }
 
 Status Ingestor::sync_flags(TimePoint now) {

@@ -12,6 +12,7 @@
 
 #include "retryguard/classify/classifier.hpp"
 #include "retryguard/text/text.hpp"
+#include "text/cbor_writer.hpp"
 
 namespace retryguard {
 
@@ -606,24 +607,6 @@ std::optional<Verdict> Engine::clear_flag(std::string_view destination, TimePoin
 namespace {
 using nlohmann::json;
 
-json episode_to_json(const EpisodeState& ep) {
-    json by = json::object();
-    for (size_t i = 0; i < kCategoryCount; ++i)
-        if (ep.by_category[i]) by[std::string(to_string(static_cast<Category>(i)))] = ep.by_category[i];
-    return json{{"first", to_micros(ep.first_deferral)},
-                {"last", to_micros(ep.last_deferral)},
-                {"ended", to_micros(ep.ended)},
-                {"attempts", ep.attempts},
-                {"by_category", by},
-                {"messages", ep.messages},
-                {"reply", ep.last_reply},
-                {"relay", ep.last_relay},
-                {"ladder", std::string(to_string(ep.ladder))},
-                {"peak", std::string(to_string(ep.peak))},
-                {"escalated_at", to_micros(ep.escalated_at)},
-                {"local_suspect", ep.local_suspect}};
-}
-
 Ladder ladder_from(const std::string& s) {
     for (Ladder l : {Ladder::none, Ladder::noted, Ladder::watch, Ladder::escalate, Ladder::recovered})
         if (to_string(l) == s) return l;
@@ -651,53 +634,104 @@ EpisodeState episode_from_json(const json& j) {
     ep.local_suspect = j.at("local_suspect").get<bool>();
     return ep;
 }
+
+// Written with cbor::Writer, keys in the order std::map holds them (sorted):
+// the same bytes as the nlohmann::json tree load_state() reads, without
+// building it (EngineState.StreamedStateIsWhatTheJsonTreeEncodes).
+void write_episode(cbor::Writer& w, const EpisodeState& ep) {
+    std::vector<std::pair<std::string_view, std::int64_t>> by;
+    for (size_t i = 0; i < kCategoryCount; ++i)
+        if (ep.by_category[i]) by.emplace_back(to_string(static_cast<Category>(i)), ep.by_category[i]);
+    std::sort(by.begin(), by.end());
+    w.map(12);
+    w.key("attempts").integer(ep.attempts);
+    w.key("by_category").map(by.size());
+    for (const auto& [name, n] : by) w.key(name).integer(n);
+    w.key("ended").integer(to_micros(ep.ended));
+    w.key("escalated_at").integer(to_micros(ep.escalated_at));
+    w.key("first").integer(to_micros(ep.first_deferral));
+    w.key("ladder").text(to_string(ep.ladder));
+    w.key("last").integer(to_micros(ep.last_deferral));
+    w.key("local_suspect").boolean(ep.local_suspect);
+    w.key("messages").array(ep.messages.size());
+    for (const auto& m : ep.messages) w.text(m);
+    w.key("peak").text(to_string(ep.peak));
+    w.key("relay").text(ep.last_relay);
+    w.key("reply").text(ep.last_reply);
+}
+
+void write_strings(cbor::Writer& w, const std::set<std::string>& set) {
+    w.array(set.size());
+    for (const auto& s : set) w.text(s);
+}
 }  // namespace
 
 std::string Engine::save_state() const {
-    json dests = json::array();
+    cbor::Writer w;
+    w.out().reserve(64 + 56 * dests_.size() + 96 * recipients_.size());
+    w.map(7);
+    w.key("dests").array(dests_.size());
     for (const auto& [name, d] : dests_) {
-        json hist = json::array();
-        for (const auto& ep : d.history) hist.push_back(episode_to_json(ep));
-        std::vector<std::int64_t> cfg;
-        for (auto t : d.config_deferrals) cfg.push_back(to_micros(t));
-        json jd{{"name", d.name},
-                {"is_mx", d.is_mx},
-                {"history", hist},
-                {"config_deferrals", cfg},
-                {"last_success", to_micros(d.last_success)},
-                {"flag_reason", d.flag_reason},
-                {"flag_expires", to_micros(d.flag_expires)}};
-        jd["open"] = d.open ? episode_to_json(*d.open) : json(nullptr);
-        jd["flagged_at"] = d.flagged_at ? json(to_micros(*d.flagged_at)) : json(nullptr);
-        dests.push_back(std::move(jd));
+        w.map(9);
+        w.key("config_deferrals").array(d.config_deferrals.size());
+        for (auto t : d.config_deferrals) w.integer(to_micros(t));
+        w.key("flag_expires").integer(to_micros(d.flag_expires));
+        w.key("flag_reason").text(d.flag_reason);
+        w.key("flagged_at");
+        if (d.flagged_at)
+            w.integer(to_micros(*d.flagged_at));
+        else
+            w.null();
+        w.key("history").array(d.history.size());
+        for (const auto& ep : d.history) write_episode(w, ep);
+        w.key("is_mx").boolean(d.is_mx);
+        w.key("last_success").integer(to_micros(d.last_success));
+        w.key("name").text(d.name);
+        w.key("open");
+        if (d.open)
+            write_episode(w, *d.open);
+        else
+            w.null();
     }
-    json rcpts = json::array();
-    for (const auto& [k, r] : recipients_)
-        rcpts.push_back(json{{"key", k},
-                             {"last", to_micros(r.last_attempt)},
-                             {"category", std::string(to_string(r.last_category))},
-                             {"domain", r.domain},
-                             {"mx", r.mx},
-                             {"pending", r.pending},
-                             {"held", r.held},
-                             {"too_soon", r.reported_too_soon},
-                             {"stalled", r.reported_stalled}});
-    json spread = json::array();
-    for (const auto& h : spread_)
-        spread.push_back(
-            json{{"t", to_micros(h.time)}, {"c", std::string(to_string(h.category))}, {"k", h.key}});
-    json j{{"version", 1},   {"now", to_micros(now_)}, {"last_evaluated", to_micros(last_evaluated_)},
-           {"dests", dests}, {"recipients", rcpts},    {"spread", spread}};
-    j["incident"] = incident_ ? json{{"category", std::string(to_string(incident_->category))},
-                                     {"started", to_micros(incident_->started)},
-                                     {"destinations", incident_->destinations},
-                                     {"last_hit", to_micros(incident_->last_hit)},
-                                     {"recovered", incident_->recovered},
-                                     {"deferrals", incident_->deferrals},
-                                     {"absorbed", incident_->absorbed}}
-                              : json(nullptr);
-    const std::vector<std::uint8_t> bytes = json::to_cbor(j);
-    return std::string(bytes.begin(), bytes.end());
+    w.key("incident");
+    if (incident_) {
+        w.map(7);
+        w.key("absorbed").integer(incident_->absorbed);
+        w.key("category").text(to_string(incident_->category));
+        w.key("deferrals").integer(incident_->deferrals);
+        w.key("destinations");
+        write_strings(w, incident_->destinations);
+        w.key("last_hit").integer(to_micros(incident_->last_hit));
+        w.key("recovered");
+        write_strings(w, incident_->recovered);
+        w.key("started").integer(to_micros(incident_->started));
+    } else {
+        w.null();
+    }
+    w.key("last_evaluated").integer(to_micros(last_evaluated_));
+    w.key("now").integer(to_micros(now_));
+    w.key("recipients").array(recipients_.size());
+    for (const auto& [k, r] : recipients_) {
+        w.map(9);
+        w.key("category").text(to_string(r.last_category));
+        w.key("domain").text(r.domain);
+        w.key("held").boolean(r.held);
+        w.key("key").text(k);
+        w.key("last").integer(to_micros(r.last_attempt));
+        w.key("mx").text(r.mx);
+        w.key("pending").boolean(r.pending);
+        w.key("stalled").boolean(r.reported_stalled);
+        w.key("too_soon").boolean(r.reported_too_soon);
+    }
+    w.key("spread").array(spread_.size());
+    for (const auto& h : spread_) {
+        w.map(3);
+        w.key("c").text(to_string(h.category));
+        w.key("k").text(h.key);
+        w.key("t").integer(to_micros(h.time));
+    }
+    w.key("version").integer(1);
+    return w.take();
 }
 
 Status Engine::load_state(std::string_view text) {

@@ -487,5 +487,54 @@ TEST(Ingest, VersionOneJsonStateStillLoads) {
     EXPECT_EQ(ing.engine().save_state(), run.ingestor->engine().save_state());
 }
 
+// The envelope around the engine's bytes is written directly as CBOR: it
+// must be the map nlohmann::json writes for {version, journal_seq,
+// verdict_seq, engine}, and what the save wrote is what saved_state_bytes()
+// says.
+TEST(Ingest, SavedStateEnvelopeIsWhatTheJsonTreeEncodes) {
+    IngestRun run;
+    LogParser parser(fixture_year());
+    auto lines = read_lines("full-run.sender.log");
+    ASSERT_TRUE(run.ingestor->ingest_lines(parser, lines, std::nullopt).ok());
+    ASSERT_TRUE(run.ingestor->save().ok());
+    auto saved = run.tl.ledger->get_state(Ingestor::kStateKey);
+    ASSERT_TRUE(saved.ok() && saved->has_value());
+    const std::string& bytes = **saved;
+    EXPECT_EQ(run.ingestor->saved_state_bytes(), bytes.size());
+    const auto tree = nlohmann::json::from_cbor(bytes);
+    const auto again = nlohmann::json::to_cbor(tree);
+    EXPECT_EQ(std::string(again.begin(), again.end()), bytes);
+    EXPECT_EQ(tree.at("version"), 2);
+    EXPECT_EQ(tree.at("journal_seq").get<std::uint64_t>(), run.ingestor->journal_seq());
+    EXPECT_EQ(tree.at("verdict_seq").get<std::uint64_t>(), run.ingestor->verdict_seq());
+    const auto& engine = tree.at("engine").get_binary();
+    EXPECT_EQ(std::string(engine.begin(), engine.end()), run.ingestor->engine().save_state());
+}
+
+// A save follows the interval (batches or lines), but no sooner than the
+// last saved state's size allows at state_bytes_per_line.
+TEST(SaveSchedule, FollowsTheIntervalAndTheSizeOfTheState) {
+    SaveSchedule s({.every_batches = 50, .every_lines = 100000, .state_bytes_per_line = 16});
+    EXPECT_FALSE(s.due(10000, 0));
+    for (int i = 0; i < 9; ++i) s.done(10000, false);
+    EXPECT_TRUE(s.due(10000, 0)) << "100,000 lines";
+    EXPECT_TRUE(s.due(10000, 1600000)) << "a 1.6 MB state needs 100,000 lines";
+    EXPECT_FALSE(s.due(10000, 1600001));
+    EXPECT_FALSE(s.due(10000, 20000000)) << "a 20 MB state waits for 1.25M lines";
+    for (int i = 0; i < 114; ++i) s.done(10000, false);
+    EXPECT_FALSE(s.due(10000, 20000000));
+    s.done(10000, false);
+    EXPECT_TRUE(s.due(10000, 20000000));
+    s.done(10000, true);
+    EXPECT_EQ(s.lines_since_save(), 0u);
+    EXPECT_FALSE(s.due(10000, 0));
+
+    SaveSchedule small({.every_batches = 50, .every_lines = 100000, .state_bytes_per_line = 16});
+    for (int i = 0; i < 49; ++i) small.done(700, false);
+    EXPECT_TRUE(small.due(700, 0)) << "the 50th batch of 700 lines";
+    EXPECT_TRUE(small.due(700, 35000 * 16));
+    EXPECT_FALSE(small.due(700, 35000 * 16 + 1));
+}
+
 }  // namespace
 }  // namespace retryguard

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -531,6 +533,60 @@ TEST(RulesEngine, SavedStateResumesWithIdenticalVerdicts) {
     for (const auto& v : second.all) b.push_back(format_verdict(v));
     EXPECT_EQ(a, b);
     EXPECT_GE(straight.count("escalate"), 2);
+}
+
+// save_state() writes CBOR directly (core/text/cbor_writer.hpp) instead of
+// building an nlohmann::json tree: its bytes must be exactly what that tree
+// encodes to, so states saved before and after compare and load alike.
+// Covers every part of the state (flags, open and past episodes of several
+// categories, config deferrals, an open incident with its spread hits,
+// pending and held recipients), reply bytes that are not UTF-8, and strings
+// and counts long enough for every CBOR head size.
+TEST(EngineState, StreamedStateIsWhatTheJsonTreeEncodes) {
+    EngineSettings s;
+    s.defaults.repeat_deferrals = 4;
+    Feed feed(s);
+    static constexpr char kOdd[] = "451 4.3.0 \xff\xfe\x00 bytes ";
+    const std::string odd_reply = std::string(kOdd, sizeof kOdd - 1) + std::string(300, 'x');
+    const std::string long_relay = "mx." + std::string(70000, 'r') + ".example";
+    for (int i = 0; i < 4; ++i)
+        feed(delivery(T0 + i * 30min, "F1", "u@many.example", DeliveryStatus::deferred, "mx.many.example",
+                      "host mx.many.example[192.0.2.1] said: " + odd_reply),
+             Category::receiver_config);
+    feed(deferred(T0 - 48h, "H1", "a@hist.example", long_relay), Category::receiver_system);
+    feed(deferred(T0 - 47h, "H1", "a@hist.example", long_relay), Category::receiver_config);
+    feed(delivery(T0 - 40h, "H1", "a@hist.example", DeliveryStatus::sent, long_relay), Category::unknown);
+    for (int i = 0; i < 300; ++i)
+        feed(deferred(T0 + 1h + i * 1s, "Q" + std::to_string(i), "r" + std::to_string(i) + "@bulk.example"),
+             Category::greylisting);
+    for (int i = 0; i < 8; ++i) {
+        std::string d = "d" + std::to_string(i) + ".example";
+        feed(deferred(T0 + 2h + i * 30s, "G" + std::to_string(i), "u@" + d, "mx." + d), Category::network);
+    }
+    ASSERT_TRUE(feed.engine.local_incident_open());
+    ASSERT_TRUE(feed.engine.destination("many.example")->flagged_at.has_value());
+
+    const std::string state = feed.engine.save_state();
+    const nlohmann::json tree = nlohmann::json::from_cbor(state);
+    const std::vector<std::uint8_t> again = nlohmann::json::to_cbor(tree);
+    EXPECT_EQ(std::string(again.begin(), again.end()), state);
+    EXPECT_EQ(tree.at("version"), 1);
+    EXPECT_FALSE(tree.at("incident").is_null());
+    EXPECT_GE(tree.at("spread").size(), 8u);
+    EXPECT_GE(tree.at("recipients").size(), 300u);
+    bool saw_odd_reply = false, saw_history = false;
+    for (const auto& d : tree.at("dests")) {
+        if (!d.at("open").is_null() &&
+            d.at("open").at("reply").get<std::string>().find(odd_reply) != std::string::npos)
+            saw_odd_reply = true;
+        saw_history = saw_history || !d.at("history").empty();
+    }
+    EXPECT_TRUE(saw_odd_reply);
+    EXPECT_TRUE(saw_history);
+
+    Engine restored;
+    ASSERT_TRUE(restored.load_state(state).ok());
+    EXPECT_EQ(restored.save_state(), state);
 }
 
 TEST(RulesEngine, BadStateIsAnErrorAndLeavesTheEngineAsItWas) {
