@@ -227,7 +227,7 @@ SqliteLedger::MessageRow& SqliteLedger::message_row(const std::string& queue_id,
         // With the queue-id map, by row id or not at all (a queue id it does not know has no row).
         const QueueIdMap::Entry* known = nullptr;
         if (qid_map_.active() && qid_map_.retired(queue_id))
-            leave_queue_id_map("a finished queue id was logged again");
+            leave_queue_id_map("finished queue id " + queue_id + " logged again");
         if (qid_map_.active()) known = qid_map_.find(queue_id);
         const bool by_id = known && known->message != 0;
         Query q = stmt(by_id ? "SELECT id, first_queue_id, previous_queue_id, next_queue_id, message_id, "
@@ -281,7 +281,7 @@ SqliteLedger::RecipientRow* SqliteLedger::recipient_row(const std::string& queue
         return nullptr;
     }
     if (qid_map_.active() && qid_map_.retired(queue_id))
-        leave_queue_id_map("a finished queue id was logged again");
+        leave_queue_id_map("finished queue id " + queue_id + " logged again");
     std::int64_t id = 0;
     if (qid_map_.active()) {
         // With the queue-id map, by row id or not at all.
@@ -333,7 +333,7 @@ SqliteLedger::RecipientRow SqliteLedger::read_recipient_row(const Query& q) {
 std::vector<std::size_t> SqliteLedger::recipients_of(const std::string& queue_id) {
     if (!rcpts_loaded_.contains(queue_id)) {
         if (qid_map_.active() && qid_map_.retired(queue_id))
-            leave_queue_id_map("a finished queue id was logged again");
+            leave_queue_id_map("finished queue id " + queue_id + " logged again");
         rcpts_loaded_.insert(queue_id);
         auto take = [&](RecipientRow r) {
             std::string key = recipient_key(queue_id, r.address);
@@ -533,7 +533,7 @@ void SqliteLedger::flush_rows() {
         } else {
             q.i64(m.id).run();
         }
-        if (m.finished) qid_map_.stage_finished(m.queue_id);
+        if (m.finished) qid_map_.stage_finished(m.queue_id, *m.finished);
     }
     for (const RecipientRow& r : rcpts_) {
         if (!r.dirty) continue;

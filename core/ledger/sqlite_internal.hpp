@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -478,10 +479,13 @@ class SqliteLedger final : public Ledger {
     // messages and recipients the import wrote, by queue id, so that the
     // ingest path reads its rows by id without the two queue-id indexes
     // (dropped meanwhile), and knows that a queue id it never wrote has no row
-    // (so never inserts one twice). A finished message leaves the map and only
-    // a 64-bit hash of its queue id stays: memory follows the mail queue, plus
-    // 8-16 bytes per finished message. A finished queue id logged again (rare:
-    // Postfix does not reuse a queue id soon), a hash collision, another
+    // (so never inserts one twice). A finished message leaves the map an hour
+    // of log time after it finished (kLinger: an expired message's bounce
+    // notice and removal, logged right after the expiry, may fall into the
+    // next batch) and only a 64-bit hash of its queue id stays: memory follows
+    // the mail queue, plus 8-16 bytes per finished message. A queue id logged
+    // again after that (rare: Postfix does not reuse a queue id soon), a hash
+    // collision, another
     // connection's commit or the end of bulk mode ends the map for the rest of
     // the import and builds the indexes (leave_queue_id_map). A batch's
     // changes are staged and take effect when its transaction commits.
@@ -502,6 +506,8 @@ class SqliteLedger final : public Ledger {
             active_ = false;
             live_ = {};
             retired_.clear();
+            lingering_.clear();
+            clock_ = 0;
             discard_staged();
         }
         const Entry* find(const std::string& queue_id) const {
@@ -515,8 +521,8 @@ class SqliteLedger final : public Ledger {
         void stage_recipient(const std::string& queue_id, const std::string& address, std::int64_t id) {
             if (active_) staged_recipients_.push_back({queue_id, address, id});
         }
-        void stage_finished(const std::string& queue_id) {
-            if (active_) staged_finished_.push_back(queue_id);
+        void stage_finished(const std::string& queue_id, std::int64_t finished) {
+            if (active_) staged_finished_.emplace_back(finished, queue_id);
         }
         void discard_staged() {
             staged_messages_.clear();
@@ -528,14 +534,20 @@ class SqliteLedger final : public Ledger {
                 for (auto& [queue_id, id] : staged_messages_) live_[queue_id].message = id;
                 for (auto& r : staged_recipients_)
                     live_[r.queue_id].recipients.emplace_back(std::move(r.address), r.id);
-                for (const auto& queue_id : staged_finished_) {
-                    live_.erase(queue_id);
-                    retired_.insert(hash(queue_id));
+                for (auto& finished : staged_finished_) {
+                    clock_ = std::max(clock_, finished.first);
+                    lingering_.push_back(std::move(finished));
+                }
+                while (!lingering_.empty() && lingering_.front().first < clock_ - kLinger) {
+                    live_.erase(lingering_.front().second);
+                    retired_.insert(hash(lingering_.front().second));
+                    lingering_.pop_front();
                 }
             }
             discard_staged();
         }
         std::size_t live_size() const noexcept { return live_.size(); }
+        static constexpr std::int64_t kLinger = 3600LL * 1000000;  // microseconds of log time
 
       private:
         static std::uint64_t hash(std::string_view s) noexcept {
@@ -594,7 +606,9 @@ class SqliteLedger final : public Ledger {
         HashSet retired_;
         std::vector<std::pair<std::string, std::int64_t>> staged_messages_;
         std::vector<StagedRecipient> staged_recipients_;
-        std::vector<std::string> staged_finished_;
+        std::vector<std::pair<std::int64_t, std::string>> staged_finished_;  // finished at, queue id
+        std::deque<std::pair<std::int64_t, std::string>> lingering_;         // finished, still in live_
+        std::int64_t clock_ = 0;  // the latest finish seen (log time)
     };
 
     static std::optional<std::string> opt_str(const Query& q, int i) {
