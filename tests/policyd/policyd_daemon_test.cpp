@@ -265,6 +265,16 @@ class Daemon {
     std::string log() const { return read_file(dir_ / "log"); }
     std::string metrics() const { return http_body(metrics_port_, "/metrics"); }
     void signal(int sig) const { ::kill(pid_, sig); }
+    // Kills the daemon and waits for it: a test that removes a directory the
+    // daemon writes into (its ledger, state, log) stops it first, or the
+    // removal races with its writes ("Directory not empty").
+    void stop() {
+        if (pid_ > 0) {
+            ::kill(pid_, SIGKILL);
+            ::waitpid(pid_, nullptr, 0);
+            pid_ = -1;
+        }
+    }
     // Waits for exit; returns the exit status, or -1 on timeout/signal.
     int wait_exit(std::chrono::milliseconds timeout) {
         const auto until = Clock::now() + timeout;
@@ -967,11 +977,15 @@ TEST(PolicydLive, FollowedDeferralsEscalateTheDomainAndItsMailGetsTheConfiguredA
     // SIGTERM saves the engine state: a restarted daemon answers at once.
     d.signal(SIGTERM);
     EXPECT_EQ(d.wait_exit(10s), 0) << d.log();
-    Daemon again({"-c", (dir / "retryguard.yaml").string()}, {}, false);
-    ASSERT_TRUE(again.ready()) << again.log();
-    EXPECT_EQ(ask_rcpt(again.port(), "c@cfgerr.lab.test").rfind("action=WARN retryguard: cfgerr.lab.test", 0),
-              0u)
-        << again.log();
+    {
+        Daemon again({"-c", (dir / "retryguard.yaml").string()}, {}, false);
+        ASSERT_TRUE(again.ready()) << again.log();
+        EXPECT_EQ(
+            ask_rcpt(again.port(), "c@cfgerr.lab.test").rfind("action=WARN retryguard: cfgerr.lab.test", 0),
+            0u)
+            << again.log();
+    }  // stopped before its directory goes: it writes there until it exits
+    d.stop();
     fs::remove_all(dir);
 }
 
@@ -1000,6 +1014,7 @@ TEST(PolicydLive, ErrorsTimeoutTempfailDefersInsteadOfDunnoAndFollowsReload) {
     ::kill(d.pid(), SIGHUP);
     EXPECT_TRUE(eventually([&] { return d.log().find("reload done") != std::string::npos; })) << d.log();
     EXPECT_EQ(ask_rcpt(d.port(), "user@example.test"), kDunno);
+    d.stop();
     fs::remove_all(dir);
 }
 
@@ -1017,6 +1032,7 @@ TEST(PolicydLive, PrunesTheLedgerWhileFollowing) {
     EXPECT_TRUE(eventually([&] { return d.log().find("prune done: messages=0") != std::string::npos; }))
         << d.log();
     EXPECT_EQ(ask_rcpt(d.port(), "user@example.test"), kDunno);
+    d.stop();
     fs::remove_all(dir);
 }
 
@@ -1049,6 +1065,7 @@ TEST(PolicydLive, ReloadWithBadClassifierRuleFailsAndKeepsTheWholeConfig) {
     EXPECT_EQ(ask_rcpt(d.port(), "user@example.test").rfind("action=DEFER_IF_PERMIT", 0), 0u) << d.log();
     const std::string m = d.metrics();
     EXPECT_EQ(metric(m, "retryguard_policy_reloads_total{result=\"failed\"}"), 1) << m;
+    d.stop();
     fs::remove_all(dir);
 }
 
@@ -1131,6 +1148,7 @@ TEST(PolicydLive, StartedAsRootRunsAsPolicyUserAndGroupWithItsSocketOwnedByThem)
     EXPECT_TRUE(eventually([&] { return d.log().find("reload done") != std::string::npos; })) << d.log();
     d.signal(SIGTERM);
     EXPECT_EQ(d.wait_exit(10s), 0) << d.log();
+    d.stop();
     fs::remove_all(dir);
 }
 
@@ -1164,6 +1182,7 @@ TEST(PolicydLive, MetricsAllowNonLoopbackIsHonouredWithAWarning) {
     ASSERT_TRUE(d.ready()) << d.log();
     EXPECT_NE(d.log().find("may be reachable from other hosts"), std::string::npos) << d.log();
     EXPECT_NE(http_body(d.metrics_port(), "/health").find("ok"), std::string::npos);
+    d.stop();
     fs::remove_all(dir);
 }
 
@@ -1202,6 +1221,7 @@ TEST(PolicydLive, UnreadableSourceIsLoggedCountedAndUnhealthyUntilReadable) {
          p = log.find("cannot read: Permission denied", p + 1))
         ++n;
     EXPECT_EQ(n, 1u) << log;
+    d.stop();
     fs::remove_all(dir);
 }
 
