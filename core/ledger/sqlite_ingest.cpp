@@ -218,6 +218,13 @@ std::int64_t SqliteLedger::prune_seen(std::int64_t cut, std::int64_t budget, boo
     return dropped + legacy;
 }
 
+// A queue id the queue-id map retired (finished over an hour of log time
+// ago) is logged again: its rows are found by the indexes from now on.
+void SqliteLedger::leave_map_if_retired(const std::string& queue_id) {
+    if (qid_map_.active() && qid_map_.retired(queue_id))
+        leave_queue_id_map("finished queue id " + queue_id + " logged again");
+}
+
 // The row of `queue_id`, created (as the first INSERT of one of its events
 // would) when the table has none; `updated` raised to t.
 SqliteLedger::MessageRow& SqliteLedger::message_row(const std::string& queue_id, std::int64_t t) {
@@ -226,8 +233,7 @@ SqliteLedger::MessageRow& SqliteLedger::message_row(const std::string& queue_id,
         MessageRow row;
         // With the queue-id map, by row id or not at all (a queue id it does not know has no row).
         const QueueIdMap::Entry* known = nullptr;
-        if (qid_map_.active() && qid_map_.retired(queue_id))
-            leave_queue_id_map("finished queue id " + queue_id + " logged again");
+        leave_map_if_retired(queue_id);
         if (qid_map_.active()) known = qid_map_.find(queue_id);
         const bool by_id = known && known->message != 0;
         Query q = stmt(by_id ? "SELECT id, first_queue_id, previous_queue_id, next_queue_id, message_id, "
@@ -280,8 +286,7 @@ SqliteLedger::RecipientRow* SqliteLedger::recipient_row(const std::string& queue
         rcpt_index_.emplace(std::move(key), kNoRow);
         return nullptr;
     }
-    if (qid_map_.active() && qid_map_.retired(queue_id))
-        leave_queue_id_map("finished queue id " + queue_id + " logged again");
+    leave_map_if_retired(queue_id);
     std::int64_t id = 0;
     if (qid_map_.active()) {
         // With the queue-id map, by row id or not at all.
@@ -332,8 +337,7 @@ SqliteLedger::RecipientRow SqliteLedger::read_recipient_row(const Query& q) {
 // Every recipient row of `queue_id` (table and batch), in address order.
 std::vector<std::size_t> SqliteLedger::recipients_of(const std::string& queue_id) {
     if (!rcpts_loaded_.contains(queue_id)) {
-        if (qid_map_.active() && qid_map_.retired(queue_id))
-            leave_queue_id_map("finished queue id " + queue_id + " logged again");
+        leave_map_if_retired(queue_id);
         rcpts_loaded_.insert(queue_id);
         auto take = [&](RecipientRow r) {
             std::string key = recipient_key(queue_id, r.address);

@@ -148,6 +148,7 @@ class SqliteLedger final : public Ledger {
     std::int64_t data_version();
 
     void leave_queue_id_map(std::string_view why);
+    void leave_map_if_retired(const std::string& queue_id);
 
     void ensure_indexes();
 
@@ -485,10 +486,10 @@ class SqliteLedger final : public Ledger {
     // next batch) and only a 64-bit hash of its queue id stays: memory follows
     // the mail queue, plus 8-16 bytes per finished message. A queue id logged
     // again after that (rare: Postfix does not reuse a queue id soon), a hash
-    // collision, another
-    // connection's commit or the end of bulk mode ends the map for the rest of
-    // the import and builds the indexes (leave_queue_id_map). A batch's
-    // changes are staged and take effect when its transaction commits.
+    // collision, another connection's commit or the end of bulk mode ends the
+    // map for the rest of the import and builds the indexes
+    // (leave_queue_id_map). A batch's changes are staged and take effect when
+    // its transaction commits.
     class QueueIdMap {
       public:
         struct Entry {
@@ -547,9 +548,9 @@ class SqliteLedger final : public Ledger {
             discard_staged();
         }
         std::size_t live_size() const noexcept { return live_.size(); }
-        static constexpr std::int64_t kLinger = 3600LL * 1000000;  // microseconds of log time
 
       private:
+        static constexpr std::int64_t kLinger = 3600LL * 1000000;  // microseconds of log time
         static std::uint64_t hash(std::string_view s) noexcept {
             const std::uint64_t h = std::hash<std::string_view>{}(s);
             return h == 0 ? 1 : h;  // 0 marks an empty slot
