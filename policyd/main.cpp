@@ -324,6 +324,10 @@ struct Policyd {
     std::unique_ptr<LiveIngest> live;
     std::unique_ptr<Pruner> pruner;
     std::optional<asio::signal_set> signals;
+    // One reload at a time: two SIGHUPs in quick succession must not read
+    // the files in one order and swap them in the other, nor count their
+    // results out of order.
+    std::mutex reload_mutex;
 
     Logger& log() { return *log_sink; }
     const config::Config& cfg() const { return *runtime->config; }
@@ -509,11 +513,15 @@ struct Policyd {
     // A worker thread's top level: a reload that throws fails, keeping the
     // running table and configuration.
     void reload() {
+        const std::lock_guard lock(reload_mutex);
         Status st;
         if (!run_guarded(
                 "reload",
                 [&] {
+                    // A table that does not load keeps the previous table
+                    // and the previous configuration.
                     st = decider->reload();
+                    if (!st.ok()) return;
                     // The classifier rules are compiled before the swap: a
                     // bad rule fails the whole reload and nothing changes.
                     const auto errors = config_holder->reload(cl.config_path, runtime_checks);
