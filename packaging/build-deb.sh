@@ -36,6 +36,18 @@ rm -f "$out"/retryguard_*.deb "$out"/retryguard-dbgsym_*.deb "$out"/retryguard_*
 (
   cd "$tree"
   export DEB_BUILD_OPTIONS="nocheck parallel=${JOBS:-$(nproc)}"
+  # ccache, when installed, as in scripts/build.sh: a package build in another
+  # clone or OUTDIR reuses the objects already compiled. Paths are hashed
+  # relative to the tree, and the -ffile-prefix-map of dpkg-buildflags (the
+  # tree's absolute path, mapped to ".") is left out of the hash: it is there
+  # to keep that path out of the objects. CCACHE_DISABLE=1 compiles afresh.
+  if command -v ccache >/dev/null 2>&1 && [ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]; then
+    export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache
+    export CCACHE_BASEDIR="$tree" CCACHE_NOHASHDIR=1 CCACHE_IGNOREOPTIONS='-ffile-prefix-map=*'
+    # debhelper points HOME into the tree: name the user's cache itself.
+    CCACHE_DIR="$(ccache -k cache_dir)"
+    export CCACHE_DIR
+  fi
   # -nc: keep the previous build directory so only changed sources recompile.
   dpkg-buildpackage -b -uc -us -nc >"$out/build.log" 2>&1
 ) || { tail -40 "$out/build.log" >&2; echo "build-deb: failed, see $out/build.log" >&2; exit 1; }
