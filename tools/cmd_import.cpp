@@ -212,6 +212,11 @@ int run_import(const ImportOptions& opt) {
                 fmt::print(stderr, "retryguard import: {}\n", read.status.error().message);
                 rc_reader = kExitAttention;
             }
+            // Recorded, but cut: say so, as `events` and the followers' counters do.
+            if (read.stats.truncated > 0)
+                fmt::print(stderr,
+                           "retryguard import: {}: {} lines longer than {} bytes, cut to that length\n", path,
+                           read.stats.truncated, kMaxLogLineLength);
             if (b) {
                 b->file = f;
                 pipe.put_full(b);  // possibly empty: returned unused

@@ -134,6 +134,25 @@ def main():
         if "victim.test" in dests:
             fail("forged verdict about victim.test: %r" % e)
             break
+    # Lines past the 64 KiB line limit are recorded cut, and import says how
+    # many, per file: the corpus with three overlong deferrals appended.
+    long_log = os.path.join(OUT, "overlong.sender.log")
+    with open(log, "rb") as src, open(long_log, "wb") as f:
+        f.write(src.read())
+        for i, n in enumerate([65537, 200000, 3 * 1024 * 1024]):
+            f.write(b"Nov 30 10:00:0%d sender postfix/smtp[7]: B0000000%d: to=<x@long.test>, "
+                    b"relay=mx.long.test[192.0.2.9]:25, delay=1, delays=0/0/0/1, dsn=4.3.0, "
+                    b"status=deferred (host mx.long.test[192.0.2.9] said: 451 4.3.0 " % (i, i)
+                    + b"x" * n + b")\n")
+    over = sum(1 for l in open(long_log, "rb") if len(l.rstrip(b"\n")) > 65536)
+    p = subprocess.run([CLI, "import", "-q", "-o", "ledger.sqlite.path=" + os.path.join(OUT, "long.db"),
+                        "--year", "2026", "--utc", long_log], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       env=dict(os.environ, TZ="UTC", NO_COLOR="1"))
+    want = ("%s: %d lines longer than 65536 bytes, cut to that length" % (long_log, over)).encode()
+    if p.returncode != 0 or want not in p.stderr:
+        fail("import of overlong lines (rc %d) did not say %r: %r" % (p.returncode, want, p.stderr[-600:]))
+    check_terminal("import stderr (overlong)", p.stderr)
+
     print("hostile corpus: %d bytes, %d verdict lines read back, %d destinations"
           % (os.path.getsize(log), len(events), len(names)))
     if failures:
