@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "ledger/internal.hpp"
+#include "ledger/sqlite_checkpointer.hpp"
 
 namespace retryguard::ledger_detail {
 
@@ -291,6 +292,7 @@ class SqliteLedger final : public Ledger {
     template <typename F>
     Status write(F&& f) noexcept {
         std::lock_guard lock(mutex_);
+        if (checkpointer_) checkpointer_->before_write();
         auto st = guard([&] {
             exec("BEGIN IMMEDIATE");
             try {
@@ -724,6 +726,7 @@ class SqliteLedger final : public Ledger {
     std::string seen_blob_;
     bool indexes_deferred_ = false;  // bulk mode dropped kSecondaryIndexes (see set_bulk_mode)
     QueueIdMap qid_map_;             // active while the two queue-id indexes are deferred
+    std::unique_ptr<BackgroundCheckpointer> checkpointer_;  // in bulk mode (see set_bulk_mode)
     std::mutex mutex_;
     Counters counters_;
     // Read-only connections for read_concurrent; idle ones are kept up to a

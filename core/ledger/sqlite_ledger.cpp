@@ -106,6 +106,7 @@ SqliteLedger::SqliteLedger(std::string path, LedgerOptions options)
 
 SqliteLedger::~SqliteLedger() {
     if (indexes_deferred_) set_bulk_mode(false);
+    checkpointer_.reset();  // its thread uses the file; the hook points at it
     idle_readers_.clear();  // before the main connection: the last one to close checkpoints
     for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
     if (db_) sqlite3_close_v2(db_);

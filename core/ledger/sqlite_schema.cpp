@@ -325,17 +325,31 @@ Status SqliteLedger::open() {
 // (QueueIdMap), which also keeps queue ids unique while their index is
 // missing. A process killed before the end leaves them missing; open()
 // builds them. Destination rows are kept between batches meanwhile
-// (DestinationCache), into any ledger.
+// (DestinationCache), into any ledger. The checkpoints run on a thread of
+// their own meanwhile (BackgroundCheckpointer), off the import's critical
+// path; should it not start, SQLite's own checkpoint stays, every 256 MiB.
 void SqliteLedger::set_bulk_mode(bool on) noexcept {
     std::lock_guard lock(mutex_);
     (void)guard([&] {
         exec(on ? "PRAGMA cache_size=-65536" : "PRAGMA cache_size=-16000");
-        exec(on ? "PRAGMA wal_autocheckpoint=65536" : "PRAGMA wal_autocheckpoint=1000");
+        if (on) exec("PRAGMA wal_autocheckpoint=65536");
         if (on && !dest_cache_.active) {
             dest_cache_.version = data_version();
             dest_cache_.active = true;
         }
     });
+    if (on && !checkpointer_ && separate_readers_) {
+        BackgroundCheckpointer::Limits limits;
+        if (options_.sqlite_bulk_checkpoint_pages > 0) {
+            limits.step_pages = options_.sqlite_bulk_checkpoint_pages;
+            limits.max_pages = 4 * options_.sqlite_bulk_checkpoint_pages;
+        }
+        std::string error;
+        checkpointer_ = BackgroundCheckpointer::start(db_, path_, limits, options_.warn, error);
+        if (!checkpointer_)
+            options_.warn("bulk mode: checkpoints stay on the writing thread: cannot open " + path_ +
+                          " a second time: " + error);
+    }
     if (!on) {
         dest_cache_.active = false;
         dests_ = DestinationRows();
@@ -368,6 +382,12 @@ void SqliteLedger::set_bulk_mode(bool on) noexcept {
             options_.warn("bulk mode: building the indexes: " + st.error().message +
                           " (the next opening builds them)");
         indexes_deferred_ = false;
+    }
+    if (!on) {
+        // After the index build, whose pages it checkpoints too. Its end
+        // leaves the writer without a WAL hook: SQLite's checkpoint is set again.
+        checkpointer_.reset();
+        (void)guard([&] { exec("PRAGMA wal_autocheckpoint=1000"); });
     }
 }
 

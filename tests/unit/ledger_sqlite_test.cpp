@@ -309,6 +309,90 @@ TEST(LedgerSqlite, BulkModeQueueIdMapGivesTheSameLedger) {
     }
 }
 
+// Bulk mode checkpoints on a thread of its own (BackgroundCheckpointer),
+// here every 16 pages and with the writer waiting for the WAL to start over
+// at 64. Many batches: the WAL stays bounded (it starts over, as with
+// SQLite's own checkpoint), the checkpoints are not taken for another
+// connection's writes (the queue-id map lasts to the end), and the ledger is
+// the one written without bulk mode. Then the same with a reader holding a
+// snapshot through the import: no checkpoint can copy all of the WAL, and
+// the writer must not wait for the reader.
+TEST(LedgerSqlite, BulkModeCheckpointsOnAThreadKeepTheWalBoundedAndTheLedgerTheSame) {
+    std::vector<std::vector<IngestItem>> batches;
+    std::vector<std::string> ids;
+    for (int b = 0; b < 150; ++b) {
+        std::vector<IngestItem> batch;
+        for (int m = 0; m < 12; ++m) {
+            const std::string q = "Q" + std::to_string(b * 100 + m);
+            const int t = b * 60 + m;
+            const std::string rcpt =
+                "r" + std::to_string(m) + "@d" + std::to_string((b * 7 + m) % 40) + ".test";
+            batch.push_back(client(q, t));
+            batch.push_back(queue_active(q, t, "s@x.test"));
+            batch.push_back(deferred(q, t + 1, rcpt));
+            batch.push_back(sent(q, t + 30, rcpt));
+            batch.push_back(removed(q, t + 30));
+            if (m == 0 && b % 10 == 0) ids.push_back(q);
+        }
+        batches.push_back(std::move(batch));
+    }
+    std::string expected;
+    {
+        auto ref = open_ledger("sqlite:" + db_path("bgckpt-ref"));
+        ASSERT_TRUE(ref.ok());
+        for (const auto& b : batches) ASSERT_TRUE((*ref)->ingest(b, std::nullopt).ok());
+        auto st = (*ref)->stats();
+        expected = full_dump(**ref, ids) + " messages=" + std::to_string(st->messages);
+    }
+    constexpr int kStep = 16, kMax = 4 * kStep;
+    for (const bool reader : {false, true}) {
+        SCOPED_TRACE(reader ? "with a reader" : "alone");
+        const std::string path = db_path(reader ? "bgckpt-reader" : "bgckpt");
+        std::vector<std::string> warnings;
+        LedgerOptions options;
+        options.spec = "sqlite:" + path;
+        options.sqlite_bulk_checkpoint_pages = kStep;
+        options.warn = [&](std::string_view w) { warnings.emplace_back(w); };
+        auto bulk = open_ledger(options);
+        ASSERT_TRUE(bulk.ok());
+        (*bulk)->set_bulk_mode(true);
+        sqlite3* snapshot = nullptr;
+        std::uintmax_t wal_max = 0, wal_after_reader = 0;
+        for (std::size_t i = 0; i < batches.size(); ++i) {
+            if (reader && i == 20) {
+                ASSERT_EQ(sqlite3_open_v2(path.c_str(), &snapshot, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+                ASSERT_EQ(
+                    sqlite3_exec(snapshot, "BEGIN; SELECT count(*) FROM messages", nullptr, nullptr, nullptr),
+                    SQLITE_OK);
+            }
+            if (reader && i == 100) {
+                ASSERT_EQ(sqlite3_exec(snapshot, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+                sqlite3_close_v2(snapshot);
+                snapshot = nullptr;
+                wal_after_reader = std::filesystem::file_size(path + "-wal");
+            }
+            auto r = (*bulk)->ingest(batches[i], std::nullopt);
+            ASSERT_TRUE(r.ok()) << r.error().message;
+            wal_max = std::max(wal_max, std::filesystem::file_size(path + "-wal"));
+        }
+        // A frame is a page and a 24-byte header; one batch here writes far
+        // fewer than kMax pages. Without the WAL starting over it would hold
+        // every page each batch wrote (thousands).
+        const std::uintmax_t bound = 2 * kMax * (4096 + 24) + 32;
+        if (!reader) {
+            EXPECT_LE(wal_max, bound);
+        } else {
+            EXPECT_GT(wal_after_reader, bound) << "the reader kept the WAL from starting over";
+            EXPECT_EQ(std::filesystem::file_size(path + "-wal"), wal_max) << "a WAL file does not shrink";
+        }
+        EXPECT_EQ(count_indexes(path, kQueueIdIndexes), 0) << "the queue-id map lasted to the end";
+        EXPECT_TRUE(warnings.empty()) << warnings.front();
+        (*bulk)->set_bulk_mode(false);
+        auto st = (*bulk)->stats();
+        EXPECT_EQ(full_dump(**bulk, ids) + " messages=" + std::to_string(st->messages), expected);
+    }
+}
+
 // A milter (another connection) records identities while an import in bulk
 // mode has the queue-id indexes dropped: its writes succeed without them, add
 // no second row, and the import's next batch goes on without its map; the

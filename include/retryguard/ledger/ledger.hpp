@@ -535,6 +535,10 @@ struct LedgerOptions {
     std::string spec;
     // SQLite
     std::chrono::milliseconds busy_timeout{2000};
+    // Bulk mode's background WAL checkpoint every this many pages, and the
+    // writer waiting for the WAL to start over at four times as many. 0: the
+    // defaults (16384, 65536). Not a setting: tests make it small.
+    int sqlite_bulk_checkpoint_pages = 0;
     // Redis
     std::string key_prefix = "retryguard:";
     std::chrono::milliseconds connect_timeout{200};
