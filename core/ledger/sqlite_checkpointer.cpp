@@ -3,8 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
-
 namespace retryguard::ledger_detail {
 
 std::unique_ptr<BackgroundCheckpointer> BackgroundCheckpointer::start(
@@ -67,14 +65,13 @@ void BackgroundCheckpointer::run(std::stop_token stop) {
         std::string failure;
         if (rc != SQLITE_OK) failure = sqlite3_errmsg(db_);
         lock.lock();
-        ++stats_.checkpoints;
         served_ = request;
         last_complete_ = rc == SQLITE_OK && log >= 0 && copied == log;
         last_log_ = log;
-        if (rc == SQLITE_OK && !last_complete_) ++stats_.incomplete;
-        if (rc != SQLITE_OK) {
+        if (rc != SQLITE_OK && !warned_) {
             // The next commit asks again; SQLite keeps the WAL meanwhile.
-            if (stats_.errors++ == 0 && warn_)
+            warned_ = true;
+            if (warn_)
                 warn_(fmt::format("bulk mode: WAL checkpoint failed (the WAL grows until one succeeds): {}",
                                   failure));
         }
@@ -89,22 +86,13 @@ void BackgroundCheckpointer::before_write() {
     // older snapshot (another process) can keep it from copying everything,
     // and the writer must not wait on that reader; the WAL then grows until
     // the reader is gone, as with SQLite's own checkpoint.
-    const auto t0 = std::chrono::steady_clock::now();
     const std::uint64_t request = ++requested_;
     requested_at_ = frames_;
     cv_.notify_all();
     cv_.wait(lock, [&] { return served_ >= request; });
-    ++stats_.writer_waits;
-    stats_.writer_wait_us += static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
     // The next write transaction starts the WAL over (when complete): the
     // next commit reports its new, small size.
     if (last_complete_ && last_log_ >= frames_) frames_ = 0;
-}
-
-BackgroundCheckpointer::Stats BackgroundCheckpointer::stats() const {
-    std::lock_guard lock(mutex_);
-    return stats_;
 }
 
 }  // namespace retryguard::ledger_detail

@@ -35,14 +35,6 @@ class BackgroundCheckpointer {
         int step_pages = 16384;  // 64 MiB of 4 KiB pages between two checkpoints
         int max_pages = 65536;   // 256 MiB: the writer waits for the WAL to start over
     };
-    struct Stats {
-        std::uint64_t checkpoints = 0;     // run by the thread
-        std::uint64_t incomplete = 0;      // a reader kept part of the WAL from being copied
-        std::uint64_t writer_waits = 0;    // before_write() waited for one
-        std::uint64_t writer_wait_us = 0;  // in all
-        std::uint64_t errors = 0;          // checkpoints that failed (logged)
-    };
-
     // Opens a second connection to `path` and takes over the WAL hook of
     // `writer` (SQLite's automatic checkpoint is off while this runs). An
     // error: nothing was changed, the caller keeps the automatic checkpoint.
@@ -59,7 +51,6 @@ class BackgroundCheckpointer {
     // The writer's thread, before each write transaction: when the WAL holds
     // max_pages, waits for a checkpoint of all of it.
     void before_write();
-    Stats stats() const;
 
   private:
     BackgroundCheckpointer(sqlite3* writer, sqlite3* db, Limits limits,
@@ -78,8 +69,8 @@ class BackgroundCheckpointer {
     std::uint64_t requested_ = 0, served_ = 0;
     bool last_complete_ = false;  // the last checkpoint copied the whole WAL it saw
     int last_log_ = 0;            // the WAL pages that checkpoint saw
-    Stats stats_;
-    std::jthread thread_;  // last: started once the rest is set up, joined first
+    bool warned_ = false;         // a failed checkpoint is logged once
+    std::jthread thread_;         // last: started once the rest is set up, joined first
 };
 
 }  // namespace retryguard::ledger_detail
