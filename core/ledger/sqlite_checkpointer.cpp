@@ -3,7 +3,14 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+
 namespace retryguard::ledger_detail {
+
+namespace {
+constexpr int kBusyRetries = 5;          // sleeps of 1, 2, 4, 8 and 16 ms
+constexpr int kBusyRequestsToWarn = 16;  // BUSY that long is more than a passing commit
+}  // namespace
 
 std::unique_ptr<BackgroundCheckpointer> BackgroundCheckpointer::start(
     sqlite3* writer, const std::string& path, Limits limits, std::function<void(std::string_view)> warn,
@@ -61,14 +68,26 @@ void BackgroundCheckpointer::run(std::stop_token stop) {
         const std::uint64_t request = requested_;
         lock.unlock();
         int log = -1, copied = -1;
-        const int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied);
+        int rc = SQLITE_OK;
+        // SQLITE_BUSY is "not now", not a failure: another connection's
+        // checkpoint holds the checkpoint lock, or the WAL header was read
+        // while the writer was writing it (a commit on a loaded machine).
+        // Tried again a few times, at most 31 ms in all; then the writer's
+        // next request tries again, as SQLite's own checkpoint would.
+        for (int attempt = 0;; ++attempt) {
+            rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied);
+            if ((rc & 0xff) != SQLITE_BUSY || attempt == kBusyRetries || stop.stop_requested()) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(1 << attempt));
+        }
         std::string failure;
         if (rc != SQLITE_OK) failure = sqlite3_errmsg(db_);
         lock.lock();
         served_ = request;
         last_complete_ = rc == SQLITE_OK && log >= 0 && copied == log;
         last_log_ = log;
-        if (rc != SQLITE_OK && !warned_) {
+        const bool busy = (rc & 0xff) == SQLITE_BUSY;
+        busy_in_a_row_ = busy ? busy_in_a_row_ + 1 : 0;
+        if (rc != SQLITE_OK && (!busy || busy_in_a_row_ == kBusyRequestsToWarn) && !warned_) {
             // The next commit asks again; SQLite keeps the WAL meanwhile.
             warned_ = true;
             if (warn_)

@@ -14,6 +14,9 @@
 // last one are left to copy). The WAL is thus bounded as before (max_pages
 // plus one transaction), and the same: SQLite's own checkpoint is PASSIVE too.
 // A checkpoint changes no data: other connections' PRAGMA data_version stays.
+// SQLITE_BUSY (another connection checkpointing, or the WAL header read while
+// a commit wrote it) is tried again a few times and is no failure; a failure,
+// or BUSY through 16 requests in a row, is logged once.
 #pragma once
 
 #include <sqlite3.h>
@@ -69,6 +72,7 @@ class BackgroundCheckpointer {
     std::uint64_t requested_ = 0, served_ = 0;
     bool last_complete_ = false;  // the last checkpoint copied the whole WAL it saw
     int last_log_ = 0;            // the WAL pages that checkpoint saw
+    int busy_in_a_row_ = 0;       // requests that found the WAL busy, one after another
     bool warned_ = false;         // a failed checkpoint is logged once
     std::jthread thread_;         // last: started once the rest is set up, joined first
 };

@@ -1,11 +1,14 @@
 // The ledger contract on the SQLite backend, plus what only SQLite has:
 // schema versions, lock timeouts, the backend spec.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sqlite3.h>
 
 #include <atomic>
 #include <filesystem>
 #include <thread>
 
+#include "../../core/ledger/sqlite_checkpointer.hpp"
 #include "../../core/ledger/sqlite_prune.hpp"
 #include "ledger/ledger_contract.hpp"
 
@@ -375,6 +378,8 @@ TEST(LedgerSqlite, BulkModeCheckpointsOnAThreadKeepTheWalBoundedAndTheLedgerTheS
             ASSERT_TRUE(r.ok()) << r.error().message;
             wal_max = std::max(wal_max, std::filesystem::file_size(path + "-wal"));
         }
+        SCOPED_TRACE(
+            fmt::format("WAL: largest {} bytes, {} when the reader left", wal_max, wal_after_reader));
         // A frame is a page and a 24-byte header; one batch here writes far
         // fewer than kMax pages. Without the WAL starting over it would hold
         // every page each batch wrote (thousands).
@@ -387,10 +392,90 @@ TEST(LedgerSqlite, BulkModeCheckpointsOnAThreadKeepTheWalBoundedAndTheLedgerTheS
         }
         EXPECT_EQ(count_indexes(path, kQueueIdIndexes), 0) << "the queue-id map lasted to the end";
         (*bulk)->set_bulk_mode(false);  // joins the checkpointing thread, the one that warns
-        EXPECT_TRUE(warnings.empty()) << warnings.front();
+        EXPECT_TRUE(warnings.empty()) << fmt::format("{}", fmt::join(warnings, "\n"));
         auto st = (*bulk)->stats();
         EXPECT_EQ(full_dump(**bulk, ids) + " messages=" + std::to_string(st->messages), expected);
     }
+}
+
+// The checkpointing thread finds the WAL busy: another connection (here a
+// FULL checkpoint waiting for the write lock, which a third one holds) has
+// the checkpoint lock. The writer's wait for a checkpoint still ends; BUSY is
+// tried again and is no failure; BUSY through 16 requests in a row is logged,
+// once. Once the lock is free, the next checkpoint copies the whole WAL.
+TEST(LedgerSqlite, ABusyCheckpointIsNoFailureUntilItLasts) {
+    const std::string path = db_path("ckpt-busy");
+    auto open = [&](sqlite3** db) {
+        ASSERT_EQ(sqlite3_open_v2(path.c_str(), db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr),
+                  SQLITE_OK);
+    };
+    sqlite3 *writer = nullptr, *holder = nullptr, *other = nullptr;
+    open(&writer);
+    open(&holder);
+    open(&other);
+    ASSERT_EQ(
+        sqlite3_exec(writer, "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; CREATE TABLE t(v BLOB)",
+                     nullptr, nullptr, nullptr),
+        SQLITE_OK);
+    std::vector<std::string> warnings;
+    std::string error;
+    auto checkpointer = ledger_detail::BackgroundCheckpointer::start(
+        writer, path, {.step_pages = 1000, .max_pages = 8},
+        [&](std::string_view w) { warnings.emplace_back(w); }, error);
+    ASSERT_TRUE(checkpointer) << error;
+    // More than max_pages in the WAL: each before_write asks for a checkpoint.
+    ASSERT_EQ(sqlite3_exec(writer,
+                           "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20) "
+                           "INSERT INTO t SELECT randomblob(3000) FROM n",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+
+    std::atomic<bool> waiting{false}, release{false};
+    std::pair<std::atomic<bool>*, std::atomic<bool>*> flags(&waiting, &release);
+    sqlite3_busy_handler(
+        other,
+        [](void* arg, int) -> int {
+            auto* flags = static_cast<std::pair<std::atomic<bool>*, std::atomic<bool>*>*>(arg);
+            flags->first->store(true);
+            for (int i = 0; i < 2000 && !flags->second->load(); ++i)
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            return 0;  // give up: the FULL checkpoint goes on as a PASSIVE one
+        },
+        &flags);
+    ASSERT_EQ(sqlite3_exec(holder, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(other, "SELECT count(*) FROM t", nullptr, nullptr, nullptr), SQLITE_OK);
+    std::atomic<int> full_rc{-1};
+    std::thread full([&] {
+        full_rc = sqlite3_wal_checkpoint_v2(other, nullptr, SQLITE_CHECKPOINT_FULL, nullptr, nullptr);
+        waiting.store(true);
+    });
+    for (int i = 0; i < 2000 && !waiting.load(); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (full_rc.load() != -1) full.join();
+    ASSERT_EQ(full_rc.load(), -1)
+        << "the FULL checkpoint waits for the write lock, holding the checkpoint lock";
+
+    checkpointer->before_write();  // returns: BUSY is tried again, then given up for now
+    EXPECT_TRUE(warnings.empty()) << fmt::format("{}", fmt::join(warnings, "\n"));
+    for (int i = 0; i < 20; ++i) checkpointer->before_write();
+    EXPECT_EQ(warnings.size(), 1u) << "logged once, at the 16th request in a row";
+    const std::string warned = warnings.empty() ? "" : warnings[0];
+    EXPECT_NE(warned.find("WAL checkpoint failed"), std::string::npos) << warned;
+    EXPECT_NE(warned.find("locked"), std::string::npos) << warned;
+
+    release.store(true);
+    full.join();
+    ASSERT_EQ(sqlite3_exec(holder, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+    checkpointer->before_write();
+    checkpointer.reset();
+    int log = -1, copied = -1;
+    ASSERT_EQ(sqlite3_wal_checkpoint_v2(writer, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied),
+              SQLITE_OK);
+    EXPECT_EQ(copied, log) << "nothing was left to copy";
+    EXPECT_EQ(warnings.size(), 1u);
+    sqlite3_close_v2(other);
+    sqlite3_close_v2(holder);
+    sqlite3_close_v2(writer);
 }
 
 // A milter (another connection) records identities while an import in bulk
