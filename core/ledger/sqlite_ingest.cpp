@@ -580,11 +580,12 @@ SqliteLedger::DestinationRow& SqliteLedger::destination_row(const char* kind, co
         DestinationRow row;
         Query q = stmt(
             "SELECT last_success, last_deferral, ep_first, ep_last, ep_attempts, ep_messages, "
-            "ep_categories, ep_last_reply, ep_last_relay, updated FROM destinations WHERE kind = ? AND name "
-            "= ?");
+            "ep_categories, ep_last_reply, ep_last_relay, updated, id FROM destinations WHERE kind = ? AND "
+            "name = ?");
         q.text(kind).text(name);
         if (q.row()) {
             row.in_table = true;
+            row.id = q.col(10);
             row.last_success = opt_i64(q, 0);
             row.last_deferral = opt_i64(q, 1);
             row.updated = q.col(9);
@@ -665,11 +666,18 @@ void SqliteLedger::flush_destinations() {
     static constexpr const char* kUpdate =
         "UPDATE destinations SET last_success = ?1, last_deferral = ?2, ep_first = ?3, ep_last = ?4, "
         "ep_attempts = ?5, ep_messages = ?6, ep_categories = ?7, ep_last_reply = ?8, ep_last_relay = ?9, "
+        "updated = MAX(updated, ?10) WHERE id = ?13 AND kind = ?11 AND name = ?12";
+    static constexpr const char* kUpdateByKey =
+        "UPDATE destinations SET last_success = ?1, last_deferral = ?2, ep_first = ?3, ep_last = ?4, "
+        "ep_attempts = ?5, ep_messages = ?6, ep_categories = ?7, ep_last_reply = ?8, ep_last_relay = ?9, "
         "updated = MAX(updated, ?10) WHERE kind = ?11 AND name = ?12";
     static constexpr const char* kInsert =
         "INSERT INTO destinations(last_success, last_deferral, ep_first, ep_last, ep_attempts, "
         "ep_messages, ep_categories, ep_last_reply, ep_last_relay, updated, kind, name) "
         "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+    // By id: no probe of the (kind, name) index per row. The row's own kind
+    // and name are checked too, so an id that no longer holds it changes
+    // nothing and takes the unsound path below.
     auto run = [&](const char* sql, std::string_view key, const DestinationRow& row) {
         Query q = stmt(sql);
         auto opt = [&](const std::optional<std::int64_t>& v) -> Query& { return v ? q.i64(*v) : q.null(); };
@@ -682,7 +690,9 @@ void SqliteLedger::flush_destinations() {
         q.i64(ep.attempts).i64(ep.messages).i64(ep.categories).text(ep.last_reply);
         q.text(ep.last_relay).i64(row.updated);
         const auto tab = key.find('\t');
-        q.text(key.substr(0, tab)).text(key.substr(tab + 1)).run();
+        q.text(key.substr(0, tab)).text(key.substr(tab + 1));
+        if (sql == kUpdate) q.i64(row.id);
+        q.run();
     };
     for (auto* d : dests_touched_) {
         const std::string& key = d->first;
@@ -694,11 +704,13 @@ void SqliteLedger::flush_destinations() {
             // is dropped after the batch.
             if (sqlite3_changes(db_) == 0) {
                 dest_cache_.unsound = true;
-                run(kInsert, key, row);
+                run(kUpdateByKey, key, row);
+                if (sqlite3_changes(db_) == 0) run(kInsert, key, row);
             }
         } else {
             run(kInsert, key, row);
             row.in_table = true;
+            row.id = sqlite3_last_insert_rowid(db_);
         }
         row.episode_messages.reset();
     }

@@ -144,6 +144,11 @@ class SqliteLedger final : public Ledger {
          "CREATE INDEX IF NOT EXISTS messages_finished ON messages(finished) WHERE finished IS NOT NULL"},
         {"messages_updated", "CREATE INDEX IF NOT EXISTS messages_updated ON messages(updated)"},
         {"recipients_address", "CREATE INDEX IF NOT EXISTS recipients_address ON recipients(address)"},
+        // Keyed by destination name: each ended episode's entry landed on a
+        // random page. Only reports and prune read them, never the ingest path.
+        {"episodes_destination",
+         "CREATE INDEX IF NOT EXISTS episodes_destination ON episodes(kind, name, first_deferral)"},
+        {"episodes_ended", "CREATE INDEX IF NOT EXISTS episodes_ended ON episodes(ended)"},
     };
 
     std::int64_t data_version();
@@ -668,7 +673,8 @@ class SqliteLedger final : public Ledger {
         std::optional<std::int64_t> last_success, last_deferral;
         std::int64_t updated = 0;
         std::unique_ptr<DestinationEpisode> ep;  // nullptr: the columns' defaults
-        bool in_table = false;                   // UPDATE it, else INSERT
+        bool in_table = false;                   // UPDATE it (by id), else INSERT
+        std::int64_t id = 0;                     // its rowid, once in_table
         bool touched = false;                    // by the current batch: to be written
         // Queue ids known to be in episode_messages: for the current batch only
         // (released when it is written), so a long episode does not grow it.

@@ -655,7 +655,7 @@ Result<PruneResult> SqliteLedger::prune(const RetentionPolicy& policy, TimePoint
             &r.flags);
     if (st)
         st = rows(
-            "DELETE FROM destinations WHERE (kind, name) IN (SELECT kind, name FROM destinations WHERE "
+            "DELETE FROM destinations WHERE id IN (SELECT id FROM destinations WHERE "
             "ep_first IS NULL AND updated < ?1 AND (state = '' OR state = 'recovered') LIMIT ?2)",
             nullptr);
     if (st)

@@ -49,7 +49,7 @@ TEST(LedgerSqlite, SchemaVersionIsRecordedAndANewerFileIsRefused) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 9);
+        EXPECT_EQ(s->schema_version, 10);
     }
     {  // reopening does not migrate twice
         auto l = open_ledger(path);
@@ -110,7 +110,7 @@ TEST(LedgerSqlite, EventsSeenBeforeTheSeenEventsMigrationsStaySeen) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 9);
+        EXPECT_EQ(s->schema_version, 10);
         EXPECT_EQ(s->seen_events, static_cast<std::int64_t>(items.size()));
         // Version 8 gave messages a host column: old rows keep their data, with no host.
         auto old = (*l)->get_message("Q1");
@@ -694,7 +694,7 @@ COMMIT;)sql";
 
     auto l = open_ledger("sqlite:" + path);
     ASSERT_TRUE(l.ok()) << l.error().message;
-    EXPECT_EQ((*l)->stats()->schema_version, 9);
+    EXPECT_EQ((*l)->stats()->schema_version, 10);
     EXPECT_EQ(
         count_indexes(path, kQueueIdIndexes + std::string(", 'messages_message_id', 'recipients_address'")),
         4);
@@ -713,6 +713,82 @@ COMMIT;)sql";
         sqlite3_exec(db, "INSERT INTO messages(queue_id, first_queue_id, updated) VALUES('Q2', 'Q2', 1)",
                      nullptr, nullptr, nullptr),
         SQLITE_OK);
+    sqlite3_close(db);
+}
+
+// Schema 10 made destinations a rowid table with (kind, name) as a unique
+// index: a version 9 file keeps its destinations (state, open episode, times),
+// and (kind, name) stays unique and the upsert target of state changes.
+TEST(LedgerSqlite, SchemaNineFileMigratesDestinationsToARowidTableKeepingThem) {
+    const std::string path = db_path("schema9");
+    const std::vector<IngestItem> items = {client("Q1", 100),
+                                           queue_active("Q1", 101, "a@src.test"),
+                                           deferred("Q1", 102, "u@dest.test"),
+                                           deferred("Q1", 103, "v@other.test"),
+                                           client("Q2", 104),
+                                           sent("Q2", 105, "w@third.test"),
+                                           removed("Q2", 106)};
+    const std::vector<std::string> ids = {"Q1", "Q2"};
+    auto states = [](Ledger& l) {
+        std::string out;
+        auto ds = l.list_destinations(DestinationFilter{});
+        if (ds.ok())
+            for (const auto& d : *ds)
+                out += std::string(to_string(d.kind)) + ":" + d.name + "=" + d.state + "@" +
+                       (d.state_changed ? std::to_string(to_micros(*d.state_changed)) : "-") + "\n";
+        return out;
+    };
+    std::string before;
+    std::string before_states;
+    {
+        auto l = open_ledger("sqlite:" + path);
+        ASSERT_TRUE(l.ok());
+        ASSERT_TRUE((*l)->ingest(items, std::nullopt).ok());
+        ASSERT_TRUE((*l)->set_destination_state(DestinationKind::domain, "dest.test", "watch", at(110)).ok());
+        before = full_dump(**l, ids);
+        before_states = states(**l);
+    }
+    ASSERT_NE(before_states.find("domain:dest.test=watch@"), std::string::npos) << before_states;
+    // As version 9 left the file: destinations keyed by (kind, name), WITHOUT ROWID.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const char* v9 = R"sql(BEGIN;
+CREATE TABLE d9(kind TEXT NOT NULL, name TEXT NOT NULL, state TEXT NOT NULL DEFAULT '', state_changed INTEGER,
+  last_success INTEGER, last_deferral INTEGER, ep_first INTEGER, ep_last INTEGER,
+  ep_attempts INTEGER NOT NULL DEFAULT 0, ep_messages INTEGER NOT NULL DEFAULT 0,
+  ep_categories INTEGER NOT NULL DEFAULT 0, ep_last_reply TEXT NOT NULL DEFAULT '',
+  ep_last_relay TEXT NOT NULL DEFAULT '', updated INTEGER NOT NULL DEFAULT 0, PRIMARY KEY(kind, name)) WITHOUT ROWID;
+INSERT INTO d9 SELECT kind, name, state, state_changed, last_success, last_deferral, ep_first, ep_last,
+  ep_attempts, ep_messages, ep_categories, ep_last_reply, ep_last_relay, updated FROM destinations;
+DROP TABLE destinations; ALTER TABLE d9 RENAME TO destinations;
+CREATE INDEX destinations_state ON destinations(state);
+DELETE FROM schema_version WHERE version > 9;
+COMMIT;)sql";
+    ASSERT_EQ(sqlite3_exec(db, v9, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+    ASSERT_EQ(count_indexes(path, "'destinations_key'"), 0);
+
+    auto l = open_ledger("sqlite:" + path);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    EXPECT_EQ((*l)->stats()->schema_version, 10);
+    EXPECT_EQ(count_indexes(path, "'destinations_key', 'destinations_state'"), 2);
+    EXPECT_EQ(full_dump(**l, ids), before);
+    EXPECT_EQ(states(**l), before_states);
+    // Still one row per (kind, name): a state change updates it, a later
+    // delivery to it too.
+    const auto count = (*l)->stats()->destinations;
+    ASSERT_TRUE((*l)->set_destination_state(DestinationKind::domain, "dest.test", "escalate", at(120)).ok());
+    const std::vector<IngestItem> later = {sent("Q1", 130, "u@dest.test")};
+    ASSERT_TRUE((*l)->ingest(later, std::nullopt).ok());
+    EXPECT_EQ((*l)->stats()->destinations, count);
+    auto d = (*l)->get_destination(DestinationKind::domain, "dest.test");
+    ASSERT_TRUE(d.ok() && d->has_value());
+    EXPECT_EQ((*d)->state, "escalate");
+    EXPECT_EQ((*d)->last_success, at(130));
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    EXPECT_NE(sqlite3_exec(db, "INSERT INTO destinations(kind, name) VALUES('domain', 'dest.test')", nullptr,
+                           nullptr, nullptr),
+              SQLITE_OK);
     sqlite3_close(db);
 }
 
