@@ -29,9 +29,6 @@ Result<IngestResult> SqliteLedger::ingest(std::span<const IngestItem> batch,
                 dest_cache_.version = version;
             }
         }
-        // Another connection's bulk import left deltas: its rows are newer
-        // than the table's.
-        if (!deltas_.active && destination_deltas_in_table()) fold_destination_deltas();
         load_seen(batch);
         for (const auto& item : batch) {
             Op op = plan(item, keyer_);
@@ -580,9 +577,6 @@ SqliteLedger::DestinationRow& SqliteLedger::destination_row(const char* kind, co
     dest_key_.append(name);
     auto it = dests_.find(dest_key_);
     if (it == dests_.end()) {
-        // Not kept (dropped after a rollback or another connection's write)
-        // while a committed delta holds it: the table's row is older.
-        if (!deltas_.folded && deltas_.pending.contains(dest_key_)) fold_destination_deltas();
         DestinationRow row;
         Query q = stmt(
             "SELECT last_success, last_deferral, ep_first, ep_last, ep_attempts, ep_messages, "
@@ -664,52 +658,57 @@ void SqliteLedger::record_success(const char* kind, const std::string& name, std
     row.updated = std::max(row.updated, t);
 }
 
-// Rows known to be in the table are UPDATEd (by id), new ones INSERTed (no
-// upsert probe). `updated` only grows: the verdict effects may have raised it
+// Rows known to be in the table are UPDATEd, new ones INSERTed (no upsert
+// probe). `updated` only grows: the verdict effects may have raised it
 // since the row was read. `state` and `state_changed` belong to the verdict
-// effects and are left alone. In bulk mode the rows go to a delta instead,
-// and every kDeltaFoldBatches batches the deltas and this batch's rows are
-// upserted (DestinationDeltas).
+// effects and are left alone.
 void SqliteLedger::flush_destinations() {
-    if (deltas_.active) {
-        if (deltas_.batches + 1 < kDeltaFoldBatches || deltas_.folded) {
-            write_destination_delta();
-        } else {
-            fold_destination_deltas();
-            for (auto* d : dests_touched_) upsert_destination(d->first, d->second);
-        }
-        for (auto* d : dests_touched_) d->second.episode_messages.reset();
-        return;
-    }
     static constexpr const char* kUpdate =
         "UPDATE destinations SET last_success = ?1, last_deferral = ?2, ep_first = ?3, ep_last = ?4, "
         "ep_attempts = ?5, ep_messages = ?6, ep_categories = ?7, ep_last_reply = ?8, ep_last_relay = ?9, "
-        "updated = MAX(updated, ?10) WHERE kind = ?11 AND name = ?12 AND id = ?13";
+        "updated = MAX(updated, ?10) WHERE id = ?13 AND kind = ?11 AND name = ?12";
+    static constexpr const char* kUpdateByKey =
+        "UPDATE destinations SET last_success = ?1, last_deferral = ?2, ep_first = ?3, ep_last = ?4, "
+        "ep_attempts = ?5, ep_messages = ?6, ep_categories = ?7, ep_last_reply = ?8, ep_last_relay = ?9, "
+        "updated = MAX(updated, ?10) WHERE kind = ?11 AND name = ?12";
     static constexpr const char* kInsert =
         "INSERT INTO destinations(last_success, last_deferral, ep_first, ep_last, ep_attempts, "
         "ep_messages, ep_categories, ep_last_reply, ep_last_relay, updated, kind, name) "
         "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+    // By id: no probe of the (kind, name) index per row. The row's own kind
+    // and name are checked too, so an id that no longer holds it changes
+    // nothing and takes the unsound path below.
+    auto run = [&](const char* sql, std::string_view key, const DestinationRow& row) {
+        Query q = stmt(sql);
+        auto opt = [&](const std::optional<std::int64_t>& v) -> Query& { return v ? q.i64(*v) : q.null(); };
+        static const DestinationEpisode kNoEpisode;
+        const DestinationEpisode& ep = row.ep ? *row.ep : kNoEpisode;
+        opt(row.last_success);
+        opt(row.last_deferral);
+        opt(ep.first);
+        opt(ep.last);
+        q.i64(ep.attempts).i64(ep.messages).i64(ep.categories).text(ep.last_reply);
+        q.text(ep.last_relay).i64(row.updated);
+        const auto tab = key.find('\t');
+        q.text(key.substr(0, tab)).text(key.substr(tab + 1));
+        if (sql == kUpdate) q.i64(row.id);
+        q.run();
+    };
     for (auto* d : dests_touched_) {
         const std::string& key = d->first;
         DestinationRow& row = d->second;
         if (row.in_table) {
-            // By id: no probe of the (kind, name) index. The row's kind and
-            // name are checked too, so an id that no longer holds it changes
-            // nothing and takes the path below.
-            Query q = stmt(kUpdate);
-            bind_destination(q, key, row);
-            q.i64(row.id).run();
+            run(kUpdate, key, row);
             // Only a cache out of step with the table gets here (the batch
             // holds the write lock): the row is written anyway and the cache
             // is dropped after the batch.
             if (sqlite3_changes(db_) == 0) {
                 dest_cache_.unsound = true;
-                upsert_destination(key, row);
+                run(kUpdateByKey, key, row);
+                if (sqlite3_changes(db_) == 0) run(kInsert, key, row);
             }
         } else {
-            Query q = stmt(kInsert);
-            bind_destination(q, key, row);
-            q.run();
+            run(kInsert, key, row);
             row.in_table = true;
             row.id = sqlite3_last_insert_rowid(db_);
         }

@@ -303,10 +303,8 @@ class SqliteLedger final : public Ledger {
             try {
                 f();
                 exec("COMMIT");
-                deltas_.committed();
             } catch (...) {
                 sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-                deltas_.rolled_back();
                 throw;
             }
         });
@@ -711,55 +709,6 @@ class SqliteLedger final : public Ledger {
 
     void flush_destinations();
 
-    // Bulk mode writes the destination rows a batch touched as one row of
-    // destination_deltas (appended: a few pages) instead of updating them in
-    // the table, where a batch's few thousand destinations were spread over
-    // most of its pages. The deltas are folded into the table (each key's last
-    // row, upserted) every kDeltaFoldBatches batches and when bulk mode ends,
-    // in that batch's transaction; and before a destination row is read from
-    // the table while a delta holds a newer one: by this connection on a
-    // key it no longer keeps, by any writer that reads destination rows (an
-    // ingest not in bulk mode, prune) and by every opening, which is how a
-    // killed import's deltas reach the table. Meanwhile other connections read
-    // last success, last deferral and the open episode as of the last fold.
-    struct DestinationDeltas {
-        bool active = false;                      // bulk mode: flush_destinations writes deltas
-        std::unordered_set<std::string> pending;  // keys in committed deltas not yet folded
-        std::size_t batches = 0;                  // committed deltas since the last fold
-        std::vector<std::string> staged;          // keys of the open transaction's delta
-        bool wrote = false;                       // the open transaction wrote a delta
-        bool folded = false;                      // the open transaction folded them all
-        void committed() {
-            if (folded) {
-                pending.clear();
-                batches = 0;
-            }
-            if (wrote) {
-                pending.insert(std::make_move_iterator(staged.begin()),
-                               std::make_move_iterator(staged.end()));
-                ++batches;
-            }
-            rolled_back();
-        }
-        void rolled_back() {
-            staged.clear();
-            wrote = folded = false;
-        }
-    };
-    static constexpr std::size_t kDeltaFoldBatches = 32;
-
-    void write_destination_delta();
-
-    void fold_destination_deltas();
-
-    bool destination_deltas_in_table();
-
-    void fold_own_deltas() noexcept;
-
-    void upsert_destination(std::string_view key, const DestinationRow& row);
-
-    void bind_destination(Query& q, std::string_view key, const DestinationRow& row);
-
     void drop_touched_destinations();
 
     std::string path_;
@@ -778,9 +727,7 @@ class SqliteLedger final : public Ledger {
     std::vector<DestinationRows::value_type*> dests_touched_;  // by the current batch
     std::string dest_key_;  // destination_row's key, built without allocating
     DestinationCache dest_cache_;
-    DestinationDeltas deltas_;
-    std::string delta_blob_;  // write_destination_delta's bytes, kept to reuse the buffer
-    SeenSet seen_;            // per batch, see load_seen
+    SeenSet seen_;  // per batch, see load_seen
     std::vector<std::pair<std::int64_t, std::uint64_t>> fresh_keys_;
     std::string seen_blob_;
     bool indexes_deferred_ = false;  // bulk mode dropped kSecondaryIndexes (see set_bulk_mode)

@@ -105,7 +105,7 @@ SqliteLedger::SqliteLedger(std::string path, LedgerOptions options)
 }
 
 SqliteLedger::~SqliteLedger() {
-    if (indexes_deferred_ || deltas_.active) set_bulk_mode(false);
+    if (indexes_deferred_) set_bulk_mode(false);
     checkpointer_.reset();  // its thread uses the file; the hook points at it
     idle_readers_.clear();  // before the main connection: the last one to close checkpoints
     for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
@@ -343,7 +343,6 @@ Result<std::vector<RecipientInfo>> SqliteLedger::find_recipients_by_address(std:
 
 Result<std::optional<DestinationInfo>> SqliteLedger::get_destination(DestinationKind kind,
                                                                      std::string_view name) {
-    fold_own_deltas();
     return read<std::optional<DestinationInfo>>([&]() -> std::optional<DestinationInfo> {
         Query q = stmt("SELECT " DESTINATION_COLUMNS " FROM destinations WHERE kind = ? AND name = ?");
         q.text(to_string(kind)).text(name);
@@ -353,7 +352,6 @@ Result<std::optional<DestinationInfo>> SqliteLedger::get_destination(Destination
 }
 
 Result<std::vector<DestinationInfo>> SqliteLedger::list_destinations(const DestinationFilter& f) {
-    fold_own_deltas();
     return read<std::vector<DestinationInfo>>([&] {
         std::vector<DestinationInfo> out;
         Query q = stmt("SELECT " DESTINATION_COLUMNS
@@ -607,8 +605,6 @@ Result<PruneResult> SqliteLedger::prune(const RetentionPolicy& policy, TimePoint
             const auto start = std::chrono::steady_clock::now();
             auto st = write([&] {
                 if (qid_map_.active()) leave_queue_id_map("pruning");  // deletes rows the map knows
-                // Reads `updated` of destination rows: a bulk import's deltas first.
-                if (destination_deltas_in_table()) fold_destination_deltas();
                 dests_.clear();  // deletes destination rows bulk mode keeps
                 more = step();
             });
@@ -673,7 +669,6 @@ Result<PruneResult> SqliteLedger::prune(const RetentionPolicy& policy, TimePoint
 }
 
 Result<LedgerStats> SqliteLedger::stats() {
-    fold_own_deltas();
     return read<LedgerStats>([&] {
         LedgerStats s;
         s.backend = "sqlite";

@@ -307,13 +307,6 @@ ALTER TABLE destinations_v10 RENAME TO destinations;
 CREATE UNIQUE INDEX destinations_key ON destinations(kind, name);
 CREATE INDEX destinations_state ON destinations(state);
 )sql",
-    // version 11: bulk mode's destination deltas (DestinationDeltas): the
-    // destination rows of a batch, appended as one row, folded into
-    // destinations every few dozen batches, when bulk mode ends and at every
-    // opening.
-    R"sql(
-CREATE TABLE destination_deltas(seq INTEGER PRIMARY KEY, rows BLOB NOT NULL);
-)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -369,8 +362,7 @@ Status SqliteLedger::open() {
 // (QueueIdMap), which also keeps queue ids unique while their index is
 // missing. A process killed before the end leaves them missing; open()
 // builds them. Destination rows are kept between batches meanwhile
-// (DestinationCache), into any ledger, and written as deltas folded into the
-// table every few dozen batches and at the end (DestinationDeltas). The checkpoints run on a thread of
+// (DestinationCache), into any ledger. The checkpoints run on a thread of
 // their own meanwhile (BackgroundCheckpointer), off the import's critical
 // path; should it not start, SQLite's own checkpoint stays, every 256 MiB.
 void SqliteLedger::set_bulk_mode(bool on) noexcept {
@@ -381,7 +373,6 @@ void SqliteLedger::set_bulk_mode(bool on) noexcept {
         if (on && !dest_cache_.active) {
             dest_cache_.version = data_version();
             dest_cache_.active = true;
-            deltas_.active = true;
         }
     });
     if (on && !checkpointer_ && separate_readers_) {
@@ -395,22 +386,6 @@ void SqliteLedger::set_bulk_mode(bool on) noexcept {
         if (!checkpointer_)
             options_.warn("bulk mode: checkpoints stay on the writing thread: cannot open " + path_ +
                           " a second time: " + error);
-    }
-    if (!on && deltas_.active) {
-        auto st = guard([&] {
-            exec("BEGIN IMMEDIATE");
-            try {
-                if (destination_deltas_in_table()) fold_destination_deltas();
-                exec("COMMIT");
-            } catch (...) {
-                sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-                throw;
-            }
-        });
-        if (!st)
-            options_.warn("bulk mode: writing the destination deltas: " + st.error().message +
-                          " (the next writer or opening writes them)");
-        deltas_ = DestinationDeltas();
     }
     if (!on) {
         dest_cache_.active = false;
@@ -518,12 +493,9 @@ void SqliteLedger::migrate() {
             exec_bound("INSERT INTO schema_version(version) VALUES(?)", {v + 1});
         }
         load_event_keyer();
-        // A bulk import killed before its end left them dropped (set_bulk_mode),
-        // and its last destination rows in deltas.
+        // A bulk import killed before its end left them dropped (set_bulk_mode).
         for (const auto& index : kSecondaryIndexes) exec(index.create);
-        if (destination_deltas_in_table()) fold_destination_deltas();
         exec("COMMIT");
-        deltas_ = DestinationDeltas();
     } catch (...) {
         sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
         throw;

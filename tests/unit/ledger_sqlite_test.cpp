@@ -49,7 +49,7 @@ TEST(LedgerSqlite, SchemaVersionIsRecordedAndANewerFileIsRefused) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 11);
+        EXPECT_EQ(s->schema_version, 10);
     }
     {  // reopening does not migrate twice
         auto l = open_ledger(path);
@@ -82,7 +82,6 @@ void downgrade_seen(const std::string& path, int version, const std::vector<Inge
                std::to_string(static_cast<std::int64_t>(fnv_event_key(item.event))) + ", " +
                std::to_string(to_micros(item.event.time)) + ");";
     sql += "ALTER TABLE messages DROP COLUMN host;";  // version 8
-    sql += "DROP TABLE destination_deltas;";          // version 11
     sql += "DELETE FROM schema_version WHERE version > " + std::to_string(version) + "; COMMIT;";
     ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
     sqlite3_close(db);
@@ -111,7 +110,7 @@ TEST(LedgerSqlite, EventsSeenBeforeTheSeenEventsMigrationsStaySeen) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 11);
+        EXPECT_EQ(s->schema_version, 10);
         EXPECT_EQ(s->seen_events, static_cast<std::int64_t>(items.size()));
         // Version 8 gave messages a host column: old rows keep their data, with no host.
         auto old = (*l)->get_message("Q1");
@@ -574,9 +573,8 @@ TEST(LedgerSqlite, BulkModeForgetsTheDestinationChangesOfARolledBackBatch) {
         ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
         ASSERT_EQ(sqlite3_exec(db,
                                "CREATE TRIGGER poison BEFORE INSERT ON engine_journal WHEN EXISTS("
-                               "SELECT 1 FROM destinations WHERE name = 'poison.test') OR EXISTS("
-                               "SELECT 1 FROM destination_deltas WHERE instr(rows, CAST('poison.test' AS "
-                               "BLOB)) > 0) BEGIN SELECT RAISE(ABORT, 'poisoned batch'); END",
+                               "SELECT 1 FROM destinations WHERE name = 'poison.test') "
+                               "BEGIN SELECT RAISE(ABORT, 'poisoned batch'); END",
                                nullptr, nullptr, nullptr),
                   SQLITE_OK);
         sqlite3_close(db);
@@ -688,7 +686,6 @@ CREATE TABLE r8(id INTEGER PRIMARY KEY, queue_id TEXT NOT NULL, address TEXT NOT
   relay TEXT NOT NULL DEFAULT '', category TEXT NOT NULL DEFAULT 'unknown', UNIQUE(queue_id, address));
 INSERT INTO r8 SELECT * FROM recipients;
 DROP TABLE recipients; ALTER TABLE r8 RENAME TO recipients;
-DROP TABLE destination_deltas;  -- version 11
 DELETE FROM schema_version WHERE version > 8;
 COMMIT;)sql";
     ASSERT_EQ(sqlite3_exec(db, v8, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
@@ -697,7 +694,7 @@ COMMIT;)sql";
 
     auto l = open_ledger("sqlite:" + path);
     ASSERT_TRUE(l.ok()) << l.error().message;
-    EXPECT_EQ((*l)->stats()->schema_version, 11);
+    EXPECT_EQ((*l)->stats()->schema_version, 10);
     EXPECT_EQ(
         count_indexes(path, kQueueIdIndexes + std::string(", 'messages_message_id', 'recipients_address'")),
         4);
@@ -765,7 +762,6 @@ INSERT INTO d9 SELECT kind, name, state, state_changed, last_success, last_defer
   ep_attempts, ep_messages, ep_categories, ep_last_reply, ep_last_relay, updated FROM destinations;
 DROP TABLE destinations; ALTER TABLE d9 RENAME TO destinations;
 CREATE INDEX destinations_state ON destinations(state);
-DROP TABLE destination_deltas;  -- version 11
 DELETE FROM schema_version WHERE version > 9;
 COMMIT;)sql";
     ASSERT_EQ(sqlite3_exec(db, v9, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
@@ -774,7 +770,7 @@ COMMIT;)sql";
 
     auto l = open_ledger("sqlite:" + path);
     ASSERT_TRUE(l.ok()) << l.error().message;
-    EXPECT_EQ((*l)->stats()->schema_version, 11);
+    EXPECT_EQ((*l)->stats()->schema_version, 10);
     EXPECT_EQ(count_indexes(path, "'destinations_key', 'destinations_state'"), 2);
     EXPECT_EQ(full_dump(**l, ids), before);
     EXPECT_EQ(states(**l), before_states);
@@ -1218,71 +1214,6 @@ TEST(LedgerIdentity, NormalisationMatchesWhatThePostfixLogShows) {
     EXPECT_EQ(domain_of("User@Example.COM."), "example.com");
     EXPECT_EQ(domain_of("postmaster"), "");
     EXPECT_EQ(normalize_message_id(std::string(5000, 'x')).size(), kMaxIdentityLength);
-}
-
-// Bulk mode writes the destination rows of a batch as a delta and folds the
-// deltas into the table every few dozen batches and at its end. A copy of the
-// files taken while deltas are pending (what a kill -9 leaves) gets them at its
-// opening; the ledger then goes on to the same rows as one written without
-// bulk mode, and so does the import itself.
-TEST(LedgerSqlite, BulkModeDestinationDeltasReachTheTableAtItsEndAndAtOpeningAfterAKill) {
-    // Batches of one message each: deferred to one of nine domains, delivered
-    // to it later, so episodes open and end across batches.
-    std::vector<std::vector<IngestItem>> batches;
-    std::vector<std::string> ids;
-    for (int i = 0; i < 80; ++i) {
-        const std::string q = "Q" + std::to_string(i);
-        const std::string rcpt = "u" + std::to_string(i) + "@d" + std::to_string(i % 9) + ".test";
-        const std::int64_t t = 100 + 10 * i;
-        std::vector<IngestItem> b = {client(q, t), queue_active(q, t + 1, "s@src.test"),
-                                     deferred(q, t + 2, rcpt)};
-        if (i % 3 == 0) b.push_back(sent(q, t + 5, rcpt, "mx" + std::to_string(i % 4) + ".test"));
-        if (i % 3 == 0) b.push_back(removed(q, t + 6));
-        batches.push_back(std::move(b));
-        ids.push_back(q);
-    }
-    std::string expected;
-    {
-        auto ref = open_ledger("sqlite:" + db_path("deltas-ref"));
-        ASSERT_TRUE(ref.ok());
-        for (const auto& b : batches) ASSERT_TRUE((*ref)->ingest(b, std::nullopt).ok());
-        expected = full_dump(**ref, ids);
-    }
-    ASSERT_NE(expected.find("open "), std::string::npos) << "an episode is still open at the end";
-
-    const std::string path = db_path("deltas-bulk");
-    const std::string copy = db_path("deltas-killed");
-    std::filesystem::remove(copy + "-wal");
-    std::filesystem::remove(copy + "-shm");
-    const std::size_t cut = 50;  // past one fold, with deltas pending
-    {
-        auto bulk = open_ledger("sqlite:" + path);
-        ASSERT_TRUE(bulk.ok());
-        (*bulk)->set_bulk_mode(true);
-        for (std::size_t i = 0; i < cut; ++i) ASSERT_TRUE((*bulk)->ingest(batches[i], std::nullopt).ok());
-        const auto deltas = count_rows(path, "SELECT COUNT(*) FROM destination_deltas");
-        EXPECT_GT(deltas, 0) << "deltas pending";
-        EXPECT_LT(deltas, static_cast<std::int64_t>(cut)) << "folded once on the way";
-        // The table lags behind the deltas: the last batches' deferrals are not in it yet.
-        EXPECT_LT(count_rows(path, "SELECT MAX(last_deferral) FROM destinations"),
-                  to_micros(at(100 + 10 * 49 + 2)));
-        std::filesystem::copy_file(path, copy, std::filesystem::copy_options::overwrite_existing);
-        std::filesystem::copy_file(path + "-wal", copy + "-wal",
-                                   std::filesystem::copy_options::overwrite_existing);
-        for (std::size_t i = cut; i < batches.size(); ++i)
-            ASSERT_TRUE((*bulk)->ingest(batches[i], std::nullopt).ok());
-        (*bulk)->set_bulk_mode(false);
-        EXPECT_EQ(count_rows(path, "SELECT COUNT(*) FROM destination_deltas"), 0);
-        EXPECT_EQ(full_dump(**bulk, ids), expected);
-    }
-    auto killed = open_ledger("sqlite:" + copy);
-    ASSERT_TRUE(killed.ok()) << killed.error().message;
-    EXPECT_EQ(count_rows(copy, "SELECT COUNT(*) FROM destination_deltas"), 0) << "folded at the opening";
-    EXPECT_EQ(count_rows(copy, "SELECT MAX(last_deferral) FROM destinations"),
-              to_micros(at(100 + 10 * 49 + 2)));
-    for (std::size_t i = cut; i < batches.size(); ++i)
-        ASSERT_TRUE((*killed)->ingest(batches[i], std::nullopt).ok());
-    EXPECT_EQ(full_dump(**killed, ids), expected);
 }
 
 }  // namespace
