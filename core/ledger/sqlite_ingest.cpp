@@ -663,21 +663,21 @@ void SqliteLedger::record_success(const char* kind, const std::string& name, std
 // since the row was read. `state` and `state_changed` belong to the verdict
 // effects and are left alone.
 void SqliteLedger::flush_destinations() {
-    static constexpr const char* kUpdate =
-        "UPDATE destinations SET last_success = ?1, last_deferral = ?2, ep_first = ?3, ep_last = ?4, "
-        "ep_attempts = ?5, ep_messages = ?6, ep_categories = ?7, ep_last_reply = ?8, ep_last_relay = ?9, "
-        "updated = MAX(updated, ?10) WHERE id = ?13 AND kind = ?11 AND name = ?12";
-    static constexpr const char* kUpdateByKey =
-        "UPDATE destinations SET last_success = ?1, last_deferral = ?2, ep_first = ?3, ep_last = ?4, "
-        "ep_attempts = ?5, ep_messages = ?6, ep_categories = ?7, ep_last_reply = ?8, ep_last_relay = ?9, "
-        "updated = MAX(updated, ?10) WHERE kind = ?11 AND name = ?12";
+    // By id: no probe of the (kind, name) index per row. The row's own kind
+    // and name are checked too, so an id that no longer holds it changes
+    // nothing and takes the unsound path below, which updates by key.
+#define UPDATE_DESTINATION_BY_KEY                                                                      \
+    "UPDATE destinations SET last_success = ?1, last_deferral = ?2, ep_first = ?3, ep_last = ?4, "     \
+    "ep_attempts = ?5, ep_messages = ?6, ep_categories = ?7, ep_last_reply = ?8, ep_last_relay = ?9, " \
+    "updated = MAX(updated, ?10) WHERE kind = ?11 AND name = ?12"
+    static constexpr const char* kUpdateByKey = UPDATE_DESTINATION_BY_KEY;
+    static constexpr const char* kUpdate = UPDATE_DESTINATION_BY_KEY " AND id = ?13";
+#undef UPDATE_DESTINATION_BY_KEY
     static constexpr const char* kInsert =
         "INSERT INTO destinations(last_success, last_deferral, ep_first, ep_last, ep_attempts, "
         "ep_messages, ep_categories, ep_last_reply, ep_last_relay, updated, kind, name) "
         "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
-    // By id: no probe of the (kind, name) index per row. The row's own kind
-    // and name are checked too, so an id that no longer holds it changes
-    // nothing and takes the unsound path below.
+    // ?1-?12 from the row and its key; ?13, the id, only for kUpdate.
     auto run = [&](const char* sql, std::string_view key, const DestinationRow& row) {
         Query q = stmt(sql);
         auto opt = [&](const std::optional<std::int64_t>& v) -> Query& { return v ? q.i64(*v) : q.null(); };
