@@ -99,11 +99,13 @@ int run_import(const ImportOptions& opt) {
     RuntimeOptions ro;
     ro.config_path = opt.config;
     ro.overrides = opt.overrides;
+    ro.ledger_to_directory_owner = true;
     auto rt = open_runtime(ro);
     if (!rt) {
         fmt::print(stderr, "retryguard import: {}\n", rt.error().message);
         return kExitUsage;
     }
+    for (const auto& n : rt->notices) fmt::print(stderr, "retryguard import: {}\n", n);
     // Many batches in a row: let the ledger trade memory for fewer writes.
     rt->ledger->set_bulk_mode(true);
     const std::size_t batch_lines = opt.batch > 0 ? opt.batch : default_batch(rt->ledger->backend());
@@ -233,8 +235,10 @@ int run_import(const ImportOptions& opt) {
     };
     // The ledger records a batch while the engine thread feeds the one before
     // (Ingestor::ingest_pipelined).
+    std::size_t unrecorded = 0;  // lines of batches the ledger refused, and of their files' later batches
     while (ImportBatch* b = pipe.take_full()) {
         if (b->prepared.lines == 0 || b->file == failed_file) {
+            unrecorded += b->prepared.lines;
             pipe.put_free(b);
             continue;
         }
@@ -249,6 +253,7 @@ int run_import(const ImportOptions& opt) {
             fmt::print(stderr, "retryguard import: {}: ledger: {}\n", opt.files[file],
                        step.ingest.error().message);
             failed_file = file;
+            unrecorded += lines;
             rc = kExitAttention;
             continue;
         }
@@ -280,6 +285,11 @@ int run_import(const ImportOptions& opt) {
     const auto& s = ingestor.stats();
     fmt::print(stderr, "retryguard import: {} lines, {} events, {} new, {} already known, {} verdicts\n",
                s.lines, s.events, s.applied, s.duplicates, s.verdicts);
+    if (unrecorded > 0)
+        fmt::print(stderr,
+                   "retryguard import: {} lines not recorded: the ledger refused them (see above); once that "
+                   "is fixed, import the same files again (what was recorded is recognised and skipped)\n",
+                   unrecorded);
     if (s.outbox_pending > 0)
         fmt::print(
             stderr,

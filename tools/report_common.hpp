@@ -57,11 +57,13 @@ inline std::optional<Runtime> open_for_report(const char* name, const ReportComm
     ro.config_path = c.config;
     ro.overrides = c.overrides;
     ro.load_classifier = classifier;
+    ro.ledger_to_directory_owner = true;
     auto rt = open_runtime(ro);
     if (!rt) {
         fmt::print(stderr, "retryguard {}: {}\n", name, rt.error().message);
         return std::nullopt;
     }
+    for (const auto& n : rt->notices) fmt::print(stderr, "retryguard {}: {}\n", name, n);
     return std::move(*rt);
 }
 

@@ -2,6 +2,7 @@
 // the privilege drop (see privileges.hpp).
 #include "retryguard/runtime/privileges.hpp"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 namespace retryguard {
@@ -51,6 +53,55 @@ Status give_to(const std::string& path, const RunAs& who) {
     if (::lchown(path.c_str(), who.uid, who.gid) != 0)
         return make_error(ErrorKind::io, "chown " + path + ": " + std::strerror(errno));
     return {};
+}
+
+namespace {
+
+std::string user_name(uid_t uid) {
+    std::vector<char> buf(16384);
+    passwd pw{};
+    passwd* pwp = nullptr;
+    if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &pwp) == 0 && pwp) return pw.pw_name;
+    return std::to_string(uid);
+}
+
+std::string group_name(gid_t gid) {
+    std::vector<char> buf(16384);
+    struct group gr {};
+    struct group* grp = nullptr;
+    if (::getgrgid_r(gid, &gr, buf.data(), buf.size(), &grp) == 0 && grp) return gr.gr_name;
+    return std::to_string(gid);
+}
+
+}  // namespace
+
+Result<HandedOver> give_to_directory_owner(const std::vector<std::string>& paths) {
+    HandedOver changed;
+    if (::geteuid() != 0) return changed;
+    for (const auto& path : paths) {
+        std::filesystem::path dir = std::filesystem::path(path).parent_path();
+        if (dir.empty()) dir = ".";
+        struct stat dst {};
+        if (::stat(dir.c_str(), &dst) != 0 || !S_ISDIR(dst.st_mode) || dst.st_uid == 0) continue;
+        // The file as it is now, not as a name may point later: no symbolic
+        // link is followed, and what is checked is what is changed.
+        const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0) continue;  // not there (or a link): nothing to hand over
+        struct stat st {};
+        Status result;
+        // One link: a hard link to another file root owns is never given away.
+        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid == 0) {
+            if (::fchown(fd, dst.st_uid, dst.st_gid) == 0) {
+                changed.paths.push_back(path);
+                changed.owner = user_name(dst.st_uid) + ":" + group_name(dst.st_gid);
+            } else {
+                result = make_error(ErrorKind::io, "chown " + path + ": " + std::strerror(errno));
+            }
+        }
+        ::close(fd);
+        if (!result) return result.error();
+    }
+    return changed;
 }
 
 Status drop_privileges(const RunAs& who) {

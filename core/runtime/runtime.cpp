@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "retryguard/runtime/privileges.hpp"
+
 namespace retryguard {
 
 LedgerOptions ledger_options_from(const config::Config& c) {
@@ -174,6 +176,19 @@ Result<Runtime> open_runtime(const RuntimeOptions& options) {
         auto l = open_configured_ledger(*rt.config);
         if (!l) return l.error();
         rt.ledger = std::move(l.value());
+        const LedgerOptions lo = ledger_options_from(*rt.config);
+        if (options.ledger_to_directory_owner && lo.spec.starts_with("sqlite:")) {
+            const std::string db = lo.spec.substr(7);
+            auto given = give_to_directory_owner({db, db + "-wal", db + "-shm", db + "-journal"});
+            if (!given) return given.error();
+            std::string list;
+            for (const auto& path : given->paths) list += (list.empty() ? "" : ", ") + path;
+            if (!list.empty())
+                rt.notices.push_back(
+                    fmt::format("gave {} to {}, the owner of the directory, so that the "
+                                "daemons running as that user can still write the ledger",
+                                list, given->owner));
+        }
     }
     return rt;
 }

@@ -282,6 +282,28 @@ qid_of() {  # MESSAGE-ID: the queue id cleanup logged for it
     sed -E 's/.*cleanup\[[0-9]+\]: ([0-9A-F]+): .*/\1/'
 }
 
+log "root imports an old log before the daemons ever ran: the ledger stays theirs"
+# An admin's first step is often to replay last month's log; the ledger that
+# creates must still be writable by the daemons' user (docs/packaging.md).
+[ "$(stat -c %U:%G "$tree/var/lib/retryguard")" = retryguard:retryguard ] ||
+  fail "/var/lib/retryguard is $(stat -c %U:%G "$tree/var/lib/retryguard") after install"
+[ ! -e "$tree/var/lib/retryguard/ledger.db" ] || fail "a ledger exists before anything ran"
+cat >"$tree/tmp/history.log" <<'EOF'
+Nov 29 20:50:20 mx postfix/qmgr[812]: 584D911616B: from=<ops@mx.sender.test>, size=412, nrcpt=1 (queue active)
+Nov 29 20:50:20 mx postfix/smtp[2646]: 584D911616B: to=<ann@history.defer.test>, relay=192.0.2.7[192.0.2.7]:25, delay=0.22, delays=0.14/0.04/0/0.03, dsn=4.3.5, status=deferred (host 192.0.2.7[192.0.2.7] said: 451 4.3.5 Server configuration error (in reply to RCPT TO command))
+EOF
+in_tree "retryguard import --year 2026 /tmp/history.log" >"$work/history-import.txt" 2>&1 || {
+  cat "$work/history-import.txt" >&2; fail "root's import of an old log failed"; }
+sed 's/^/  | /' "$work/history-import.txt" >&2
+for f in "$tree"/var/lib/retryguard/ledger.db*; do
+  [ "$(stat -c %U:%G "$f")" = retryguard:retryguard ] || fail "root's import left $f $(stat -c %U:%G "$f")"
+done
+grep -q "gave /var/lib/retryguard/ledger.db.* to retryguard:retryguard" "$work/history-import.txt" ||
+  fail "root's import did not say it gave the ledger to retryguard"
+# and the daemons' user can write what root's import created
+in_tree "setpriv --reuid retryguard --regid retryguard --init-groups retryguard import --year 2026 /tmp/history.log" \
+  >"$work/history-again.txt" 2>&1 || { cat "$work/history-again.txt" >&2; fail "user retryguard cannot import into root's ledger"; }
+
 in_tree "python3 /opt/test/receiver.py $rport" >"$work/receiver.log" 2>&1 &
 start_syslog
 start_postfix

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "retryguard/result.hpp"
 
@@ -27,6 +28,21 @@ Result<RunAs> lookup_run_as(const std::string& user, const std::string& group);
 // process created before the drop); anything else is left alone. Symbolic
 // links are not followed.
 Status give_to(const std::string& path, const RunAs& who);
+
+// A command run as root (the CLI) that creates the SQLite ledger, or finds it
+// owned by root, in a directory another user owns (the packaged
+// /var/lib/retryguard, owned by the user the daemons run as) gives each of
+// `paths` to the directory's owner and group: left to root, the daemons could
+// no longer write their own ledger. Only a regular file with one link that
+// root owns is changed (opened without following symbolic links, then
+// fchown); a directory owned by root, or a process not running as root,
+// changes nothing. Returns what was changed, for the caller to print.
+// Errors: ErrorKind::io (the chown failed).
+struct HandedOver {
+    std::vector<std::string> paths;
+    std::string owner;  // "user:group" they now belong to
+};
+Result<HandedOver> give_to_directory_owner(const std::vector<std::string>& paths);
 
 // setgroups (the user's supplementary groups), setgid, setuid, then checks
 // that the real, effective and saved ids are the user's and that neither

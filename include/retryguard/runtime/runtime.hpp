@@ -25,6 +25,11 @@ struct RuntimeOptions {
     std::vector<std::string> overrides;
     bool open_ledger = true;
     bool load_classifier = true;
+    // Run as root, a SQLite ledger's files that belong to root go to the owner
+    // of their directory (give_to_directory_owner): the CLI sets this, so that
+    // root's first `retryguard import` leaves a ledger the daemons can still
+    // write. The policy daemon hands its files to policy.user itself.
+    bool ledger_to_directory_owner = false;
 };
 
 struct Runtime {
@@ -32,6 +37,9 @@ struct Runtime {
     std::string config_path;  // "" for built-in defaults
     std::unique_ptr<Ledger> ledger;
     std::shared_ptr<const Classifier> classifier;
+    // What opening changed that the user should hear of, one line each
+    // (files handed to their directory's owner); the program prints them.
+    std::vector<std::string> notices;
 };
 
 // Errors: ErrorKind::config with every diagnostic, one per line
