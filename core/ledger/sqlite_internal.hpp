@@ -277,6 +277,8 @@ class SqliteLedger final : public Ledger {
     void load_event_keyer();
 
     static Error to_error(const SqlError& e);
+    // to_error, and for SQLITE_READONLY what is not writable and how to fix it.
+    Error error_of(const SqlError& e) const;
 
     template <typename F>
     Status guard(F&& f) noexcept {
@@ -284,7 +286,7 @@ class SqliteLedger final : public Ledger {
             f();
             return {};
         } catch (const SqlError& e) {
-            return to_error(e);
+            return error_of(e);
         } catch (const std::exception& e) {
             return make_error(ErrorKind::internal, std::string("ledger (sqlite): ") + e.what());
         } catch (...) {

@@ -6,6 +6,15 @@
 // it.
 #include "ledger/sqlite_internal.hpp"
 
+#include <grp.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <vector>
+
 namespace retryguard::ledger_detail {
 namespace {
 
@@ -539,6 +548,38 @@ Error SqliteLedger::to_error(const SqlError& e) {
                 : (primary == SQLITE_MISMATCH)                       ? ErrorKind::config
                                                                      : ErrorKind::io;
     return make_error(kind, "ledger (sqlite): " + e.message);
+}
+
+Error SqliteLedger::error_of(const SqlError& e) const {
+    Error err = to_error(e);
+    if ((e.code & 0xff) != SQLITE_READONLY) return err;
+    // The usual cause: root created the file (or its -wal/-shm) and another
+    // user runs this program. Say which file and how to fix it.
+    for (const char* suffix : {"", "-wal", "-shm"}) {
+        const std::string file = path_ + suffix;
+        struct stat st {};
+        if (::stat(file.c_str(), &st) != 0 || ::access(file.c_str(), W_OK) == 0) continue;
+        auto user = [](uid_t uid) {
+            std::vector<char> buf(16384);
+            passwd pw{};
+            passwd* found = nullptr;
+            return ::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found
+                       ? std::string(found->pw_name)
+                       : std::to_string(uid);
+        };
+        std::vector<char> buf(16384);
+        group gr{};
+        group* found = nullptr;
+        const std::string grp = ::getgrgid_r(st.st_gid, &gr, buf.data(), buf.size(), &found) == 0 && found
+                                    ? std::string(found->gr_name)
+                                    : std::to_string(st.st_gid);
+        err.message += fmt::format(
+            " ({} is {}:{} mode {:04o}, which user {} cannot write; run any retryguard command on it as "
+            "root once, which gives it to the owner of its directory, or chown it to the daemons' user)",
+            file, user(st.st_uid), grp, st.st_mode & 07777, user(::geteuid()));
+        break;
+    }
+    return err;
 }
 
 }  // namespace retryguard::ledger_detail

@@ -2,10 +2,15 @@
 // schema versions, lock timeouts, the backend spec.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "../../core/ledger/sqlite_checkpointer.hpp"
@@ -1214,6 +1219,53 @@ TEST(LedgerIdentity, NormalisationMatchesWhatThePostfixLogShows) {
     EXPECT_EQ(domain_of("User@Example.COM."), "example.com");
     EXPECT_EQ(domain_of("postmaster"), "");
     EXPECT_EQ(normalize_message_id(std::string(5000, 'x')).size(), kMaxIdentityLength);
+}
+
+// A ledger file this user cannot write (root made it): the error names the
+// file, its owner and mode, the user, and the fix, not SQLite's bare
+// "attempt to write a readonly database".
+TEST(LedgerSqlite, AReadOnlyLedgerFileIsNamedWithItsOwnerAndTheFix) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root (CI runs the unit tests as root)";
+    const passwd* nobody = ::getpwnam("nobody");
+    const struct group* nogroup = ::getgrnam("nogroup");
+    ASSERT_TRUE(nobody && nogroup);
+    const auto dir = temp_root() / "readonly";
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "l.db").string();
+    {
+        auto l = open_ledger("sqlite:" + path);  // made by root, 0644
+        ASSERT_TRUE(l.ok()) << l.error().message;
+    }
+    ASSERT_EQ(::chmod(temp_root().c_str(), 0755), 0);
+    ASSERT_EQ(::chown(dir.c_str(), nobody->pw_uid, nogroup->gr_gid), 0);  // -wal and -shm can be made
+    const auto out = dir / "error.txt";
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        if (::setgid(nogroup->gr_gid) != 0 || ::setuid(nobody->pw_uid) != 0) ::_exit(10);
+        auto l = open_ledger("sqlite:" + path);
+        std::string message;
+        if (l.ok()) {
+            auto w = (*l)->append_journal(std::vector<std::string>{"x"});
+            if (w.ok()) ::_exit(11);
+            message = w.error().message;
+        } else {
+            message = l.error().message;
+        }
+        std::ofstream(out) << message;
+        ::_exit(0);
+    }
+    int st = 0;
+    ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+    ASSERT_TRUE(WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 0) << "10: no drop to nobody, 11: nobody wrote root's 0644 file";
+    std::ifstream in(out);
+    const std::string message((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(message.find("readonly database"), std::string::npos) << message;
+    EXPECT_NE(message.find(path + " is root:root mode 0644, which user nobody cannot write"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("as root once"), std::string::npos) << message;
 }
 
 }  // namespace
