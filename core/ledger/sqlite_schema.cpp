@@ -574,9 +574,9 @@ Error SqliteLedger::error_of(const SqlError& e) const {
                                     ? std::string(found->gr_name)
                                     : std::to_string(st.st_gid);
         err.message += fmt::format(
-            " ({} is {}:{} mode {:04o}, which user {} cannot write; run any retryguard command on it as "
-            "root once, which gives it to the owner of its directory, or chown it to the daemons' user)",
-            file, user(st.st_uid), grp, st.st_mode & 07777, user(::geteuid()));
+            " ({} is {}:{} mode {:04o}, which user {} cannot write: as root, chown the ledger's files to "
+            "the user that runs the daemons, e.g. chown retryguard:retryguard {}*)",
+            file, user(st.st_uid), grp, st.st_mode & 07777, user(::geteuid()), path_);
         break;
     }
     return err;

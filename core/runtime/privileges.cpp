@@ -75,33 +75,52 @@ std::string group_name(gid_t gid) {
 
 }  // namespace
 
-Result<HandedOver> give_to_directory_owner(const std::vector<std::string>& paths) {
-    HandedOver changed;
-    if (::geteuid() != 0) return changed;
-    for (const auto& path : paths) {
-        std::filesystem::path dir = std::filesystem::path(path).parent_path();
-        if (dir.empty()) dir = ".";
-        struct stat dst {};
-        if (::stat(dir.c_str(), &dst) != 0 || !S_ISDIR(dst.st_mode) || dst.st_uid == 0) continue;
-        // The file as it is now, not as a name may point later: no symbolic
-        // link is followed, and what is checked is what is changed.
-        const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-        if (fd < 0) continue;  // not there (or a link): nothing to hand over
-        struct stat st {};
-        Status result;
-        // One link: a hard link to another file root owns is never given away.
-        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid == 0) {
+Result<LedgerFileOwner> create_ledger_for_directory_owner(const std::string& db_path) {
+    LedgerFileOwner out;
+    if (::geteuid() != 0) return out;
+    const std::filesystem::path path(db_path);
+    std::filesystem::path dir = path.parent_path();
+    if (dir.empty()) dir = ".";
+    const std::string name = path.filename().string();
+    if (name.empty()) return out;
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return out;  // not there: opening the ledger reports it
+    struct stat dst {};
+    Result<LedgerFileOwner> result = out;
+    if (::fstat(dfd, &dst) == 0 && dst.st_uid != 0) {
+        const std::string owner = user_name(dst.st_uid) + ":" + group_name(dst.st_gid);
+        // The file is made here, by this process, or not at all.
+        const int fd =
+            ::openat(dfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0) {
             if (::fchown(fd, dst.st_uid, dst.st_gid) == 0) {
-                changed.paths.push_back(path);
-                changed.owner = user_name(dst.st_uid) + ":" + group_name(dst.st_gid);
+                out.created = "made " + db_path + " for " + owner +
+                              ", the owner of its directory, so that the daemons running as that user can "
+                              "write the ledger";
+                result = out;
             } else {
-                result = make_error(ErrorKind::io, "chown " + path + ": " + std::strerror(errno));
+                result = make_error(ErrorKind::io, "chown " + db_path + ": " + std::strerror(errno));
+                ::unlinkat(dfd, name.c_str(), 0);
+            }
+            ::close(fd);
+        } else if (errno == EEXIST) {
+            struct stat st {};
+            for (const char* suffix : {"", "-wal", "-shm"}) {
+                const std::string file = name + suffix;
+                if (::fstatat(dfd, file.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+                    st.st_uid != 0)
+                    continue;
+                out.warning =
+                    (dir / file).string() + " belongs to root, in a directory of " + owner +
+                    ": the daemons running as that user cannot write the ledger; as root, run: chown " +
+                    owner + " " + db_path + "*";
+                result = out;
+                break;
             }
         }
-        ::close(fd);
-        if (!result) return result.error();
     }
-    return changed;
+    ::close(dfd);
+    return result;
 }
 
 Status drop_privileges(const RunAs& who) {

@@ -173,22 +173,15 @@ Result<Runtime> open_runtime(const RuntimeOptions& options) {
         rt.classifier = std::move(c.value());
     }
     if (options.open_ledger) {
+        if (options.ledger_to_directory_owner && rt.config->ledger.backend == config::LedgerBackend::sqlite) {
+            auto made = create_ledger_for_directory_owner(rt.config->ledger.sqlite_path);
+            if (!made) return made.error();
+            if (!made->created.empty()) rt.notices.push_back(made->created);
+            if (!made->warning.empty()) rt.notices.push_back("warning: " + made->warning);
+        }
         auto l = open_configured_ledger(*rt.config);
         if (!l) return l.error();
         rt.ledger = std::move(l.value());
-        const LedgerOptions lo = ledger_options_from(*rt.config);
-        if (options.ledger_to_directory_owner && lo.spec.starts_with("sqlite:")) {
-            const std::string db = lo.spec.substr(7);
-            auto given = give_to_directory_owner({db, db + "-wal", db + "-shm", db + "-journal"});
-            if (!given) return given.error();
-            std::string list;
-            for (const auto& path : given->paths) list += (list.empty() ? "" : ", ") + path;
-            if (!list.empty())
-                rt.notices.push_back(
-                    fmt::format("gave {} to {}, the owner of the directory, so that the "
-                                "daemons running as that user can still write the ledger",
-                                list, given->owner));
-        }
     }
     return rt;
 }

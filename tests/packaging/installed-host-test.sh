@@ -302,11 +302,23 @@ sed 's/^/  | /' "$work/history-import.txt" >&2
 owners=$(in_tree "stat -c '%n %U:%G' /var/lib/retryguard/ledger.db*")
 grep -q '^/var/lib/retryguard/ledger.db ' <<<"$owners" || fail "root's import made no ledger: $owners"
 grep -v ' retryguard:retryguard$' <<<"$owners" && fail "root's import left files to another owner: $owners"
-grep -q "gave /var/lib/retryguard/ledger.db.* to retryguard:retryguard" "$work/history-import.txt" ||
-  fail "root's import did not say it gave the ledger to retryguard"
+grep -q "made /var/lib/retryguard/ledger.db for retryguard:retryguard" "$work/history-import.txt" ||
+  fail "root's import did not say it made the ledger for retryguard"
 # and the daemons' user can write what root's import created
 in_tree "setpriv --reuid retryguard --regid retryguard --init-groups retryguard import --year 2026 /tmp/history.log" \
   >"$work/history-again.txt" 2>&1 || { cat "$work/history-again.txt" >&2; fail "user retryguard cannot import into root's ledger"; }
+
+# A ledger left to root some other way (an earlier version's import, a root
+# sqlite3 session) is not given away behind the admin's back: root's command
+# warns with the chown that fixes it, and that chown does.
+in_tree "chown root:root /var/lib/retryguard/ledger.db"
+out=$(in_tree "retryguard status --no-color" 2>&1) || true
+fix=$(grep -o 'as root, run: chown .*' <<<"$out" | sed 's/^as root, run: //')
+[ "$fix" = "chown retryguard:retryguard /var/lib/retryguard/ledger.db*" ] ||
+  fail "root's command gave no chown for a root-owned ledger: $out"
+in_tree "$fix"
+owner=$(in_tree "stat -c %U:%G /var/lib/retryguard/ledger.db")
+[ "$owner" = retryguard:retryguard ] || fail "the warning's chown left the ledger $owner"
 
 in_tree "python3 /opt/test/receiver.py $rport" >"$work/receiver.log" 2>&1 &
 start_syslog

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "retryguard/ledger/ledger.hpp"
 #include "retryguard/runtime/privileges.hpp"
 
 using retryguard::drop_privileges;
@@ -71,10 +72,11 @@ TEST(Privileges, DroppingToRootIsRefused) {
     EXPECT_FALSE(drop_privileges(root).ok());  // refused before any change
 }
 
-// Root's CLI leaves the ledger to the owner of its directory (the daemons'
-// user), and gives away nothing else: not a link's target, not a file with a
-// second name, not a file another user owns, nothing in root's own directory.
-TEST(Privileges, RootGivesLedgerFilesToTheirDirectorysOwnerAndNothingElse) {
+// Root's CLI makes a new ledger for the owner of its directory (the daemons'
+// user), and SQLite then gives that user the -wal and -shm files too; it
+// gives away nothing that was root's: not a ledger root already owns (it
+// warns), not a link's target, nothing in root's own directory.
+TEST(Privileges, RootMakesANewLedgerForItsDirectorysOwnerAndGivesNothingAway) {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root (CI runs the unit tests as root)";
     namespace fs = std::filesystem;
     const fs::path base = fs::temp_directory_path() / ("rg-give-" + std::to_string(::getpid()));
@@ -86,40 +88,51 @@ TEST(Privileges, RootGivesLedgerFilesToTheirDirectorysOwnerAndNothingElse) {
     const struct group* nogroup = ::getgrnam("nogroup");
     ASSERT_TRUE(nobody && nogroup);
     ASSERT_EQ(::chown(theirs.c_str(), nobody->pw_uid, nogroup->gr_gid), 0);
-    auto touch = [](const fs::path& p) { std::ofstream(p) << "x"; };
     auto owner = [](const fs::path& p) {
         struct stat st {};
         EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
         return std::pair{st.st_uid, st.st_gid};
     };
-    touch(theirs / "l.db");
-    touch(theirs / "l.db-wal");
-    touch(ours / "secret");
-    fs::create_symlink(ours / "secret", theirs / "l.db-shm");  // a link: not followed
-    touch(ours / "linked");
-    fs::create_hard_link(ours / "linked", theirs / "l.db-journal");  // two names: left alone
-    touch(theirs / "other");
-    ASSERT_EQ(::chown((theirs / "other").c_str(), 1, 1), 0);  // not root's: left alone
-    touch(ours / "l.db");                                     // root's directory: left alone
-
-    auto given = retryguard::give_to_directory_owner(
-        {(theirs / "l.db").string(), (theirs / "l.db-wal").string(), (theirs / "l.db-shm").string(),
-         (theirs / "l.db-journal").string(), (theirs / "other").string(), (theirs / "missing").string(),
-         (ours / "l.db").string()});
-    ASSERT_TRUE(given.ok()) << given.error().message;
-    EXPECT_EQ(given->paths,
-              (std::vector<std::string>{(theirs / "l.db").string(), (theirs / "l.db-wal").string()}));
-    EXPECT_EQ(given->owner, "nobody:nogroup");
     const std::pair<uid_t, gid_t> to_nobody{nobody->pw_uid, nogroup->gr_gid}, to_root{0, 0};
-    EXPECT_EQ(owner(theirs / "l.db"), to_nobody);
-    EXPECT_EQ(owner(theirs / "l.db-wal"), to_nobody);
-    EXPECT_EQ(owner(ours / "secret"), to_root);
-    EXPECT_EQ(owner(ours / "linked"), to_root);
-    EXPECT_EQ(owner(theirs / "other"), (std::pair<uid_t, gid_t>{1, 1}));
-    EXPECT_EQ(owner(ours / "l.db"), to_root);
-    // Once given, nothing more to do.
-    auto again = retryguard::give_to_directory_owner({(theirs / "l.db").string()});
+    const std::string db = (theirs / "l.db").string();
+
+    auto made = retryguard::create_ledger_for_directory_owner(db);
+    ASSERT_TRUE(made.ok()) << made.error().message;
+    EXPECT_NE(made->created.find("made " + db + " for nobody:nogroup"), std::string::npos) << made->created;
+    EXPECT_TRUE(made->warning.empty());
+    EXPECT_EQ(owner(db), to_nobody);
+    {  // SQLite, as root, gives its -wal and -shm files the database file's owner
+        auto ledger = retryguard::open_ledger("sqlite:" + db);
+        ASSERT_TRUE(ledger.ok()) << ledger.error().message;
+        EXPECT_EQ(owner(db + "-wal"), to_nobody);
+        EXPECT_EQ(owner(db + "-shm"), to_nobody);
+    }
+    EXPECT_EQ(owner(db), to_nobody);
+    auto again = retryguard::create_ledger_for_directory_owner(db);  // theirs already: nothing to say
     ASSERT_TRUE(again.ok());
-    EXPECT_TRUE(again->paths.empty());
+    EXPECT_TRUE(again->created.empty());
+    EXPECT_TRUE(again->warning.empty());
+
+    // Root's from before: left to root, with the fix in the warning.
+    ASSERT_EQ(::chown(db.c_str(), 0, 0), 0);
+    auto roots = retryguard::create_ledger_for_directory_owner(db);
+    ASSERT_TRUE(roots.ok());
+    EXPECT_TRUE(roots->created.empty());
+    EXPECT_NE(roots->warning.find("chown nobody:nogroup " + db + "*"), std::string::npos) << roots->warning;
+    EXPECT_EQ(owner(db), to_root);
+
+    // A link in the ledger's place: neither followed nor its target changed.
+    std::ofstream(ours / "secret") << "x";
+    fs::create_symlink(ours / "secret", theirs / "link.db");
+    auto link = retryguard::create_ledger_for_directory_owner((theirs / "link.db").string());
+    ASSERT_TRUE(link.ok());
+    EXPECT_TRUE(link->created.empty());
+    EXPECT_EQ(owner(ours / "secret"), to_root);
+
+    // Root's own directory: nothing made.
+    auto own = retryguard::create_ledger_for_directory_owner((ours / "l.db").string());
+    ASSERT_TRUE(own.ok());
+    EXPECT_TRUE(own->created.empty());
+    EXPECT_FALSE(fs::exists(ours / "l.db"));
     fs::remove_all(base);
 }

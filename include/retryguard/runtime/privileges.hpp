@@ -29,20 +29,24 @@ Result<RunAs> lookup_run_as(const std::string& user, const std::string& group);
 // links are not followed.
 Status give_to(const std::string& path, const RunAs& who);
 
-// A command run as root (the CLI) that creates the SQLite ledger, or finds it
-// owned by root, in a directory another user owns (the packaged
-// /var/lib/retryguard, owned by the user the daemons run as) gives each of
-// `paths` to the directory's owner and group: left to root, the daemons could
-// no longer write their own ledger. Only a regular file with one link that
-// root owns is changed (opened without following symbolic links, then
-// fchown); a directory owned by root, or a process not running as root,
-// changes nothing. Returns what was changed, for the caller to print.
-// Errors: ErrorKind::io (the chown failed).
-struct HandedOver {
-    std::vector<std::string> paths;
-    std::string owner;  // "user:group" they now belong to
+// Run as root (the CLI), before the SQLite ledger at `db_path` is opened:
+// when the file is not there yet and its directory belongs to another user
+// (the packaged /var/lib/retryguard, owned by the user the daemons run as),
+// creates it empty (O_EXCL, in the directory opened first, never through a
+// link) and gives it to that directory's owner and group. SQLite, running as
+// root, then gives the -wal and -shm files it makes the database file's owner
+// too. Left to root, the daemons could no longer write their own ledger.
+// A ledger file root already owns there is not changed: giving a file that
+// was root's away in a directory another user controls is what
+// systemd-tmpfiles refuses as an "unsafe path transition". The result says
+// what was done, or what the admin should do, for the caller to print; a
+// process not running as root, a directory owned by root or a missing
+// directory changes nothing.
+struct LedgerFileOwner {
+    std::string created;  // "gave <path> to <user:group>, ..." or empty
+    std::string warning;  // a root-owned ledger file the daemons cannot write, and the fix
 };
-Result<HandedOver> give_to_directory_owner(const std::vector<std::string>& paths);
+Result<LedgerFileOwner> create_ledger_for_directory_owner(const std::string& db_path);
 
 // setgroups (the user's supplementary groups), setgid, setuid, then checks
 // that the real, effective and saved ids are the user's and that neither

@@ -25,8 +25,8 @@ struct RuntimeOptions {
     std::vector<std::string> overrides;
     bool open_ledger = true;
     bool load_classifier = true;
-    // Run as root, a SQLite ledger's files that belong to root go to the owner
-    // of their directory (give_to_directory_owner): the CLI sets this, so that
+    // Run as root, a SQLite ledger not there yet is made for the owner of its
+    // directory (create_ledger_for_directory_owner): the CLI sets this, so that
     // root's first `retryguard import` leaves a ledger the daemons can still
     // write. The policy daemon hands its files to policy.user itself.
     bool ledger_to_directory_owner = false;
@@ -37,8 +37,9 @@ struct Runtime {
     std::string config_path;  // "" for built-in defaults
     std::unique_ptr<Ledger> ledger;
     std::shared_ptr<const Classifier> classifier;
-    // What opening changed that the user should hear of, one line each
-    // (files handed to their directory's owner); the program prints them.
+    // What opening did or found that the user should hear of, one line each
+    // (a ledger made for its directory's owner, a root-owned one the daemons
+    // cannot write); the program prints them.
     std::vector<std::string> notices;
 };
 
