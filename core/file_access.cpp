@@ -2,21 +2,37 @@
 #include "retryguard/file_access.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <pwd.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 namespace retryguard {
+
+std::string user_name(uid_t uid) {
+    std::vector<char> buf(16384);
+    passwd pw{};
+    passwd* found = nullptr;
+    if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found) return found->pw_name;
+    return std::to_string(uid);
+}
+
+std::string group_name(gid_t gid) {
+    std::vector<char> buf(16384);
+    group gr{};
+    group* found = nullptr;
+    if (::getgrgid_r(gid, &gr, buf.data(), buf.size(), &found) == 0 && found) return found->gr_name;
+    return std::to_string(gid);
+}
 
 std::string file_error_reason(int err) {
     std::string reason = std::strerror(err);
     if (err != EACCES && err != EPERM) return reason;
     const uid_t uid = ::geteuid();
-    std::string user = std::to_string(uid);
-    if (const passwd* pw = ::getpwuid(uid)) user = pw->pw_name;
-    return reason + " for user " + user + " (uid " + std::to_string(uid) + ")";
+    return reason + " for user " + user_name(uid) + " (uid " + std::to_string(uid) + ")";
 }
 
 std::string unreadable_file(const std::filesystem::path& path, int* err) {

@@ -6,14 +6,12 @@
 // it.
 #include "ledger/sqlite_internal.hpp"
 
-#include <grp.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
-#include <vector>
+#include "retryguard/file_access.hpp"
 
 namespace retryguard::ledger_detail {
 namespace {
@@ -559,24 +557,11 @@ Error SqliteLedger::error_of(const SqlError& e) const {
         const std::string file = path_ + suffix;
         struct stat st {};
         if (::stat(file.c_str(), &st) != 0 || ::access(file.c_str(), W_OK) == 0) continue;
-        auto user = [](uid_t uid) {
-            std::vector<char> buf(16384);
-            passwd pw{};
-            passwd* found = nullptr;
-            return ::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found
-                       ? std::string(found->pw_name)
-                       : std::to_string(uid);
-        };
-        std::vector<char> buf(16384);
-        group gr{};
-        group* found = nullptr;
-        const std::string grp = ::getgrgid_r(st.st_gid, &gr, buf.data(), buf.size(), &found) == 0 && found
-                                    ? std::string(found->gr_name)
-                                    : std::to_string(st.st_gid);
         err.message += fmt::format(
             " ({} is {}:{} mode {:04o}, which user {} cannot write: as root, chown the ledger's files to "
             "the user that runs the daemons, e.g. chown retryguard:retryguard {}*)",
-            file, user(st.st_uid), grp, st.st_mode & 07777, user(::geteuid()), path_);
+            file, user_name(st.st_uid), group_name(st.st_gid), st.st_mode & 07777, user_name(::geteuid()),
+            path_);
         break;
     }
     return err;

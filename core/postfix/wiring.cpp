@@ -17,6 +17,8 @@
 #include <memory>
 #include <set>
 
+#include "retryguard/file_access.hpp"
+
 namespace retryguard {
 
 std::string_view to_string(WiringFinding::Level level) noexcept {
@@ -239,8 +241,7 @@ WiringFinding check_source_readable(const config::SourceConfig& s, const std::st
             if (const group* gr = ::getgrnam(g)) gids.insert(gr->gr_gid);
     const bool readable = uid == 0 || (st.st_uid == uid && (st.st_mode & S_IRUSR)) ||
                           (gids.count(st.st_gid) && (st.st_mode & S_IRGRP)) || (st.st_mode & S_IROTH);
-    const group* gr = ::getgrgid(st.st_gid);
-    const std::string grname = gr ? gr->gr_name : std::to_string(st.st_gid);
+    const std::string grname = group_name(st.st_gid);
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
     if (readable)
@@ -277,12 +278,9 @@ std::vector<WiringFinding> check_sockets_reachable(const config::Config& config,
                                                : (st.st_mode & o) != 0);
     };
     auto describe = [](const struct stat& st) {
-        const passwd* o = ::getpwuid(st.st_uid);
-        const group* g = ::getgrgid(st.st_gid);
         char mode[8];
         std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-        return std::string(o ? o->pw_name : std::to_string(st.st_uid)) + ":" +
-               (g ? g->gr_name : std::to_string(st.st_gid)) + " " + mode;
+        return user_name(st.st_uid) + ":" + group_name(st.st_gid) + " " + mode;
     };
     const std::pair<const char*, const config::SocketSpec*> sockets[] = {
         {"retryguard-milter", &config.milter.socket}, {"retryguard-policyd", &config.policy.socket}};

@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <vector>
 
+#include "retryguard/file_access.hpp"
+
 namespace retryguard {
 
 Result<RunAs> lookup_run_as(const std::string& user, const std::string& group) {
@@ -55,72 +57,51 @@ Status give_to(const std::string& path, const RunAs& who) {
     return {};
 }
 
-namespace {
-
-std::string user_name(uid_t uid) {
-    std::vector<char> buf(16384);
-    passwd pw{};
-    passwd* pwp = nullptr;
-    if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &pwp) == 0 && pwp) return pw.pw_name;
-    return std::to_string(uid);
-}
-
-std::string group_name(gid_t gid) {
-    std::vector<char> buf(16384);
-    struct group gr {};
-    struct group* grp = nullptr;
-    if (::getgrgid_r(gid, &gr, buf.data(), buf.size(), &grp) == 0 && grp) return gr.gr_name;
-    return std::to_string(gid);
-}
-
-}  // namespace
-
 Result<LedgerFileOwner> create_ledger_for_directory_owner(const std::string& db_path) {
     LedgerFileOwner out;
-    if (::geteuid() != 0) return out;
     const std::filesystem::path path(db_path);
-    std::filesystem::path dir = path.parent_path();
-    if (dir.empty()) dir = ".";
     const std::string name = path.filename().string();
-    if (name.empty()) return out;
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (::geteuid() != 0 || name.empty()) return out;
+    const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
+    struct Fd {
+        int fd;
+        ~Fd() {
+            if (fd >= 0) ::close(fd);
+        }
+    } const directory{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+    const int dfd = directory.fd;
     if (dfd < 0) return out;  // not there: opening the ledger reports it
     struct stat dst {};
-    Result<LedgerFileOwner> result = out;
-    if (::fstat(dfd, &dst) == 0 && dst.st_uid != 0) {
-        const std::string owner = user_name(dst.st_uid) + ":" + group_name(dst.st_gid);
-        // The file is made here, by this process, or not at all.
-        const int fd =
-            ::openat(dfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd >= 0) {
-            if (::fchown(fd, dst.st_uid, dst.st_gid) == 0) {
-                out.created = "made " + db_path + " for " + owner +
-                              ", the owner of its directory, so that the daemons running as that user can "
-                              "write the ledger";
-                result = out;
-            } else {
-                result = make_error(ErrorKind::io, "chown " + db_path + ": " + std::strerror(errno));
-                ::unlinkat(dfd, name.c_str(), 0);
-            }
-            ::close(fd);
-        } else if (errno == EEXIST) {
-            struct stat st {};
-            for (const char* suffix : {"", "-wal", "-shm"}) {
-                const std::string file = name + suffix;
-                if (::fstatat(dfd, file.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
-                    st.st_uid != 0)
-                    continue;
-                out.warning =
-                    (dir / file).string() + " belongs to root, in a directory of " + owner +
-                    ": the daemons running as that user cannot write the ledger; as root, run: chown " +
-                    owner + " " + db_path + "*";
-                result = out;
-                break;
-            }
+    if (::fstat(dfd, &dst) != 0 || dst.st_uid == 0) return out;
+    const std::string owner = user_name(dst.st_uid) + ":" + group_name(dst.st_gid);
+    // The file is made here, by this process, or not at all.
+    const int fd = ::openat(dfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        const bool given = ::fchown(fd, dst.st_uid, dst.st_gid) == 0;
+        const int err = errno;
+        ::close(fd);
+        if (!given) {
+            ::unlinkat(dfd, name.c_str(), 0);
+            return make_error(ErrorKind::io, "chown " + db_path + ": " + std::strerror(err));
+        }
+        out.created = "made " + db_path + " for " + owner +
+                      ", the owner of its directory, so that the daemons running as that user can write the "
+                      "ledger";
+        return out;
+    }
+    if (errno != EEXIST) return out;  // opening the ledger reports it
+    for (const char* suffix : {"", "-wal", "-shm"}) {
+        const std::string file = name + suffix;
+        struct stat st {};
+        if (::fstatat(dfd, file.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            st.st_uid == 0) {
+            out.warning = (dir / file).string() + " belongs to root, in a directory of " + owner +
+                          ": the daemons running as that user cannot write the ledger; as root, run: chown " +
+                          owner + " " + db_path + "*";
+            break;
         }
     }
-    ::close(dfd);
-    return result;
+    return out;
 }
 
 Status drop_privileges(const RunAs& who) {

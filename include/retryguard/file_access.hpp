@@ -4,10 +4,17 @@
 // source tree in a private home, is the usual cause).
 #pragma once
 
+#include <sys/types.h>
+
 #include <filesystem>
 #include <string>
 
 namespace retryguard {
+
+// The name of `uid` / `gid` where the system has one, else the number
+// (reentrant lookups: safe on any thread).
+std::string user_name(uid_t uid);
+std::string group_name(gid_t gid);
 
 // "Permission denied for user nobody (uid 65534)" for EACCES/EPERM, else strerror(err).
 std::string file_error_reason(int err);

@@ -1,7 +1,8 @@
 // privileges.hpp -- a daemon started as root gives root up: it looks up the
 // configured user and group, hands files it created as root to them, and
 // drops to them for good. Used by retryguard-policyd (policy.user,
-// policy.group); the order (open as root, then drop) is the caller's.
+// policy.group); the order (open as root, then drop) is the caller's. And the
+// CLI run as root makes a new SQLite ledger for its directory's owner.
 #pragma once
 
 #include <sys/types.h>
@@ -43,7 +44,7 @@ Status give_to(const std::string& path, const RunAs& who);
 // process not running as root, a directory owned by root or a missing
 // directory changes nothing.
 struct LedgerFileOwner {
-    std::string created;  // "gave <path> to <user:group>, ..." or empty
+    std::string created;  // "made <path> for <user:group>, ..." or empty
     std::string warning;  // a root-owned ledger file the daemons cannot write, and the fix
 };
 Result<LedgerFileOwner> create_ledger_for_directory_owner(const std::string& db_path);
