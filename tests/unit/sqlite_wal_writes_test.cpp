@@ -1,0 +1,206 @@
+// The WAL-gathering VFS (core/ledger/sqlite_wal_writes.hpp): a commit's
+// frames reach the file, or fail, inside COMMIT; nothing uncommitted is
+// visible; a process that ends right after COMMIT, or dies before it, leaves
+// the same file the default VFS would.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "../../core/ledger/sqlite_wal_writes.hpp"
+
+namespace retryguard::ledger_detail {
+namespace {
+
+class WalGathering : public testing::Test {
+  protected:
+    void SetUp() override {
+        dir_ = std::filesystem::temp_directory_path() /
+               ("retryguard-walgather-" + std::to_string(getpid()) + "-" +
+                testing::UnitTest::GetInstance()->current_test_info()->name());
+        std::filesystem::remove_all(dir_);
+        std::filesystem::create_directories(dir_);
+        path_ = (dir_ / "t.db").string();
+        ASSERT_NE(wal_gathering_vfs(), nullptr);
+    }
+    void TearDown() override { std::filesystem::remove_all(dir_); }
+
+    // gathered: through the VFS under test; otherwise the default one.
+    sqlite3* open(bool gathered) {
+        sqlite3* db = nullptr;
+        EXPECT_EQ(sqlite3_open_v2(path_.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                                  gathered ? wal_gathering_vfs() : nullptr),
+                  SQLITE_OK);
+        sqlite3_busy_timeout(db, 5000);
+        return db;
+    }
+    static int exec(sqlite3* db, const std::string& sql) {
+        return sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr);
+    }
+    static long long count(sqlite3* db) {
+        sqlite3_stmt* s = nullptr;
+        if (sqlite3_prepare_v2(db, "SELECT count(*) FROM t", -1, &s, nullptr) != SQLITE_OK) return -1;
+        long long n = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
+        sqlite3_finalize(s);
+        return n;
+    }
+    static std::string integrity(sqlite3* db) {
+        sqlite3_stmt* s = nullptr;
+        sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &s, nullptr);
+        std::string r = sqlite3_step(s) == SQLITE_ROW ? reinterpret_cast<const char*>(sqlite3_column_text(s, 0)) : "";
+        sqlite3_finalize(s);
+        return r;
+    }
+    // rows rows of about 1 KiB each, numbered from first.
+    static int insert(sqlite3* db, int first, int rows) {
+        return exec(db, "WITH RECURSIVE n(i) AS (SELECT " + std::to_string(first) +
+                            " UNION ALL SELECT i + 1 FROM n WHERE i < " + std::to_string(first + rows - 1) +
+                            ") INSERT INTO t SELECT i, randomblob(1000) FROM n");
+    }
+    sqlite3* make_table() {
+        sqlite3* db = open(true);
+        EXPECT_EQ(exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                           "CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)"),
+                  SQLITE_OK);
+        return db;
+    }
+
+    std::filesystem::path dir_;
+    std::string path_;
+};
+
+TEST_F(WalGathering, ACommitIsFewWritesAndVisibleToAnotherConnectionWhenCommitReturns) {
+    sqlite3* w = make_table();
+    sqlite3* r = open(false);
+    ASSERT_EQ(count(r), 0);
+    const WalWriteCounts before = wal_write_counts();
+    ASSERT_EQ(exec(w, "BEGIN IMMEDIATE"), SQLITE_OK);
+    ASSERT_EQ(insert(w, 1, 2000), SQLITE_OK);
+    EXPECT_EQ(count(r), 0) << "a reader sees nothing of an open transaction";
+    ASSERT_EQ(exec(w, "COMMIT"), SQLITE_OK);
+    const WalWriteCounts after = wal_write_counts();
+    EXPECT_EQ(count(r), 2000);
+    EXPECT_EQ(integrity(r), "ok");
+    const auto requested = after.requested - before.requested;
+    const auto issued = after.issued - before.issued;
+    // About 600 frames, two writes each, gathered into pieces of 124 KiB.
+    EXPECT_GT(requested, 1000u);
+    EXPECT_LT(issued * 10, requested) << requested << " writes asked for, " << issued << " made";
+    sqlite3_close(r);
+    sqlite3_close(w);
+}
+
+TEST_F(WalGathering, ASpilledTransactionReadsItsOwnFramesBackAndCommitsThem) {
+    sqlite3* w = make_table();
+    ASSERT_EQ(exec(w, "PRAGMA cache_size=20"), SQLITE_OK);  // pages: the transaction spills to the WAL
+    sqlite3* r = open(false);
+    ASSERT_EQ(exec(w, "BEGIN IMMEDIATE"), SQLITE_OK);
+    ASSERT_EQ(insert(w, 1, 3000), SQLITE_OK);
+    EXPECT_EQ(count(w), 3000) << "pages spilled to the WAL are read back";
+    ASSERT_EQ(exec(w, "UPDATE t SET v = zeroblob(900) WHERE id % 7 = 0"), SQLITE_OK);
+    EXPECT_EQ(count(r), 0);
+    ASSERT_EQ(exec(w, "COMMIT"), SQLITE_OK);
+    EXPECT_EQ(count(r), 3000);
+    EXPECT_EQ(integrity(r), "ok");
+    sqlite3_close(r);
+    sqlite3_close(w);
+    sqlite3* again = open(false);
+    EXPECT_EQ(count(again), 3000);
+    sqlite3_close(again);
+}
+
+// A child process commits and ends with _exit (no close, no flush of its
+// own): the commit must be in the file already. A second child dies in the
+// middle of a transaction with gathered frames: nothing of it may show.
+TEST_F(WalGathering, AProcessEndingRightAfterCommitOrDyingBeforeItLeavesOnlyCommits) {
+    sqlite3* w = make_table();
+    ASSERT_EQ(insert(w, 1, 10), SQLITE_OK);
+    sqlite3_close(w);
+    pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        sqlite3* c = open(true);
+        int ok = exec(c, "BEGIN IMMEDIATE") == SQLITE_OK && insert(c, 11, 500) == SQLITE_OK &&
+                 exec(c, "COMMIT") == SQLITE_OK;
+        _exit(ok ? 0 : 3);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        sqlite3* c = open(true);
+        exec(c, "PRAGMA cache_size=20");
+        if (exec(c, "BEGIN IMMEDIATE") == SQLITE_OK && insert(c, 1000, 2000) == SQLITE_OK) kill(getpid(), SIGKILL);
+        _exit(3);
+    }
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the second child was to die in its transaction";
+    sqlite3* r = open(false);
+    EXPECT_EQ(count(r), 510);
+    EXPECT_EQ(integrity(r), "ok");
+    sqlite3_close(r);
+}
+
+// The file may not grow past its size when the transaction starts
+// (RLIMIT_FSIZE, in a child): the rows are gathered without error, and the
+// failure of their write is COMMIT's, which publishes nothing.
+TEST_F(WalGathering, AWriteThatFailsAtCommitIsTheCommitsErrorAndPublishesNothing) {
+    sqlite3* w = make_table();
+    ASSERT_EQ(insert(w, 1, 50), SQLITE_OK);
+    sqlite3_close(w);
+    pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        sqlite3* c = open(true);
+        if (exec(c, "PRAGMA cache_size=-32000") != SQLITE_OK || count(c) != 50) _exit(10);
+        struct stat st {};
+        if (stat((path_ + "-wal").c_str(), &st) != 0) _exit(11);
+        rlimit limit{static_cast<rlim_t>(st.st_size), static_cast<rlim_t>(st.st_size)};
+        if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(12);
+        if (exec(c, "BEGIN IMMEDIATE") != SQLITE_OK) _exit(13);
+        if (insert(c, 51, 1000) != SQLITE_OK) _exit(14);  // gathered: no error yet
+        const int rc = exec(c, "COMMIT");
+        if (rc == SQLITE_OK) _exit(15);
+        _exit((rc & 0xff) == SQLITE_FULL || (rc & 0xff) == SQLITE_IOERR ? 0 : 16);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0) << "10-14: setup failed, 15: COMMIT succeeded, 16: another error";
+    sqlite3* r = open(false);
+    EXPECT_EQ(count(r), 50);
+    EXPECT_EQ(integrity(r), "ok");
+    sqlite3* again = open(true);
+    ASSERT_EQ(insert(again, 51, 100), SQLITE_OK) << "the ledger takes writes again";
+    EXPECT_EQ(count(r), 150);
+    sqlite3_close(again);
+    sqlite3_close(r);
+}
+
+TEST_F(WalGathering, OtherFilesAreTheDefaultVfsOwn) {
+    sqlite3* w = make_table();
+    sqlite3_file* main_file = nullptr;
+    ASSERT_EQ(sqlite3_file_control(w, "main", SQLITE_FCNTL_FILE_POINTER, &main_file), SQLITE_OK);
+    sqlite3* plain = open(false);
+    sqlite3_file* plain_file = nullptr;
+    ASSERT_EQ(sqlite3_file_control(plain, "main", SQLITE_FCNTL_FILE_POINTER, &plain_file), SQLITE_OK);
+    EXPECT_EQ(main_file->pMethods, plain_file->pMethods);
+    sqlite3_file* wal_file = nullptr;
+    ASSERT_EQ(sqlite3_file_control(w, "main", SQLITE_FCNTL_JOURNAL_POINTER, &wal_file), SQLITE_OK);
+    ASSERT_NE(wal_file, nullptr);
+    EXPECT_NE(wal_file->pMethods, plain_file->pMethods);
+    sqlite3_close(plain);
+    sqlite3_close(w);
+}
+
+}  // namespace
+}  // namespace retryguard::ledger_detail
