@@ -15,7 +15,7 @@ namespace retryguard::ledger_detail {
 namespace {
 
 constexpr char kName[] = "retryguard-wal-gather";
-constexpr int kFrameHeaderSize = 24;           // WAL format: a frame's header
+constexpr int kFrameHeaderSize = 24;            // WAL format: a frame's header
 constexpr std::size_t kGatherLimit = 8u << 20;  // bytes held before writing anyway
 
 std::atomic<unsigned long long> g_requested{0};
@@ -40,8 +40,12 @@ struct WalFile {
 
 constexpr std::size_t kRealOffset = (sizeof(WalFile) + 15) & ~std::size_t{15};
 
-WalFile* wal(sqlite3_file* f) { return reinterpret_cast<WalFile*>(f); }
-sqlite3_file* real(sqlite3_file* f) { return wal(f)->real; }
+WalFile* wal(sqlite3_file* f) {
+    return reinterpret_cast<WalFile*>(f);
+}
+sqlite3_file* real(sqlite3_file* f) {
+    return wal(f)->real;
+}
 
 // The default VFS writes at most 128 KiB - 1 bytes per call (os_unix.c masks
 // larger sizes): gathered bytes go in pieces of 124 KiB.
@@ -131,12 +135,18 @@ int x_file_control(sqlite3_file* file, int op, void* arg) {
     return real(file)->pMethods->xFileControl(real(file), op, arg);
 }
 
-int x_lock(sqlite3_file* file, int level) { return real(file)->pMethods->xLock(real(file), level); }
-int x_unlock(sqlite3_file* file, int level) { return real(file)->pMethods->xUnlock(real(file), level); }
+int x_lock(sqlite3_file* file, int level) {
+    return real(file)->pMethods->xLock(real(file), level);
+}
+int x_unlock(sqlite3_file* file, int level) {
+    return real(file)->pMethods->xUnlock(real(file), level);
+}
 int x_check_reserved_lock(sqlite3_file* file, int* out) {
     return real(file)->pMethods->xCheckReservedLock(real(file), out);
 }
-int x_sector_size(sqlite3_file* file) { return real(file)->pMethods->xSectorSize(real(file)); }
+int x_sector_size(sqlite3_file* file) {
+    return real(file)->pMethods->xSectorSize(real(file));
+}
 int x_device_characteristics(sqlite3_file* file) {
     return real(file)->pMethods->xDeviceCharacteristics(real(file));
 }

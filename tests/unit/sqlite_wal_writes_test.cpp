@@ -53,7 +53,8 @@ class WalGathering : public testing::Test {
     static std::string integrity(sqlite3* db) {
         sqlite3_stmt* s = nullptr;
         sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &s, nullptr);
-        std::string r = sqlite3_step(s) == SQLITE_ROW ? reinterpret_cast<const char*>(sqlite3_column_text(s, 0)) : "";
+        std::string r =
+            sqlite3_step(s) == SQLITE_ROW ? reinterpret_cast<const char*>(sqlite3_column_text(s, 0)) : "";
         sqlite3_finalize(s);
         return r;
     }
@@ -65,8 +66,9 @@ class WalGathering : public testing::Test {
     }
     sqlite3* make_table() {
         sqlite3* db = open(true);
-        EXPECT_EQ(exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
-                           "CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)"),
+        EXPECT_EQ(exec(db,
+                       "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                       "CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)"),
                   SQLITE_OK);
         return db;
     }
@@ -138,7 +140,8 @@ TEST_F(WalGathering, AProcessEndingRightAfterCommitOrDyingBeforeItLeavesOnlyComm
     if (child == 0) {
         sqlite3* c = open(true);
         exec(c, "PRAGMA cache_size=20");
-        if (exec(c, "BEGIN IMMEDIATE") == SQLITE_OK && insert(c, 1000, 2000) == SQLITE_OK) kill(getpid(), SIGKILL);
+        if (exec(c, "BEGIN IMMEDIATE") == SQLITE_OK && insert(c, 1000, 2000) == SQLITE_OK)
+            kill(getpid(), SIGKILL);
         _exit(3);
     }
     ASSERT_EQ(waitpid(child, &status, 0), child);
