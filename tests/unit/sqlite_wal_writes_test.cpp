@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "../../core/ledger/sqlite_wal_writes.hpp"
@@ -73,6 +74,21 @@ class WalGathering : public testing::Test {
         return db;
     }
 
+    // The table with rows 1..rows, its connection closed.
+    void seed(int rows) {
+        sqlite3* w = make_table();
+        ASSERT_EQ(insert(w, 1, rows), SQLITE_OK);
+        sqlite3_close(w);
+    }
+    // body in a child process, which ends with _exit(body()): its wait status.
+    static int in_child(const std::function<int()>& body) {
+        const pid_t child = fork();
+        if (child < 0) return -1;
+        if (child == 0) _exit(body());
+        int status = -1;
+        return waitpid(child, &status, 0) == child ? status : -1;
+    }
+
     std::filesystem::path dir_;
     std::string path_;
 };
@@ -121,32 +137,23 @@ TEST_F(WalGathering, ASpilledTransactionReadsItsOwnFramesBackAndCommitsThem) {
 // own): the commit must be in the file already. A second child dies in the
 // middle of a transaction with gathered frames: nothing of it may show.
 TEST_F(WalGathering, AProcessEndingRightAfterCommitOrDyingBeforeItLeavesOnlyCommits) {
-    sqlite3* w = make_table();
-    ASSERT_EQ(insert(w, 1, 10), SQLITE_OK);
-    sqlite3_close(w);
-    pid_t child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
+    seed(10);
+    int status = in_child([&] {
         sqlite3* c = open(true);
         // As the ledger runs: no sync at commit, which would write the frames anyway.
-        int ok = exec(c, "PRAGMA synchronous=NORMAL") == SQLITE_OK &&
-                 exec(c, "BEGIN IMMEDIATE") == SQLITE_OK && insert(c, 11, 500) == SQLITE_OK &&
-                 exec(c, "COMMIT") == SQLITE_OK;
-        _exit(ok ? 0 : 3);
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(child, &status, 0), child);
+        const bool ok = exec(c, "PRAGMA synchronous=NORMAL") == SQLITE_OK &&
+                        exec(c, "BEGIN IMMEDIATE") == SQLITE_OK && insert(c, 11, 500) == SQLITE_OK &&
+                        exec(c, "COMMIT") == SQLITE_OK;
+        return ok ? 0 : 3;
+    });
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
+    status = in_child([&] {
         sqlite3* c = open(true);
         exec(c, "PRAGMA cache_size=20");
         if (exec(c, "BEGIN IMMEDIATE") == SQLITE_OK && insert(c, 1000, 2000) == SQLITE_OK)
             kill(getpid(), SIGKILL);
-        _exit(3);
-    }
-    ASSERT_EQ(waitpid(child, &status, 0), child);
+        return 3;
+    });
     ASSERT_TRUE(WIFSIGNALED(status)) << "the second child was to die in its transaction";
     sqlite3* r = open(false);
     EXPECT_EQ(count(r), 510);
@@ -158,31 +165,25 @@ TEST_F(WalGathering, AProcessEndingRightAfterCommitOrDyingBeforeItLeavesOnlyComm
 // (RLIMIT_FSIZE, in a child): the rows are gathered without error, and the
 // failure of their write is COMMIT's, which publishes nothing.
 TEST_F(WalGathering, AWriteThatFailsAtCommitIsTheCommitsErrorAndPublishesNothing) {
-    sqlite3* w = make_table();
-    ASSERT_EQ(insert(w, 1, 50), SQLITE_OK);
-    sqlite3_close(w);
-    pid_t child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
+    seed(50);
+    const int status = in_child([&] {
         signal(SIGXFSZ, SIG_IGN);
         sqlite3* c = open(true);
         if (exec(c, "PRAGMA synchronous=NORMAL; PRAGMA cache_size=-32000") != SQLITE_OK || count(c) != 50)
-            _exit(10);
+            return 10;
         // A first commit starts the WAL and syncs its header: the limit
         // then falls on the frames of the next commit, not on that sync.
-        if (insert(c, 51, 1) != SQLITE_OK) _exit(11);
+        if (insert(c, 51, 1) != SQLITE_OK) return 11;
         struct stat st {};
-        if (stat((path_ + "-wal").c_str(), &st) != 0 || st.st_size == 0) _exit(11);
+        if (stat((path_ + "-wal").c_str(), &st) != 0 || st.st_size == 0) return 11;
         rlimit limit{static_cast<rlim_t>(st.st_size), static_cast<rlim_t>(st.st_size)};
-        if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(12);
-        if (exec(c, "BEGIN IMMEDIATE") != SQLITE_OK) _exit(13);
-        if (insert(c, 52, 1000) != SQLITE_OK) _exit(14);  // gathered: no error yet
+        if (setrlimit(RLIMIT_FSIZE, &limit) != 0) return 12;
+        if (exec(c, "BEGIN IMMEDIATE") != SQLITE_OK) return 13;
+        if (insert(c, 52, 1000) != SQLITE_OK) return 14;  // gathered: no error yet
         const int rc = exec(c, "COMMIT");
-        if (rc == SQLITE_OK) _exit(15);
-        _exit((rc & 0xff) == SQLITE_FULL || (rc & 0xff) == SQLITE_IOERR ? 0 : 16);
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(child, &status, 0), child);
+        if (rc == SQLITE_OK) return 15;
+        return (rc & 0xff) == SQLITE_FULL || (rc & 0xff) == SQLITE_IOERR ? 0 : 16;
+    });
     ASSERT_TRUE(WIFEXITED(status));
     ASSERT_EQ(WEXITSTATUS(status), 0) << "10-14: setup failed, 15: COMMIT succeeded, 16: another error";
     sqlite3* r = open(false);
