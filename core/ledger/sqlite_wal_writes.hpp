@@ -21,7 +21,10 @@
 // the last published commit, so none can see the difference. A process
 // killed with frames gathered loses an uncommitted transaction, as it would
 // have anyway. Every other file (the database, its shared memory, temporary
-// files) is the default VFS's own file object, untouched.
+// files) is the default VFS's own file object, untouched. As with SQLite
+// itself, a connection must not be used or closed across fork(2): a child
+// would hold the parent's gathered bytes too (the actions runner spawns with
+// posix_spawn, which closes nothing).
 #pragma once
 
 namespace retryguard::ledger_detail {
