@@ -332,11 +332,13 @@ Status SqliteLedger::open() {
     // The WAL's frames of a commit go out in a few large writes instead of
     // two per page (sqlite_wal_writes.hpp); should that VFS be missing, the
     // default one writes them as SQLite does.
-    const char* vfs = wal_gathering_vfs();
-    if (vfs == nullptr) {
+    const char* vfs = options_.sqlite_gather_wal_writes ? wal_gathering_vfs() : nullptr;
+    if (options_.sqlite_gather_wal_writes && vfs == nullptr) {
         static std::once_flag told;
         std::call_once(told, [&] {
-            options_.warn("ledger: writing the WAL a page at a time: cannot register its VFS");
+            options_.warn(
+                "ledger: writing the WAL a page at a time (ledger.sqlite.gather_wal_writes): cannot register "
+                "its VFS");
         });
     }
     int rc = sqlite3_open_v2(path_.c_str(), &db_,

@@ -27,6 +27,7 @@ LedgerOptions ledger_options_from(const config::Config& c) {
                                         : "redis://" + a + "/" + std::to_string(c.ledger.redis_database);
     }
     if (c.ledger.sqlite_busy_timeout.count() > 0) o.busy_timeout = c.ledger.sqlite_busy_timeout;
+    o.sqlite_gather_wal_writes = c.ledger.sqlite_gather_wal_writes;
     if (!c.ledger.redis_key_prefix.empty()) o.key_prefix = c.ledger.redis_key_prefix;
     if (c.ledger.redis_timeout.count() > 0) o.command_timeout = o.connect_timeout = c.ledger.redis_timeout;
     if (c.ledger.redis_reconnect_max_backoff.count() > 0) {

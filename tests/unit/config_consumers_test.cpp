@@ -39,7 +39,7 @@ std::string ledger_view(const cfg::Config& c) {
     const LedgerOptions o = ledger_options_from(c);
     return o.spec + "|" + std::to_string(o.busy_timeout.count()) + "|" + o.key_prefix + "|" +
            std::to_string(o.connect_timeout.count()) + "|" + std::to_string(o.command_timeout.count()) + "|" +
-           std::to_string(o.reconnect_max.count());
+           std::to_string(o.reconnect_max.count()) + "|" + (o.sqlite_gather_wal_writes ? "gather" : "plain");
 }
 
 std::string retention_view(const cfg::Config& c) {
@@ -50,9 +50,13 @@ std::string retention_view(const cfg::Config& c) {
 
 // Keys whose effect this file observes directly, with the non-default value used.
 const std::map<std::string, std::string> kLedgerObserved = {
-    {"ledger.backend", "redis"},          {"ledger.sqlite.path", "/tmp/other.db"},
-    {"ledger.sqlite.busy_timeout", "5s"}, {"ledger.redis.key_prefix", "fleet2:"},
-    {"ledger.redis.timeout", "750ms"},    {"ledger.redis.reconnect_max_backoff", "2s"},
+    {"ledger.backend", "redis"},
+    {"ledger.sqlite.path", "/tmp/other.db"},
+    {"ledger.sqlite.busy_timeout", "5s"},
+    {"ledger.redis.key_prefix", "fleet2:"},
+    {"ledger.redis.timeout", "750ms"},
+    {"ledger.redis.reconnect_max_backoff", "2s"},
+    {"ledger.sqlite.gather_wal_writes", "false"},
 };
 const std::map<std::string, std::string> kRedisObserved = {
     {"ledger.redis.address", "10.0.0.5:6380"},

@@ -15,6 +15,7 @@
 
 #include "../../core/ledger/sqlite_checkpointer.hpp"
 #include "../../core/ledger/sqlite_prune.hpp"
+#include "../../core/ledger/sqlite_wal_writes.hpp"
 #include "ledger/ledger_contract.hpp"
 
 namespace retryguard::ledger_test {
@@ -1266,6 +1267,30 @@ TEST(LedgerSqlite, AReadOnlyLedgerFileIsNamedWithItsOwnerAndTheFix) {
               std::string::npos)
         << message;
     EXPECT_NE(message.find("chown retryguard:retryguard " + path + "*"), std::string::npos) << message;
+}
+
+// ledger.sqlite.gather_wal_writes (LedgerOptions::sqlite_gather_wal_writes):
+// on, the ledger's commits go through the gathering VFS; off, SQLite's own.
+TEST(LedgerSqlite, WalWritesAreGatheredUnlessTheSettingIsOff) {
+    for (bool gather : {true, false}) {
+        SCOPED_TRACE(gather ? "gathered" : "default VFS");
+        LedgerOptions options;
+        options.spec = "sqlite:" + db_path(gather ? "gather-on" : "gather-off");
+        options.sqlite_gather_wal_writes = gather;
+        auto l = open_ledger(options);
+        ASSERT_TRUE(l.ok()) << l.error().message;
+        const std::vector<IngestItem> items = {client("G1", 10), queue_active("G1", 11, "s@x.test"),
+                                               deferred("G1", 12, "r@d.test")};
+        const auto before = ledger_detail::wal_write_counts().requested;
+        auto r = (*l)->ingest(items, std::nullopt);
+        ASSERT_TRUE(r.ok()) << r.error().message;
+        EXPECT_EQ(r->applied, items.size());
+        const auto after = ledger_detail::wal_write_counts().requested;
+        if (gather)
+            EXPECT_GT(after, before);
+        else
+            EXPECT_EQ(after, before);
+    }
 }
 
 }  // namespace

@@ -234,6 +234,7 @@ struct Config {
         LedgerBackend backend = LedgerBackend::sqlite;
         std::string sqlite_path;
         Duration sqlite_busy_timeout{0};
+        bool sqlite_gather_wal_writes = true;
         std::string redis_address;  // host:port or unix:/path
         std::string redis_key_prefix;
         Duration redis_timeout{0};

@@ -539,6 +539,8 @@ struct LedgerOptions {
     // writer waiting for the WAL to start over at four times as many. 0: the
     // defaults (16384, 65536). Not a setting: tests make it small.
     int sqlite_bulk_checkpoint_pages = 0;
+    // ledger.sqlite.gather_wal_writes (core/ledger/sqlite_wal_writes.hpp).
+    bool sqlite_gather_wal_writes = true;
     // Redis
     std::string key_prefix = "retryguard:";
     std::chrono::milliseconds connect_timeout{200};
