@@ -28,6 +28,11 @@ std::string group_name(gid_t gid) {
     return std::to_string(gid);
 }
 
+void OwnedFd::reset() noexcept {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+}
+
 std::string file_error_reason(int err) {
     std::string reason = std::strerror(err);
     if (err != EACCES && err != EPERM) return reason;

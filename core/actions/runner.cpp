@@ -16,20 +16,12 @@
 #include <thread>
 
 #include "retryguard/actions/actions.hpp"
+#include "retryguard/file_access.hpp"
 
 namespace retryguard::actions {
 namespace {
 
 constexpr std::size_t kMaxStderr = 1024;
-
-struct Fd {
-    int fd = -1;
-    ~Fd() { reset(); }
-    void reset() {
-        if (fd >= 0) ::close(fd);
-        fd = -1;
-    }
-};
 
 std::string first_line(std::string s) {
     auto nl = s.find('\n');
@@ -43,7 +35,7 @@ Status run_command(const std::vector<std::string>& argv, std::string_view input,
                    std::chrono::milliseconds timeout) {
     if (argv.empty() || argv[0].empty() || argv[0].front() != '/')
         return make_error(ErrorKind::config, "command must be an absolute path");
-    Fd in_r, in_w, err_r, err_w;
+    OwnedFd in_r, in_w, err_r, err_w;
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0)
         return make_error(ErrorKind::internal, std::string("pipe: ") + std::strerror(errno));

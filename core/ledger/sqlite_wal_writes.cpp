@@ -160,7 +160,6 @@ int x_shm_lock(sqlite3_file* file, int offset, int n, int flags) {
     return real(file)->pMethods->xShmLock(real(file), offset, n, flags);
 }
 void x_shm_barrier(sqlite3_file* file) {
-    (void)flush(wal(file));
     real(file)->pMethods->xShmBarrier(real(file));
 }
 int x_shm_unmap(sqlite3_file* file, int delete_flag) {

@@ -63,12 +63,7 @@ Result<LedgerFileOwner> create_ledger_for_directory_owner(const std::string& db_
     const std::string name = path.filename().string();
     if (::geteuid() != 0 || name.empty()) return out;
     const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
-    struct Fd {
-        int fd;
-        ~Fd() {
-            if (fd >= 0) ::close(fd);
-        }
-    } const directory{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+    const OwnedFd directory(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     const int dfd = directory.fd;
     if (dfd < 0) return out;  // not there: opening the ledger reports it
     struct stat dst {};

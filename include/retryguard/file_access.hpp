@@ -16,6 +16,17 @@ namespace retryguard {
 std::string user_name(uid_t uid);
 std::string group_name(gid_t gid);
 
+// A file descriptor of this scope's own, closed at its end or at reset().
+struct OwnedFd {
+    int fd = -1;
+    OwnedFd() = default;
+    explicit OwnedFd(int f) noexcept : fd(f) {}
+    OwnedFd(const OwnedFd&) = delete;
+    OwnedFd& operator=(const OwnedFd&) = delete;
+    ~OwnedFd() { reset(); }
+    void reset() noexcept;
+};
+
 // "Permission denied for user nobody (uid 65534)" for EACCES/EPERM, else strerror(err).
 std::string file_error_reason(int err);
 
