@@ -283,10 +283,14 @@ std::string format_when(TimePoint t, TimePoint now) {
 std::string Table::render(bool bold_header) const {
     std::vector<std::size_t> w(headers_.size(), 0);
     // Widths in characters: cells hold UTF-8 and our own colour sequences.
+    // A column is padded to at most kMaxPaddedWidth: a longer cell (a
+    // hostile destination name of thousands of characters) is printed whole
+    // and pushes only its own row out of line, not every row of the listing.
+    constexpr std::size_t kMaxPaddedWidth = 80;
     for (std::size_t i = 0; i < headers_.size(); ++i) w[i] = text::display_width(headers_[i]);
     for (const auto& r : rows_)
         for (std::size_t i = 0; i < r.size() && i < w.size(); ++i)
-            w[i] = std::max(w[i], text::display_width(r[i]));
+            w[i] = std::max(w[i], std::min(text::display_width(r[i]), kMaxPaddedWidth));
     auto line = [&](const std::vector<std::string>& cells) {
         std::string out;
         for (std::size_t i = 0; i < w.size(); ++i) {
@@ -294,7 +298,7 @@ std::string Table::render(bool bold_header) const {
             if (i + 1 == w.size())
                 out += cell;
             else
-                out += cell + std::string(w[i] - text::display_width(cell) + 2, ' ');
+                out += cell + std::string(w[i] - std::min(text::display_width(cell), w[i]) + 2, ' ');
         }
         while (!out.empty() && out.back() == ' ') out.pop_back();
         return out + "\n";

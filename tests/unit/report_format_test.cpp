@@ -76,6 +76,19 @@ TEST(ReportFormat, TablesAlignColumns) {
     EXPECT_EQ(t.render(true).substr(0, 4), "\x1b[1m");
 }
 
+// A cell wider than 80 characters is printed whole; the other rows keep a
+// column of 80, not of its width.
+TEST(ReportFormat, AnOverlongCellIsWholeAndWidensOnlyItsOwnRow) {
+    Table t({"NAME", "STATE"});
+    const std::string longest(3000, 'a');
+    t.add({longest, "escalate"});
+    t.add({"short.test", "watch"});
+    const std::string out = t.render();
+    EXPECT_NE(out.find(longest + "  escalate\n"), std::string::npos);
+    EXPECT_NE(out.find("short.test" + std::string(80 - 10 + 2, ' ') + "watch\n"), std::string::npos);
+    EXPECT_EQ(out.find("NAME" + std::string(80 - 4 + 2, ' ') + "STATE\n"), 0u);
+}
+
 TEST(ReportFormat, StatesRankWorstFirst) {
     EXPECT_LT(state_rank("escalate"), state_rank("watch"));
     EXPECT_LT(state_rank("watch"), state_rank("noted"));
