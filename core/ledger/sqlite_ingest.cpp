@@ -51,7 +51,7 @@ Result<IngestResult> SqliteLedger::ingest(std::span<const IngestItem> batch,
             // The engine journal: the batch's fresh events as one entry, in the
             // batch's transaction, so the engine is fed each exactly once (ingest.hpp).
             Query q = stmt("INSERT INTO engine_journal(entry) VALUES(?)");
-            q.blob(journal_).run();
+            q.blob_ref(journal_).run();
             result.journal_seq = static_cast<std::uint64_t>(sqlite3_last_insert_rowid(db_));
         }
     });
@@ -156,7 +156,7 @@ void SqliteLedger::store_seen() {
         put_u64(seen_blob_, key);
     }
     Query q = stmt("INSERT INTO seen_batches(first, last, count, keys) VALUES(?, ?, ?, ?)");
-    q.i64(lo).i64(hi).i64(static_cast<std::int64_t>(fresh_keys_.size())).blob(seen_blob_).run();
+    q.i64(lo).i64(hi).i64(static_cast<std::int64_t>(fresh_keys_.size())).blob_ref(seen_blob_).run();
     fresh_keys_.clear();
 }
 
@@ -505,7 +505,7 @@ void SqliteLedger::apply_delivery(const Op& op) {
 // changed ones in place.
 void SqliteLedger::flush_rows() {
     auto opt_text = [](Query& q, const std::optional<std::string>& v) -> Query& {
-        return v ? q.text(*v) : q.null();
+        return v ? q.text_ref(*v) : q.null();
     };
     auto opt_int = [](Query& q, const std::optional<std::int64_t>& v) -> Query& {
         return v ? q.i64(*v) : q.null();
@@ -520,7 +520,7 @@ void SqliteLedger::flush_rows() {
                       : "UPDATE messages SET first_queue_id = ?, previous_queue_id = ?, next_queue_id = "
                         "?, message_id = ?, fingerprint = ?, sender = ?, size = ?, nrcpt = ?, arrival = ?, "
                         "state = ?, updated = ?, finished = ?, host = ? WHERE id = ?");
-        q.text(m.first_queue_id);
+        q.text_ref(m.first_queue_id);
         opt_text(q, m.previous_queue_id);
         opt_text(q, m.next_queue_id);
         opt_text(q, m.message_id);
@@ -528,11 +528,11 @@ void SqliteLedger::flush_rows() {
         opt_text(q, m.sender);
         q.i64(m.size).i64(m.nrcpt);
         opt_int(q, m.arrival);
-        q.text(m.state).i64(m.updated);
+        q.text_ref(m.state).i64(m.updated);
         opt_int(q, m.finished);
-        q.text(m.host);
+        q.text_ref(m.host);
         if (m.id == 0) {
-            q.text(m.queue_id).run();
+            q.text_ref(m.queue_id).run();
             qid_map_.stage_message(m.queue_id, sqlite3_last_insert_rowid(db_));
         } else {
             q.i64(m.id).run();
@@ -548,13 +548,18 @@ void SqliteLedger::flush_rows() {
                       : "UPDATE recipients SET domain = ?, state = ?, attempts = ?, first_attempt = ?, "
                         "last_attempt = ?, first_deferral = ?, reply_code = ?, enhanced = ?, reply_text = "
                         "?, stage = ?, relay = ?, category = ? WHERE id = ?");
-        q.text(r.domain).text(r.state).i64(r.attempts);
+        q.text_ref(r.domain).text_ref(r.state).i64(r.attempts);
         opt_int(q, r.first_attempt);
         opt_int(q, r.last_attempt);
         opt_int(q, r.first_deferral);
-        q.i64(r.reply_code).text(r.enhanced).text(r.reply_text).text(r.stage).text(r.relay).text(r.category);
+        q.i64(r.reply_code)
+            .text_ref(r.enhanced)
+            .text_ref(r.reply_text)
+            .text_ref(r.stage)
+            .text_ref(r.relay)
+            .text_ref(r.category);
         if (r.id == 0) {
-            q.text(r.queue_id).text(r.address).run();
+            q.text_ref(r.queue_id).text_ref(r.address).run();
             qid_map_.stage_recipient(r.queue_id, r.address, sqlite3_last_insert_rowid(db_));
         } else {
             q.i64(r.id).run();
@@ -582,7 +587,7 @@ SqliteLedger::DestinationRow& SqliteLedger::destination_row(const char* kind, co
             "SELECT last_success, last_deferral, ep_first, ep_last, ep_attempts, ep_messages, "
             "ep_categories, ep_last_reply, ep_last_relay, updated, id FROM destinations WHERE kind = ? AND "
             "name = ?");
-        q.text(kind).text(name);
+        q.text_ref(kind).text_ref(name);
         if (q.row()) {
             row.in_table = true;
             row.id = q.col(10);
@@ -625,7 +630,7 @@ void SqliteLedger::record_deferral(const char* kind, const std::string& name, co
     DestinationEpisode& ep = *row.ep;
     if (!row.episode_messages->contains(message)) {
         Query q = stmt("INSERT OR IGNORE INTO episode_messages(kind, name, queue_id) VALUES(?, ?, ?)");
-        q.text(kind).text(name).text(message).run();
+        q.text_ref(kind).text_ref(name).text_ref(message).run();
         ep.messages += sqlite3_changes(db_);
         row.episode_messages->insert(message);
     }
@@ -646,11 +651,11 @@ void SqliteLedger::record_success(const char* kind, const std::string& name, std
         Query q = stmt(
             "INSERT INTO episodes(kind, name, first_deferral, last_deferral, ended, attempts, messages, "
             "categories, last_reply, last_relay) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-        q.text(kind).text(name).i64(*ep.first).i64(ep.last.value_or(*ep.first)).i64(t);
-        q.i64(ep.attempts).i64(ep.messages).i64(ep.categories).text(ep.last_reply);
-        q.text(ep.last_relay).run();
+        q.text_ref(kind).text_ref(name).i64(*ep.first).i64(ep.last.value_or(*ep.first)).i64(t);
+        q.i64(ep.attempts).i64(ep.messages).i64(ep.categories).text_ref(ep.last_reply);
+        q.text_ref(ep.last_relay).run();
         Query d = stmt("DELETE FROM episode_messages WHERE kind = ? AND name = ?");
-        d.text(kind).text(name).run();
+        d.text_ref(kind).text_ref(name).run();
         if (row.episode_messages) row.episode_messages->clear();
     }
     row.last_success = max_opt(row.last_success, t);
@@ -687,10 +692,10 @@ void SqliteLedger::flush_destinations() {
         opt(row.last_deferral);
         opt(ep.first);
         opt(ep.last);
-        q.i64(ep.attempts).i64(ep.messages).i64(ep.categories).text(ep.last_reply);
-        q.text(ep.last_relay).i64(row.updated);
+        q.i64(ep.attempts).i64(ep.messages).i64(ep.categories).text_ref(ep.last_reply);
+        q.text_ref(ep.last_relay).i64(row.updated);
         const auto tab = key.find('\t');
-        q.text(key.substr(0, tab)).text(key.substr(tab + 1));
+        q.text_ref(key.substr(0, tab)).text_ref(key.substr(tab + 1));
         if (sql == kUpdate) q.i64(row.id);
         q.run();
     };

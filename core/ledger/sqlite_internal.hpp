@@ -56,6 +56,16 @@ class Query {
     Query& blob(std::string_view v) {
         return check(sqlite3_bind_blob64(s_, ++n_, v.data(), v.size(), SQLITE_TRANSIENT));
     }
+    // Bound without a copy: the bytes must stay as they are until this Query
+    // is destroyed (its destructor resets the statement and clears the
+    // bindings). For the write path's rows, kept in members while they are
+    // written; never for a temporary.
+    Query& text_ref(std::string_view v) {
+        return check(sqlite3_bind_text(s_, ++n_, v.data(), static_cast<int>(v.size()), SQLITE_STATIC));
+    }
+    Query& blob_ref(std::string_view v) {
+        return check(sqlite3_bind_blob64(s_, ++n_, v.data(), v.size(), SQLITE_STATIC));
+    }
 
     bool row() {
         int rc = sqlite3_step(s_);
