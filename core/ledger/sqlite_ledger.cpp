@@ -703,7 +703,7 @@ void SqliteLedger::store_state(std::string_view key, std::string_view value) {
     Query q = stmt(
         "INSERT INTO engine_state(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET "
         "value = excluded.value");
-    q.text(key).blob(value).run();
+    q.text_ref(key).blob_ref(value).run();  // both outlive the statement
 }
 
 // Usually a no-op probe of an empty or one-commit table (the primary key).
