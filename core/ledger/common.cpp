@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include <fmt/format.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
@@ -24,44 +25,59 @@ namespace retryguard {
 
 namespace {
 
-std::string lower_after_at(std::string_view s) {
+// The helpers write into `out`, reusing its buffer: the ingest path plans
+// every event into one Op (plan_into).
+void assign_lower_after_at(std::string& out, std::string_view s) {
     if (s.size() > kMaxIdentityLength) s = s.substr(0, kMaxIdentityLength);
-    std::string out(s);
+    out.assign(s);
     auto at = out.rfind('@');
     if (at != std::string::npos)
         std::transform(out.begin() + static_cast<std::ptrdiff_t>(at), out.end(),
                        out.begin() + static_cast<std::ptrdiff_t>(at),
                        [](unsigned char c) { return static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c); });
-    return out;
 }
 
-std::string strip_brackets(std::string_view s) {
+void assign_strip_brackets(std::string& out, std::string_view s) {
     s = text::trim(s);
     if (s.size() >= 2 && s.front() == '<' && s.back() == '>') s = text::trim(s.substr(1, s.size() - 2));
-    return lower_after_at(s);
+    assign_lower_after_at(out, s);
 }
 
 // Lower-cased and cut at kMaxIdentityLength: domains and host names as keys.
-std::string lower(std::string_view s) {
-    return text::ascii_lower(s.substr(0, std::min(s.size(), kMaxIdentityLength)));
+void assign_lower(std::string& out, std::string_view s) {
+    out.assign(s.substr(0, std::min(s.size(), kMaxIdentityLength)));
+    for (char& c : out) c = text::ascii_lower(c);
+}
+
+void assign_domain_of(std::string& out, std::string_view address) {
+    auto at = address.rfind('@');
+    if (at == std::string_view::npos) {
+        out.clear();
+        return;
+    }
+    auto d = address.substr(at + 1);
+    if (!d.empty() && d.back() == '>') d.remove_suffix(1);
+    if (!d.empty() && d.back() == '.') d.remove_suffix(1);
+    assign_lower(out, d);
 }
 
 }  // namespace
 
 std::string normalize_message_id(std::string_view message_id) {
-    return strip_brackets(message_id);
+    std::string out;
+    assign_strip_brackets(out, message_id);
+    return out;
 }
 std::string normalize_address(std::string_view address) {
-    return strip_brackets(address);
+    std::string out;
+    assign_strip_brackets(out, address);
+    return out;
 }
 
 std::string domain_of(std::string_view address) {
-    auto at = address.rfind('@');
-    if (at == std::string_view::npos) return {};
-    auto d = address.substr(at + 1);
-    if (!d.empty() && d.back() == '>') d.remove_suffix(1);
-    if (!d.empty() && d.back() == '.') d.remove_suffix(1);
-    return lower(d);
+    std::string out;
+    assign_domain_of(out, address);
+    return out;
 }
 
 std::uint64_t fnv_event_key(const Event& event) noexcept {
@@ -235,44 +251,77 @@ bool contains(std::string_view hay, std::string_view needle) {
 
 // The host that answered: the reply's "host H[A] said" / "connect to H[A]", else
 // relay=H[A] when it names a network peer. Local transports have no relay.
-std::string answering_relay(const Event& e) {
-    if (e.reply && !e.reply->remote_host.empty()) return lower(e.reply->remote_host);
-    if (!e.relay_addr.empty() && !e.relay_host.empty() && e.relay_host != "none") return lower(e.relay_host);
-    return {};
+void assign_answering_relay(std::string& out, const Event& e) {
+    if (e.reply && !e.reply->remote_host.empty())
+        assign_lower(out, e.reply->remote_host);
+    else if (!e.relay_addr.empty() && !e.relay_host.empty() && e.relay_host != "none")
+        assign_lower(out, e.relay_host);
+    else
+        out.clear();
+}
+
+void assign_bounded_host(std::string& out, std::string_view host) {
+    out.assign(host.substr(0, std::min<std::size_t>(host.size(), 255)));
+    for (char& c : out)
+        if (c <= ' ' || c > '~') c = '?';
+}
+
+// `out` cut to at most `max` bytes of `s`.
+void assign_cut(std::string& out, std::string_view s, std::size_t max) {
+    out.assign(s.substr(0, std::min(s.size(), max)));
 }
 }  // namespace
 
 std::string bounded_host(std::string_view host) {
-    std::string out(host.substr(0, std::min<std::size_t>(host.size(), 255)));
-    for (char& c : out)
-        if (c <= ' ' || c > '~') c = '?';
+    std::string out;
+    assign_bounded_host(out, host);
     return out;
 }
 
 Op plan(const IngestItem& item, const EventKeyer& keyer) {
-    const Event& e = item.event;
     Op op;
+    plan_into(item, keyer, op);
+    return op;
+}
+
+void plan_into(const IngestItem& item, const EventKeyer& keyer, Op& op) {
+    const Event& e = item.event;
+    // Every field as a fresh Op has it; the strings keep their buffers.
+    op.kind = OpKind::none;
+    op.other_id.clear();
+    op.text.clear();
+    op.resent = false;
+    op.size = -1;
+    op.nrcpt = -1;
+    op.outcome = Outcome::none;
+    op.recipient.clear();
+    op.domain.clear();
+    op.relay.clear();
+    op.code = 0;
+    op.enhanced.clear();
+    op.reason.clear();
+    op.stage.clear();
     op.key = item.key != 0 ? item.key : event_key(e, keyer);
     op.time = to_micros(e.time);
-    op.queue_id = e.queue_id.substr(0, std::min<std::size_t>(e.queue_id.size(), 64));
-    op.host = bounded_host(e.host);
+    assign_cut(op.queue_id, e.queue_id, 64);
+    assign_bounded_host(op.host, e.host);
     op.category = item.category;
-    if (op.queue_id.empty()) return op;  // NOQUEUE and unrelated lines: seen only
+    if (op.queue_id.empty()) return;  // NOQUEUE and unrelated lines: seen only
     switch (e.kind) {
         case EventKind::pickup:
             op.kind = OpKind::pickup;
-            op.other_id = e.orig_queue_id.substr(0, std::min<std::size_t>(e.orig_queue_id.size(), 64));
-            op.text = normalize_address(e.sender);
+            assign_cut(op.other_id, e.orig_queue_id, 64);
+            assign_strip_brackets(op.text, e.sender);
             break;
         case EventKind::message_id:
             op.kind = OpKind::message_id;
-            op.text = normalize_message_id(e.message_id);
+            assign_strip_brackets(op.text, e.message_id);
             op.resent = e.resent;
             if (op.text.empty()) op.kind = OpKind::none;
             break;
         case EventKind::queue_active:
             op.kind = OpKind::queue_active;
-            op.text = normalize_address(e.sender);
+            assign_strip_brackets(op.text, e.sender);
             op.size = e.size;
             op.nrcpt = e.nrcpt;
             break;
@@ -285,22 +334,23 @@ Op plan(const IngestItem& item, const EventKeyer& keyer) {
                 case DeliveryStatus::expired: op.outcome = Outcome::expired; break;
                 case DeliveryStatus::none: break;
             }
-            op.recipient = normalize_address(e.recipient);
+            assign_strip_brackets(op.recipient, e.recipient);
             if (op.outcome == Outcome::none || op.recipient.empty()) break;
             op.kind = OpKind::delivery;
-            op.domain = domain_of(op.recipient);
-            op.relay = answering_relay(e);
-            op.reason = e.reason.substr(0, std::min(e.reason.size(), kMaxReplyLength));
+            assign_domain_of(op.domain, op.recipient);
+            assign_answering_relay(op.relay, e);
+            assign_cut(op.reason, e.reason, kMaxReplyLength);
             if (e.reply) {
                 op.code = e.reply->code;
                 if (e.reply->enhanced)
-                    op.enhanced = std::to_string(e.reply->enhanced->klass) + "." +
-                                  std::to_string(e.reply->enhanced->subject) + "." +
-                                  std::to_string(e.reply->enhanced->detail);
+                    fmt::format_to(std::back_inserter(op.enhanced), "{}.{}.{}",
+                                   static_cast<unsigned>(e.reply->enhanced->klass),
+                                   static_cast<unsigned>(e.reply->enhanced->subject),
+                                   static_cast<unsigned>(e.reply->enhanced->detail));
                 // Stored as "" when the reply names no stage (to_string says "none").
-                if (e.reply->stage != SmtpStage::none) op.stage = std::string(to_string(e.reply->stage));
+                if (e.reply->stage != SmtpStage::none) op.stage.assign(to_string(e.reply->stage));
             }
-            if (op.enhanced.empty()) op.enhanced = e.dsn.substr(0, std::min<std::size_t>(e.dsn.size(), 16));
+            if (op.enhanced.empty()) assign_cut(op.enhanced, e.dsn, 16);
             break;
         }
         case EventKind::queue_removed: op.kind = OpKind::removed; break;
@@ -323,7 +373,6 @@ Op plan(const IngestItem& item, const EventKeyer& keyer) {
         case EventKind::smtpd_client: op.kind = OpKind::client; break;
         default: break;
     }
-    return op;
 }
 
 std::string encode_event_keyer(const EventKeyer& keyer) {

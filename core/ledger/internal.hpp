@@ -57,6 +57,9 @@ struct Op {
 
 // `keyer`: the ledger's (used when item.key is 0).
 Op plan(const IngestItem& item, const EventKeyer& keyer);
+// The same into `op`, every field set, its strings' buffers reused: the
+// ingest paths plan a batch's events one after the other into one Op.
+void plan_into(const IngestItem& item, const EventKeyer& keyer, Op& op);
 
 // The event-key secret as a ledger stores it (one value: secret and horizon
 // are written together, once): "1 <32 hex digits> <horizon in us, or ->".

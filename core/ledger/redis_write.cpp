@@ -81,8 +81,9 @@ Result<IngestResult> RedisLedger::ingest(std::span<const IngestItem> batch,
         packed.reserve(batch.size() * 160);
         msgpack_array(packed, batch.size());
         std::string journal;  // the events' journal parts, one after the other
+        Op op;
         for (const auto& item : batch) {
-            Op op = plan(item, keyer);
+            plan_into(item, keyer, op);
             msgpack_array(packed, 21);
             msgpack_str(packed, key_hex(op.key));
             msgpack_int(packed, static_cast<int>(op.kind));

@@ -30,8 +30,9 @@ Result<IngestResult> SqliteLedger::ingest(std::span<const IngestItem> batch,
             }
         }
         load_seen(batch);
+        Op op;
         for (const auto& item : batch) {
-            Op op = plan(item, keyer_);
+            plan_into(item, keyer_, op);
             if (!seen_.insert(op.time, op.key)) {
                 ++result.duplicates;
                 result.fresh.push_back(false);
