@@ -31,10 +31,8 @@ void assign_lower_after_at(std::string& out, std::string_view s) {
     if (s.size() > kMaxIdentityLength) s = s.substr(0, kMaxIdentityLength);
     out.assign(s);
     auto at = out.rfind('@');
-    if (at != std::string::npos)
-        std::transform(out.begin() + static_cast<std::ptrdiff_t>(at), out.end(),
-                       out.begin() + static_cast<std::ptrdiff_t>(at),
-                       [](unsigned char c) { return static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c); });
+    if (at == std::string::npos) return;
+    for (std::size_t i = at; i < out.size(); ++i) out[i] = text::ascii_lower(out[i]);
 }
 
 void assign_strip_brackets(std::string& out, std::string_view s) {
@@ -286,21 +284,7 @@ Op plan(const IngestItem& item, const EventKeyer& keyer) {
 
 void plan_into(const IngestItem& item, const EventKeyer& keyer, Op& op) {
     const Event& e = item.event;
-    // Every field as a fresh Op has it; the strings keep their buffers.
-    op.kind = OpKind::none;
-    op.other_id.clear();
-    op.text.clear();
-    op.resent = false;
-    op.size = -1;
-    op.nrcpt = -1;
-    op.outcome = Outcome::none;
-    op.recipient.clear();
-    op.domain.clear();
-    op.relay.clear();
-    op.code = 0;
-    op.enhanced.clear();
-    op.reason.clear();
-    op.stage.clear();
+    op.reset();
     op.key = item.key != 0 ? item.key : event_key(e, keyer);
     op.time = to_micros(e.time);
     assign_cut(op.queue_id, e.queue_id, 64);

@@ -53,6 +53,30 @@ struct Op {
     std::string reason;  // literal reason
     std::string stage;
     Category category = Category::unknown;
+
+    // Every field as a fresh Op has it; the strings keep their buffers
+    // (plan_into plans a batch's events into one Op).
+    void reset() noexcept {
+        key = 0;
+        kind = OpKind::none;
+        time = 0;
+        queue_id.clear();
+        host.clear();
+        other_id.clear();
+        text.clear();
+        resent = false;
+        size = -1;
+        nrcpt = -1;
+        outcome = Outcome::none;
+        recipient.clear();
+        domain.clear();
+        relay.clear();
+        code = 0;
+        enhanced.clear();
+        reason.clear();
+        stage.clear();
+        category = Category::unknown;
+    }
 };
 
 // `keyer`: the ledger's (used when item.key is 0).
