@@ -8,13 +8,16 @@
 # scale 10 (about 8M lines). Measured, each on the same file:
 #   retryguard import -q into a fresh SQLite ledger (file in a temporary directory)
 #   retryguard import -q into a fresh Redis ledger (a private redis-server on
-#                        127.0.0.1, no persistence)
+#                        127.0.0.1, no persistence): the bulk load of an empty
+#                        ledger (ledger.redis.bulk_load, the default), and with
+#                        --redis-batch also batch by batch (bulk_load=false)
 #   pflogsumm > /dev/null   the Debian package, default report
 # Times are wall seconds and user+system CPU seconds (the machine may be
 # shared); peak memory is GNU time's maximum resident set size. For Redis the
 # server's own CPU is shown too (it runs alongside the import).
 #
-# usage: bench/import-vs-pflogsumm.sh [--big] [--scales "0.1 1 3"] [--before CLI] [--rounds N] [--no-redis] [BUILD_DIR]
+# usage: bench/import-vs-pflogsumm.sh [--big] [--scales "0.1 1 3"] [--before CLI] [--rounds N] [--no-redis]
+#                                     [--redis-batch] [BUILD_DIR]
 #   --big          also scale 10
 #   --scales LIST  the scales to run (default "1"; --big appends 10); with
 #                  several, the SQLite lines/s per scale is the flat-cost check
@@ -24,9 +27,10 @@
 #                  after in turn each round, so that a shared machine's load
 #                  falls on all of them alike
 #   --no-redis     skip the Redis ledger
+#   --redis-batch  also time the Redis import batch by batch (the ingest script)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scales="1" big=0 redis=1 build=build before="" rounds=1
+scales="1" big=0 redis=1 redis_batch=0 build=build before="" rounds=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --big) big=1 ;;
@@ -34,7 +38,8 @@ while [ $# -gt 0 ]; do
     --before) before=$2; shift ;;
     --rounds) rounds=$2; shift ;;
     --no-redis) redis=0 ;;
-    -*) echo "usage: $0 [--big] [--scales LIST] [--before CLI] [--rounds N] [--no-redis] [BUILD_DIR]" >&2; exit 2 ;;
+    --redis-batch) redis_batch=1 ;;
+    -*) echo "usage: $0 [--big] [--scales LIST] [--before CLI] [--rounds N] [--no-redis] [--redis-batch] [BUILD_DIR]" >&2; exit 2 ;;
     *) build=$1 ;;
   esac
   shift
@@ -118,17 +123,25 @@ for scale in $scales; do
     fi
     row "$label, SQLite" "$s_wall" "$s_cpu" "$(rate "$lines" "$s_wall")" "$s_rss" \
       "$(ratio "$p_wall" "$s_wall")" "ledger $((db_bytes / 1048576)) MiB, $((used_bytes / 1048576)) in use, $(us_per_line "$lines" "$s_cpu") cpu us/line"
-    if [ "$redis" = 1 ]; then
+    # Redis: the bulk load into the empty ledger (the default; its temporary
+    # SQLite ledger in $work), and with --redis-batch also batch by batch.
+    modes=""
+    [ "$redis" = 1 ] && modes="true"
+    [ "$redis" = 1 ] && [ "$redis_batch" = 1 ] && modes="$modes false"
+    for bulk in $modes; do
       start_redis
       r0=$(redis_cpu)
-      read -r r_wall r_cpu r_rss < <(measure "$bin" import -q --utc --year 2026 -c "$work/rg.yaml" \
-        -o ledger.backend=redis -o "ledger.redis.address=127.0.0.1:$rport" -o ledger.redis.timeout=10s "$log")
+      read -r r_wall r_cpu r_rss < <(TMPDIR=$work measure "$bin" import -q --utc --year 2026 -c "$work/rg.yaml" \
+        -o ledger.backend=redis -o "ledger.redis.address=127.0.0.1:$rport" -o ledger.redis.timeout=10s \
+        -o "ledger.redis.bulk_load=$bulk" "$log")
       r_srv=$(awk -v a="$(redis_cpu)" -v b="$r0" 'BEGIN { printf "%.2f", a - b }')
       r_mem=$(redis-cli -p "$rport" info memory | awk -F: '/^used_memory:/ { printf "%d", $2 / 1024 }')
       kill "$rpid"; wait "$rpid" 2>/dev/null || true; rpid=""
-      row "$label, Redis" "$r_wall" "$r_cpu" "$(rate "$lines" "$r_wall")" "$r_rss" \
+      mode="bulk load"
+      [ "$bulk" = false ] && mode="batch by batch"
+      row "$label, Redis ($mode)" "$r_wall" "$r_cpu" "$(rate "$lines" "$r_wall")" "$r_rss" \
         "$(ratio "$p_wall" "$r_wall")" "server ${r_srv} cpu s, $((r_mem / 1024)) MiB"
-    fi
+    done
   done
   done
   messages=$(sed -n 's/.* lines, \([0-9]*\) messages.*/\1/p' "$work/gen.txt")

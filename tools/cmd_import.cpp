@@ -3,12 +3,19 @@
 // printing the verdicts the history produces. Glue only.
 #include <fmt/format.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -95,17 +102,8 @@ class BatchPipe {
     std::condition_variable cv_;
 };
 
-int run_import(const ImportOptions& opt) {
-    RuntimeOptions ro;
-    ro.config_path = opt.config;
-    ro.overrides = opt.overrides;
-    ro.ledger_to_directory_owner = true;
-    auto rt = open_runtime(ro);
-    if (!rt) {
-        fmt::print(stderr, "retryguard import: {}\n", rt.error().message);
-        return kExitUsage;
-    }
-    for (const auto& n : rt->notices) fmt::print(stderr, "retryguard import: {}\n", n);
+// Records the files in rt's ledger, batch by batch.
+int import_into(Runtime* rt, const ImportOptions& opt) {
     // Many batches in a row: let the ledger trade memory for fewer writes.
     rt->ledger->set_bulk_mode(true);
     const std::size_t batch_lines = opt.batch > 0 ? opt.batch : default_batch(rt->ledger->backend());
@@ -297,6 +295,128 @@ int run_import(const ImportOptions& opt) {
             "unchecked\n",
             s.outbox_pending, s.outbox_found, s.verdict_lines_replayed);
     return rc;
+}
+
+// ledger.redis.bulk_load: into an empty Redis ledger, the files go into a
+// temporary SQLite ledger (with the Redis ledger's event-key secret) whose
+// tables are then copied into Redis once (docs/ledger.md, "Bulk load into an
+// empty Redis ledger"). nullopt: not done (the ledger holds data, or the claim
+// failed), import batch by batch.
+std::optional<int> bulk_load(Runtime& rt, const ImportOptions& opt) {
+    // The temporary ledger's directory is named in the marker: an import
+    // killed before the copy was complete leaves both, and the next one on
+    // this host resumes that ledger (an SQLite import's own resume: what it
+    // has is skipped, its verdict lines are written once) and copies it again.
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "?");
+    const auto now = std::chrono::time_point_cast<TimePoint::duration>(std::chrono::system_clock::now());
+    const char* tmp_env = std::getenv("TMPDIR");
+    // Made once the ledger is claimed, so that no attempt leaves an empty one.
+    const std::string dir =
+        fmt::format("{}/retryguard-bulk-load.{}.{}", tmp_env && *tmp_env ? tmp_env : "/var/tmp",
+                    static_cast<long>(getpid()), to_micros(now));
+    const std::string owner =
+        fmt::format("{} {} {} {}", host, static_cast<long>(getpid()), to_micros(now), dir);
+    auto claim = rt.ledger->bulk_load_claim(owner);
+    if (!claim) {
+        fmt::print(stderr, "retryguard import: bulk load: {}; importing batch by batch\n",
+                   claim.error().message);
+        return std::nullopt;
+    }
+    if (claim->outcome == BulkLoadClaim::Outcome::busy) {
+        fmt::print(
+            stderr,
+            "retryguard import: another bulk load of this ledger has not finished (owner: {}); if that "
+            "process is gone, run this import on its host, which resumes it\n",
+            claim->detail);
+        return kExitAttention;
+    }
+    if (claim->outcome == BulkLoadClaim::Outcome::not_empty) return std::nullopt;
+    if (claim->wiped_keys > 0)
+        fmt::print(stderr,
+                   "retryguard import: bulk load: removed {} keys an unfinished copy into Redis had "
+                   "written\n",
+                   claim->wiped_keys);
+    // Resuming: the unfinished load's directory (its ledger, if it made one).
+    if (claim->dir != dir)
+        fmt::print(stderr, "retryguard import: bulk load: resuming the unfinished bulk load in {}\n",
+                   claim->dir);
+    struct RemoveDir {
+        std::string dir;
+        bool keep = true;
+        ~RemoveDir() {
+            std::error_code ec;
+            if (!keep) std::filesystem::remove_all(dir, ec);
+        }
+    } work{claim->dir, true};
+    if (mkdir(claim->dir.c_str(), 0700) != 0 && errno != EEXIST) {
+        fmt::print(stderr, "retryguard import: bulk load: cannot make {}: {}; importing batch by batch\n",
+                   claim->dir, std::strerror(errno));
+        (void)rt.ledger->bulk_load_release(claim->owner);
+        return std::nullopt;
+    }
+    auto config = std::make_shared<config::Config>(*rt.config);
+    config->ledger.backend = config::LedgerBackend::sqlite;
+    config->ledger.sqlite_path = claim->dir + "/ledger.db";
+    LedgerOptions lo = ledger_options_from(*config);
+    lo.new_event_keyer = claim->keyer;
+    auto ledger = open_configured_ledger(lo);
+    if (!ledger) {
+        fmt::print(stderr, "retryguard import: bulk load: {}; importing batch by batch\n",
+                   ledger.error().message);
+        (void)rt.ledger->bulk_load_release(claim->owner);
+        work.keep = false;
+        return std::nullopt;
+    }
+    Runtime local;
+    local.config = config;
+    local.ledger = std::move(ledger.value());
+    local.classifier = rt.classifier;
+    const int rc = import_into(&local, opt);
+    local.ledger.reset();  // closed: its WAL is in the file
+    const auto copy_from = std::chrono::steady_clock::now();
+    auto copied = rt.ledger->bulk_load_copy(config->ledger.sqlite_path, claim->owner);
+    if (copied && copied->refused) {
+        work.keep = false;
+        fmt::print(stderr,
+                   "retryguard import: bulk load: {}; importing the files again, batch by batch (their "
+                   "verdict lines are written again)\n",
+                   copied->refused_why);
+        return import_into(&rt, opt);
+    }
+    if (!copied) {
+        fmt::print(stderr, "retryguard import: bulk load: copying into Redis: {}\n", copied.error().message);
+        fmt::print(stderr,
+                   "retryguard import: bulk load: {} is kept; run the same import again on this host: it "
+                   "removes what was copied and copies again\n",
+                   claim->dir);
+        return kExitAttention;
+    }
+    work.keep = false;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_from).count();
+    fmt::print(
+        stderr,
+        "retryguard import: bulk load: copied {} messages, {} recipients, {} destinations, {} episodes and "
+        "{} replay keys into Redis ({} commands, {:.2f} s)\n",
+        copied->messages, copied->recipients, copied->destinations, copied->episodes, copied->seen_keys,
+        copied->commands, secs);
+    return rc;
+}
+
+int run_import(const ImportOptions& opt) {
+    RuntimeOptions ro;
+    ro.config_path = opt.config;
+    ro.overrides = opt.overrides;
+    ro.ledger_to_directory_owner = true;
+    auto rt = open_runtime(ro);
+    if (!rt) {
+        fmt::print(stderr, "retryguard import: {}\n", rt.error().message);
+        return kExitUsage;
+    }
+    for (const auto& n : rt->notices) fmt::print(stderr, "retryguard import: {}\n", n);
+    if (rt->config->ledger.backend == config::LedgerBackend::redis && rt->config->ledger.redis_bulk_load)
+        if (auto done = bulk_load(*rt, opt)) return *done;
+    return import_into(&*rt, opt);
 }
 
 }  // namespace

@@ -279,6 +279,12 @@ const std::vector<Entry>& table() {
         RG_GLOBAL("ledger.redis.password_file", path, "\"\"", "", kNone, 0, 0,
                   "File holding the Redis password (AUTH); empty: no password. Never put it in this file.",
                   ledger.redis_password_file),
+        RG_GLOBAL(
+            "ledger.redis.bulk_load", boolean, "true", "", kNone, 0, 0,
+            "`retryguard import` into an empty Redis ledger records the files in a temporary SQLite ledger "
+            "(in $TMPDIR, else /var/tmp) and copies the result into Redis once (docs/ledger.md, \"Bulk "
+            "load into an empty Redis ledger\"). false: every batch goes through the ingest script.",
+            ledger.redis_bulk_load),
         RG_GLOBAL("ledger.retention.events", duration, "30d", "duration", kNone, kHour, 3650 * kDay,
                   "Raw events older than this are pruned.", ledger.retention_events),
         RG_GLOBAL("ledger.retention.finished_messages", duration, "14d", "duration", kNone, kHour,
@@ -712,8 +718,9 @@ namespace retryguard::config {
 
 std::string_view key_consumers(std::string_view key) noexcept {
     // Most specific first: a whole key, then its section.
-    static constexpr std::array<std::pair<std::string_view, std::string_view>, 27> kConsumers = {{
+    static constexpr std::array<std::pair<std::string_view, std::string_view>, 28> kConsumers = {{
         {"ledger.retention.prune_interval", "policyd"},
+        {"ledger.redis.bulk_load", "cli"},
         {"ledger.retention.", "ledger, policyd, cli"},
         {"ledger.", "ledger"},
         {"sources", "policyd"},

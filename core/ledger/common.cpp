@@ -455,6 +455,18 @@ Result<std::unique_ptr<IdentityStream>> LedgerLookup::open_identity_stream() {
                       "ledger (" + std::string(backend()) + "): has no stream of identity changes");
 }
 
+Result<BulkLoadClaim> LedgerIngest::bulk_load_claim(std::string_view) {
+    return make_error(ErrorKind::unavailable, "ledger: a bulk load needs the Redis backend");
+}
+
+Result<BulkLoadStats> LedgerIngest::bulk_load_copy(const std::string&, std::string_view) {
+    return make_error(ErrorKind::unavailable, "ledger: a bulk load needs the Redis backend");
+}
+
+Status LedgerIngest::bulk_load_release(std::string_view) {
+    return make_error(ErrorKind::unavailable, "ledger: a bulk load needs the Redis backend");
+}
+
 Result<std::unique_ptr<Ledger>> open_ledger(const LedgerOptions& options) {
     std::string_view spec = text::trim(options.spec);
     if (spec.empty()) return make_error(ErrorKind::config, "ledger: empty backend spec");

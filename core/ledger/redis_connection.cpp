@@ -21,43 +21,6 @@
 
 namespace retryguard::ledger_detail::redis_backend {
 
-namespace {
-
-// hiredis writes with write(2): a write to a connection the server has reset
-// raises SIGPIPE, which would end a process that has not ignored it. The
-// ledger must not decide that for its host process, so SIGPIPE is blocked in
-// this thread around each exchange and a SIGPIPE it caused is consumed.
-class SigpipeGuard {
-  public:
-    SigpipeGuard() {
-        sigemptyset(&pipe_);
-        sigaddset(&pipe_, SIGPIPE);
-        sigset_t pending;
-        sigpending(&pending);
-        was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-        pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-    }
-    ~SigpipeGuard() {
-        if (!was_pending_) {
-            sigset_t pending;
-            sigpending(&pending);
-            if (sigismember(&pending, SIGPIPE) == 1) {
-                timespec zero{};
-                sigtimedwait(&pipe_, nullptr, &zero);
-            }
-        }
-        pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-    }
-    SigpipeGuard(const SigpipeGuard&) = delete;
-    SigpipeGuard& operator=(const SigpipeGuard&) = delete;
-
-  private:
-    sigset_t pipe_{}, old_{};
-    bool was_pending_ = false;
-};
-
-}  // namespace
-
 timeval to_timeval(std::chrono::milliseconds ms) {
     timeval tv{};
     tv.tv_sec = static_cast<time_t>(ms.count() / 1000);

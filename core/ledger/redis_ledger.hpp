@@ -7,6 +7,9 @@
 #pragma once
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
+
+#include <csignal>
 
 #include <chrono>
 #include <functional>
@@ -47,6 +50,39 @@ MessageInfo to_message(const Fields& f);
 RecipientInfo to_recipient(const nlohmann::json& j);
 DestinationInfo to_destination(DestinationKind kind, const std::string& name, const Fields& f);
 Flag to_flag(const nlohmann::json& j);
+
+// hiredis writes with write(2): a write to a connection the server has reset
+// raises SIGPIPE, which would end a process that has not ignored it. The
+// ledger must not decide that for its host process, so SIGPIPE is blocked in
+// this thread around each exchange and a SIGPIPE it caused is consumed.
+class SigpipeGuard {
+  public:
+    SigpipeGuard() {
+        sigemptyset(&pipe_);
+        sigaddset(&pipe_, SIGPIPE);
+        sigset_t pending;
+        sigpending(&pending);
+        was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+        pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+    }
+    ~SigpipeGuard() {
+        if (!was_pending_) {
+            sigset_t pending;
+            sigpending(&pending);
+            if (sigismember(&pending, SIGPIPE) == 1) {
+                timespec zero{};
+                sigtimedwait(&pipe_, nullptr, &zero);
+            }
+        }
+        pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+    }
+    SigpipeGuard(const SigpipeGuard&) = delete;
+    SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+  private:
+    sigset_t pipe_{}, old_{};
+    bool was_pending_ = false;
+};
 
 struct Failure {
     Error error;
@@ -177,11 +213,20 @@ class RedisLedger final : public Ledger {
 
     Result<PruneResult> prune(const RetentionPolicy& policy, TimePoint now) override;
 
+    Result<BulkLoadClaim> bulk_load_claim(std::string_view owner) override;
+
+    Result<BulkLoadStats> bulk_load_copy(const std::string& sqlite_path, std::string_view owner) override;
+
+    Status bulk_load_release(std::string_view owner) override;
+
     Result<LedgerStats> stats() override;
 
     LedgerCounters counters() const noexcept override { return counters_.snapshot(); }
 
   private:
+    // bulk_load.lua's reply: {outcome, detail}
+    std::pair<std::string, std::string> bulk_load_script(const char* op, std::string_view owner);
+    std::uint64_t wipe_prefix_locked();
     static std::string ttl(std::chrono::seconds s);
 
     std::string dest_key(DestinationKind kind, std::string_view name) const;

@@ -569,7 +569,7 @@ void SqliteLedger::load_event_keyer() {
             "SELECT MAX(last) FROM seen_batches)");
         if (q.row() && !q.is_null(0)) horizon = from_micros(q.col(0));
     }
-    auto made = new_event_keyer(horizon);
+    auto made = options_.new_event_keyer ? options_.new_event_keyer : new_event_keyer(horizon);
     if (!made) throw SqlError{SQLITE_ERROR, "no random bytes for the event key secret"};
     Query q = stmt("INSERT INTO ledger_meta(name, value) VALUES('event_keyer', ?)");
     q.text(encode_event_keyer(*made)).run();

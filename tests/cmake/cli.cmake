@@ -11,3 +11,9 @@ add_test(NAME cli_html_report_month
          COMMAND ${CMAKE_SOURCE_DIR}/tests/cli/html_report_month_test.sh $<TARGET_FILE:retryguard>
                  $<TARGET_FILE:gen_month_log> ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/test-output/html-report-month)
 set_tests_properties(cli_html_report_month PROPERTIES LABELS slow TIMEOUT 600)
+# `retryguard import` into an empty Redis ledger (ledger.redis.bulk_load): the
+# bulk load against batch by batch through the CLI, on a private redis-server
+# (label redis).
+add_test(NAME cli_import_bulk_load
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/cli/import_bulk_load_test.sh $<TARGET_FILE:retryguard>)
+set_tests_properties(cli_import_bulk_load PROPERTIES LABELS redis TIMEOUT 180)

@@ -1,7 +1,8 @@
 # Ledger: the contract suite against a real Redis (label redis). The test
 # harness starts its own redis-server on a free loopback port per test process.
 add_executable(retryguard_redis_tests ${CMAKE_CURRENT_SOURCE_DIR}/ledger/ledger_redis_test.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/ledger/ledger_redis_event_key_test.cpp)
+  ${CMAKE_CURRENT_SOURCE_DIR}/ledger/ledger_redis_event_key_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/ledger/ledger_redis_bulk_test.cpp)
 target_include_directories(retryguard_redis_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(retryguard_redis_tests PRIVATE retryguard_core GTest::gtest GTest::gtest_main)
 gtest_discover_tests(retryguard_redis_tests TEST_PREFIX "redis." PROPERTIES LABELS redis DISCOVERY_TIMEOUT 60)

@@ -241,6 +241,7 @@ struct Config {
         Duration redis_reconnect_max_backoff{0};
         std::int64_t redis_database = 0;
         std::string redis_password_file;
+        bool redis_bulk_load = true;
         Duration retention_events{0};
         Duration retention_finished_messages{0};
         Duration retention_episodes{0};

@@ -367,6 +367,34 @@ class IdentityStream {
     virtual Status scan(const Visitor& f) = 0;
 };
 
+// A bulk load (`retryguard import` into an empty Redis ledger, docs/ledger.md
+// "Bulk load into an empty Redis ledger"): the files are recorded in a
+// temporary SQLite ledger that takes the Redis ledger's event-key secret, and
+// its tables are then copied into Redis, under a marker that names the owner
+// until the copy is complete.
+struct BulkLoadClaim {
+    enum class Outcome {
+        claimed,    // the ledger was empty and is now marked as the owner's
+        not_empty,  // the ledger holds data: import batch by batch
+        busy,       // another owner's bulk load is running, or died on another host
+    };
+    Outcome outcome = Outcome::not_empty;
+    std::string detail;            // not_empty: a key found; busy: the marker
+    EventKeyer keyer;              // claimed: the ledger's event-key secret
+    std::uint64_t wiped_keys = 0;  // claimed after an owner on this host died mid-copy: its keys removed
+    // claimed: the marker now held ("host pid start dir") and its directory:
+    // the caller's own, or that of the unfinished load it takes over.
+    std::string owner, dir;
+};
+struct BulkLoadStats {
+    std::uint64_t messages = 0, recipients = 0, destinations = 0, episodes = 0, seen_keys = 0;
+    std::uint64_t commands = 0;  // Redis commands sent
+    // Nothing was copied and the marker is gone: the ledger is no longer empty
+    // (another writer came first); import the files batch by batch.
+    bool refused = false;
+    std::string refused_why;
+};
+
 // The ledger's interface is split by who uses it (docs/architecture.md, "The
 // ledger by role"): a caller that needs one role takes that role, so what it
 // may do to the shared state reads off its signature. Ledger is all four and
@@ -390,6 +418,18 @@ class LedgerIngest {
     // cache and fewer WAL checkpoints). Crash safety is unchanged: every batch
     // is still its own transaction. Off again with false (and at close).
     virtual void set_bulk_mode(bool on) noexcept { (void)on; }
+
+    // Bulk load (see BulkLoadClaim; Redis only, other backends refuse it).
+    // claim: marks an empty ledger as `owner`'s ("host pid start dir", dir the
+    // temporary ledger's directory); the unfinished load of a process of this
+    // host that is gone is taken over: the keys it copied are removed and its
+    // directory is the claim's, to resume its ledger.
+    // copy: checks that the ledger is still empty apart from the marker, writes
+    // the SQLite ledger at `sqlite_path` into it and removes the marker last.
+    // release: removes the owner's marker (a load given up before its copy).
+    virtual Result<BulkLoadClaim> bulk_load_claim(std::string_view owner);
+    virtual Result<BulkLoadStats> bulk_load_copy(const std::string& sqlite_path, std::string_view owner);
+    virtual Status bulk_load_release(std::string_view owner);
 
     // The key function of this ledger's events (its secret and horizon), for
     // a caller that computes IngestItem::key ahead on another thread. nullopt
@@ -541,6 +581,9 @@ struct LedgerOptions {
     int sqlite_bulk_checkpoint_pages = 0;
     // ledger.sqlite.gather_wal_writes (core/ledger/sqlite_wal_writes.hpp).
     bool sqlite_gather_wal_writes = true;
+    // The event-key secret a new SQLite ledger takes instead of a random one
+    // (the bulk load's temporary ledger takes the Redis ledger's). Not a setting.
+    std::optional<EventKeyer> new_event_keyer;
     // Redis
     std::string key_prefix = "retryguard:";
     std::chrono::milliseconds connect_timeout{200};

@@ -1,0 +1,777 @@
+// redis_bulk.cpp -- the bulk load of an empty Redis ledger (docs/ledger.md,
+// "Bulk load into an empty Redis ledger"). `retryguard import` records the
+// files in a temporary SQLite ledger (the fast path, with the Redis ledger's
+// event-key secret) and this copies its tables into Redis once, pipelined:
+// one write per message, recipient and destination instead of the ingest
+// script's work per event, which bounds an import into Redis by the server's
+// single thread (docs/performance.md, "Redis import").
+//
+// The keys and values are those ingest.lua, verdict_effects.lua and the other
+// scripts write (the table in docs/ledger.md, "Redis backend"), each with its
+// TTL. <prefix>bulk-load (bulk_load.lua) names the owner from the claim until
+// the copy is complete: a process killed meanwhile leaves it, and the next
+// import on the same host, seeing its owner gone, removes every key of the
+// prefix and starts again, so a kill and a rerun give what one clean run
+// gives. Another writer of the same prefix during the copy is not detected;
+// one found before it (the ledger no longer empty) ends the bulk load and the
+// import records the files batch by batch.
+#include <signal.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <deque>
+#include <map>
+
+#include "ledger/redis_ledger.hpp"
+
+namespace retryguard::ledger_detail::redis_backend {
+
+namespace {
+
+// A read-only SQLite connection and its statements, closed on scope exit.
+class SqliteReader {
+  public:
+    explicit SqliteReader(const std::string& path) {
+        if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+            std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
+            throw Failure{make_error(ErrorKind::io, "bulk load: " + path + ": " + why)};
+        }
+    }
+    ~SqliteReader() {
+        if (db_) sqlite3_close(db_);
+    }
+    SqliteReader(const SqliteReader&) = delete;
+    SqliteReader& operator=(const SqliteReader&) = delete;
+
+    class Rows {
+      public:
+        Rows(sqlite3* db, const char* sql) : db_(db) {
+            if (sqlite3_prepare_v2(db, sql, -1, &st_, nullptr) != SQLITE_OK)
+                throw Failure{make_error(ErrorKind::io, std::string("bulk load: ") + sqlite3_errmsg(db))};
+        }
+        ~Rows() { sqlite3_finalize(st_); }
+        Rows(const Rows&) = delete;
+        Rows& operator=(const Rows&) = delete;
+        bool next() {
+            const int rc = sqlite3_step(st_);
+            if (rc == SQLITE_ROW) return true;
+            if (rc == SQLITE_DONE) return false;
+            throw Failure{make_error(ErrorKind::io, std::string("bulk load: ") + sqlite3_errmsg(db_))};
+        }
+        bool null(int i) const { return sqlite3_column_type(st_, i) == SQLITE_NULL; }
+        std::int64_t i64(int i) const { return sqlite3_column_int64(st_, i); }
+        std::string_view text(int i) const {
+            const auto* p = static_cast<const char*>(sqlite3_column_blob(st_, i));
+            return p ? std::string_view(p, static_cast<std::size_t>(sqlite3_column_bytes(st_, i)))
+                     : std::string_view();
+        }
+
+      private:
+        sqlite3* db_;
+        sqlite3_stmt* st_ = nullptr;
+    };
+    Rows rows(const char* sql) { return Rows(db_, sql); }
+
+  private:
+    sqlite3* db_ = nullptr;
+};
+
+std::string decimal(std::int64_t v) {
+    char buf[24];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+    (void)ec;
+    return std::string(buf, end);
+}
+
+// A JSON string as cjson writes the values it stores: quotes, backslash and
+// control characters escaped, other bytes as they are (a reply text that is not
+// UTF-8 stays as the script would have stored it).
+void json_string(std::string& out, std::string_view s) {
+    out.push_back('"');
+    for (const char c : s) {
+        const auto u = static_cast<unsigned char>(c);
+        if (c == '"' || c == '\\') {
+            out.push_back('\\');
+            out.push_back(c);
+        } else if (u < 0x20) {
+            static const char* hex = "0123456789abcdef";
+            out += "\\u00";
+            out.push_back(hex[u >> 4]);
+            out.push_back(hex[u & 15]);
+        } else {
+            out.push_back(c);
+        }
+    }
+    out.push_back('"');
+}
+
+class JsonObject {
+  public:
+    JsonObject& add(std::string_view name, std::string_view value) {
+        out_.push_back(out_.empty() ? '{' : ',');
+        json_string(out_, name);
+        out_.push_back(':');
+        json_string(out_, value);
+        return *this;
+    }
+    std::string done() {
+        if (out_.empty()) out_.push_back('{');
+        out_.push_back('}');
+        return std::move(out_);
+    }
+
+  private:
+    std::string out_;
+};
+
+}  // namespace
+
+// Commands appended to the connection's output buffer and their replies read
+// kWindow behind, so the server works on one window while the next is built.
+// Any error reply fails the copy (the marker stays; the next import removes
+// what was written).
+class BulkWriter {
+  public:
+    BulkWriter(redisContext* ctx, std::function<void()> dropped) : ctx_(ctx), dropped_(std::move(dropped)) {}
+
+    void command(std::initializer_list<std::string_view> args) {
+        ptrs_.clear();
+        lens_.clear();
+        for (auto a : args) {
+            ptrs_.push_back(a.data());
+            lens_.push_back(a.size());
+        }
+        append();
+    }
+    void command(const std::vector<std::string>& args) {
+        ptrs_.clear();
+        lens_.clear();
+        for (const auto& a : args) {
+            ptrs_.push_back(a.data());
+            lens_.push_back(a.size());
+        }
+        append();
+    }
+    void drain() {
+        while (pending_ > 0) read_one();
+    }
+    std::uint64_t sent() const noexcept { return sent_; }
+
+  private:
+    static constexpr std::size_t kWindow = 2000;
+    void append() {
+        if (redisAppendCommandArgv(ctx_, static_cast<int>(ptrs_.size()), ptrs_.data(), lens_.data()) !=
+            REDIS_OK)
+            throw Failure{make_error(ErrorKind::internal, "ledger (redis): out of memory")};
+        ++pending_;
+        ++sent_;
+        if (pending_ >= 2 * kWindow)
+            for (std::size_t i = 0; i < kWindow; ++i) read_one();
+    }
+    void read_one() {
+        void* raw = nullptr;
+        if (redisGetReply(ctx_, &raw) != REDIS_OK || !raw) dropped_();
+        ReplyPtr reply(static_cast<redisReply*>(raw));
+        --pending_;
+        if (reply->type == REDIS_REPLY_ERROR)
+            throw Failure{make_error(ErrorKind::io,
+                                     "ledger (redis): bulk load: " + std::string(reply->str, reply->len))};
+    }
+    redisContext* ctx_;
+    std::function<void()> dropped_;
+    std::vector<const char*> ptrs_;
+    std::vector<std::size_t> lens_;
+    std::size_t pending_ = 0;
+    std::uint64_t sent_ = 0;
+};
+
+namespace {
+
+// A variadic command of one key, sent every kMembers members.
+class Variadic {
+  public:
+    Variadic(BulkWriter& w, std::vector<std::string> head) : w_(w), head_(std::move(head)) { args_ = head_; }
+    ~Variadic() = default;
+    void add(std::string a) {
+        args_.push_back(std::move(a));
+        if (args_.size() - head_.size() >= kMembers) flush();
+    }
+    void add(std::string a, std::string b) {
+        args_.push_back(std::move(a));
+        args_.push_back(std::move(b));
+        if (args_.size() - head_.size() >= kMembers) flush();
+    }
+    void flush() {
+        if (args_.size() > head_.size()) {
+            w_.command(args_);
+            any_ = true;
+        }
+        args_ = head_;
+    }
+    bool any() const noexcept { return any_; }
+
+  private:
+    static constexpr std::size_t kMembers = 2000;
+    BulkWriter& w_;
+    std::vector<std::string> head_, args_;
+    bool any_ = false;
+};
+
+// The marker's fields: "host pid start dir" (dir may hold spaces).
+std::vector<std::string> owner_fields(std::string_view owner) {
+    std::vector<std::string> f;
+    for (int i = 0; i < 3; ++i) {
+        const auto sp = owner.find(' ');
+        if (sp == std::string_view::npos) break;
+        f.emplace_back(owner.substr(0, sp));
+        owner.remove_prefix(sp + 1);
+    }
+    f.emplace_back(owner);
+    return f;
+}
+
+std::string this_host() {
+    char buf[256] = {};
+    if (gethostname(buf, sizeof buf - 1) != 0) return "?";
+    return buf;
+}
+
+// The marker's process is gone: same host, and no process of that pid.
+bool owner_gone(std::string_view owner) {
+    const auto f = owner_fields(owner);
+    if (f.size() != 4 || f[0] != this_host()) return false;
+    long pid = 0;
+    auto [p, ec] = std::from_chars(f[1].data(), f[1].data() + f[1].size(), pid);
+    if (ec != std::errc{} || p != f[1].data() + f[1].size() || pid <= 0) return false;
+    return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+// SCAN's MATCH pattern of every key starting with `prefix`.
+std::string glob_prefix(std::string_view prefix) {
+    std::string out;
+    for (char c : prefix) {
+        if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') out.push_back('\\');
+        out.push_back(c);
+    }
+    out.push_back('*');
+    return out;
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> RedisLedger::bulk_load_script(const char* op, std::string_view owner) {
+    auto r = eval("bulk_load", {}, {P_, op, std::string(owner), ttl(options_.key_ttl)});
+    if (r->type == REDIS_REPLY_INTEGER) return {r->integer == 1 ? "finished" : "not_ours", ""};
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+        throw Failure{make_error(ErrorKind::io, "ledger (redis): bulk_load: unexpected reply")};
+    return {str(r->element[0]), str(r->element[1])};
+}
+
+// Every key of the prefix but the event-key secret, then the marker.
+std::uint64_t RedisLedger::wipe_prefix_locked() {
+    std::uint64_t removed = 0;
+    std::string cursor = "0";
+    const std::string pattern = glob_prefix(P_);
+    do {
+        auto r = call({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+            throw Failure{make_error(ErrorKind::io, "ledger (redis): SCAN: unexpected reply")};
+        cursor = str(r->element[0]);
+        std::vector<std::string> del{"UNLINK"};
+        for (std::size_t i = 0; i < r->element[1]->elements; ++i) {
+            std::string k = str(r->element[1]->element[i]);
+            if (k == P_ + "event_keyer" || k == P_ + "bulk-load") continue;
+            del.push_back(std::move(k));
+        }
+        if (del.size() > 1) removed += static_cast<std::uint64_t>(call(del)->integer);
+    } while (cursor != "0");
+    call({"DEL", P_ + "bulk-load"});
+    return removed;
+}
+
+Result<BulkLoadClaim> RedisLedger::bulk_load_claim(std::string_view owner) {
+    return run<BulkLoadClaim>([&] {
+        BulkLoadClaim c;
+        c.owner = owner;
+        auto [outcome, detail] = bulk_load_script("claim", owner);
+        if (outcome == "unfinished" && owner_gone(detail)) {
+            // Taken over: the new marker names the unfinished load's directory.
+            const auto old = owner_fields(detail);
+            const auto mine = owner_fields(owner);
+            c.owner = mine[0] + " " + mine[1] + " " + mine[2] + " " + old[3];
+            options_.warn("ledger (redis): the bulk load of " + detail +
+                          " did not finish and its process is gone: resuming it");
+            try {
+                c.wiped_keys = wipe_prefix_locked();
+                std::tie(outcome, detail) = bulk_load_script("claim", c.owner);
+            } catch (const Failure& f) {
+                // The marker stays: the ledger holds part of a copy and must
+                // not be written batch by batch on top of it.
+                c.outcome = BulkLoadClaim::Outcome::busy;
+                c.detail = detail + "; removing the keys it copied failed: " + f.error.message;
+                return c;
+            }
+        }
+        c.detail = detail;
+        if (outcome == "claimed") {
+            c.outcome = BulkLoadClaim::Outcome::claimed;
+            c.keyer = keyer_locked();
+            c.dir = owner_fields(c.owner).back();
+        } else if (outcome == "unfinished") {
+            c.outcome = BulkLoadClaim::Outcome::busy;
+        } else {
+            c.outcome = BulkLoadClaim::Outcome::not_empty;
+        }
+        return c;
+    });
+}
+
+Status RedisLedger::bulk_load_release(std::string_view owner) {
+    return status(run<int>([&] {
+        eval("bulk_load", {}, {P_, "finish", std::string(owner), ttl(options_.key_ttl)});
+        return 0;
+    }));
+}
+
+Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path, std::string_view owner) {
+    return run<BulkLoadStats>([&] {
+        BulkLoadStats stats;
+        auto [outcome, detail] = bulk_load_script("check", owner);
+        if (outcome == "not_empty") {
+            bulk_load_script("finish", owner);
+            stats.refused = true;
+            stats.refused_why = "another writer wrote " + P_ + detail + " meanwhile";
+            return stats;
+        }
+        if (outcome != "claimed")
+            throw Failure{make_error(ErrorKind::io, "ledger (redis): bulk load: the marker " + P_ +
+                                                        "bulk-load is no longer ours (" + detail + ")")};
+        SqliteReader db(sqlite_path);
+        BulkWriter w(ctx_, [this] { drop_connection(); });
+        SigpipeGuard no_sigpipe;
+        const std::string MT = ttl(options_.message_ttl), KT = ttl(options_.key_ttl);
+        const std::string ST = ttl(options_.seen_ttl + std::chrono::hours(1));
+        auto long_lived = [&](const std::string& k) { w.command({"EXPIRE", k, KT}); };
+
+        // Messages, their indexes and identities (ingest.lua: msg(), set_identity, fp_queued, finish).
+        {
+            Variadic msgs(w, {"ZADD", P_ + "msgs"}), finished(w, {"ZADD", P_ + "finished"});
+            Variadic open_msgs(w, {"SADD", P_ + "open-msgs"});
+            constexpr std::size_t kStream = 100000;  // ingest.lua's MAXLEN ~
+            std::deque<std::pair<char, std::string>> changes;
+            std::uint64_t change_count = 0;
+            auto rows = db.rows(
+                "SELECT queue_id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint, "
+                "sender, size, nrcpt, arrival, state, updated, finished, host FROM messages ORDER BY id");
+            static const char* kNames[] = {"queue_id",
+                                           "first_queue_id",
+                                           "previous_queue_id",
+                                           "next_queue_id",
+                                           "message_id",
+                                           "fingerprint",
+                                           "sender",
+                                           "size",
+                                           "nrcpt",
+                                           "arrival",
+                                           "state",
+                                           "updated",
+                                           "finished",
+                                           "host"};
+            std::vector<std::string> hset;
+            while (rows.next()) {
+                const std::string q(rows.text(0));
+                const std::string key = P_ + "msg:" + q;
+                hset.assign({"HSET", key});
+                for (int i = 0; i < 14; ++i) {
+                    if (rows.null(i)) continue;
+                    if (i == 13 && rows.text(i).empty()) continue;  // no host named
+                    hset.emplace_back(kNames[i]);
+                    if (i == 7 || i == 8 || i == 9 || i == 11 || i == 12)
+                        hset.push_back(decimal(rows.i64(i)));
+                    else
+                        hset.emplace_back(rows.text(i));
+                }
+                w.command(hset);
+                w.command({"EXPIRE", key, MT});
+                msgs.add(decimal(rows.i64(11)), q);
+                const bool is_finished = !rows.null(12);
+                if (is_finished) finished.add(decimal(rows.i64(12)), q);
+                const std::string_view mid = rows.null(4) ? std::string_view() : rows.text(4);
+                const std::string_view fp = rows.null(5) ? std::string_view() : rows.text(5);
+                if (!mid.empty()) {
+                    const std::string k = P_ + "mid:" + std::string(mid);
+                    w.command({"SADD", k, q});
+                    w.command({"EXPIRE", k, MT});
+                    changes.emplace_back('m', mid);
+                    ++change_count;
+                }
+                if (!fp.empty()) {
+                    if (!is_finished && rows.text(10) != "incoming") {
+                        const std::string k = P_ + "fp:" + std::string(fp);
+                        w.command({"SADD", k, q});
+                        w.command({"EXPIRE", k, MT});
+                    }
+                    changes.emplace_back('f', fp);
+                    ++change_count;
+                }
+                while (changes.size() > kStream) changes.pop_front();
+                if (!mid.empty() || !fp.empty()) open_msgs.add(q);
+                ++stats.messages;
+            }
+            msgs.flush();
+            finished.flush();
+            open_msgs.flush();
+            if (msgs.any()) long_lived(P_ + "msgs");
+            if (finished.any()) long_lived(P_ + "finished");
+            if (open_msgs.any()) long_lived(P_ + "open-msgs");
+            if (change_count > 0) {
+                std::uint64_t seq = change_count - changes.size();
+                const std::string sk = P_ + "identities-stream";
+                for (const auto& [kind, value] : changes) {
+                    const std::string s = decimal(static_cast<std::int64_t>(++seq));
+                    const char k[2] = {kind, 0};
+                    w.command({"XADD", sk, "MAXLEN", "~", "100000", "*", "s", s, k, value});
+                }
+                w.command({"SET", P_ + "identities-seq", decimal(static_cast<std::int64_t>(change_count))});
+                long_lived(P_ + "identities-seq");
+                long_lived(sk);
+            }
+        }
+
+        // Recipients: one HSET per run of a message's rows, the address index.
+        {
+            auto rows = db.rows(
+                "SELECT queue_id, address, domain, state, attempts, first_attempt, last_attempt, "
+                "first_deferral, "
+                "reply_code, enhanced, reply_text, stage, relay, category FROM recipients ORDER BY id");
+            std::vector<std::string> hset;
+            std::string run_q;
+            auto flush = [&] {
+                if (hset.size() > 2) {
+                    w.command(hset);
+                    w.command({"EXPIRE", hset[1], MT});
+                }
+                hset.clear();
+            };
+            auto time_or_empty = [&](int i) { return rows.null(i) ? std::string() : decimal(rows.i64(i)); };
+            while (rows.next()) {
+                const std::string_view q = rows.text(0);
+                if (hset.empty() || q != run_q) {
+                    flush();
+                    run_q.assign(q);
+                    hset = {"HSET", P_ + "rcpt:" + run_q};
+                }
+                const std::string_view a = rows.text(1);
+                const std::string last = time_or_empty(6);
+                JsonObject j;
+                j.add("queue_id", q)
+                    .add("address", a)
+                    .add("domain", rows.text(2))
+                    .add("state", rows.text(3))
+                    .add("attempts", decimal(rows.i64(4)))
+                    .add("first_attempt", time_or_empty(5))
+                    .add("last_attempt", last)
+                    .add("first_deferral", time_or_empty(7))
+                    .add("reply_code", decimal(rows.i64(8)))
+                    .add("enhanced", rows.text(9))
+                    .add("reply_text", rows.text(10))
+                    .add("stage", rows.text(11))
+                    .add("relay", rows.text(12))
+                    .add("category", rows.text(13));
+                hset.emplace_back(a);
+                hset.push_back(j.done());
+                const std::string ak = P_ + "addr:" + std::string(a);
+                w.command({"ZADD", ak, last.empty() ? std::string_view("0") : std::string_view(last), q});
+                w.command({"EXPIRE", ak, MT});
+                ++stats.recipients;
+            }
+            flush();
+        }
+
+        // Destinations and their open episodes (ingest.lua: deferral, success;
+        // verdict_effects.lua: state).
+        {
+            Variadic dests(w, {"ZADD", P_ + "dests"}), open(w, {"SADD", P_ + "open"});
+            auto rows = db.rows(
+                "SELECT kind, name, state, state_changed, last_success, last_deferral, ep_first, ep_last, "
+                "ep_attempts, ep_messages, ep_categories, ep_last_reply, ep_last_relay, updated "
+                "FROM destinations ORDER BY id");
+            std::vector<std::string> hset;
+            while (rows.next()) {
+                const std::string m = std::string(rows.text(0)) + "\t" + std::string(rows.text(1));
+                const std::string key =
+                    P_ + "dest:" + std::string(rows.text(0)) + ":" + std::string(rows.text(1));
+                hset = {"HSET", key, "kind", std::string(rows.text(0)), "name", std::string(rows.text(1))};
+                auto time_field = [&](const char* name, int i) {
+                    if (rows.null(i)) return;
+                    hset.emplace_back(name);
+                    hset.push_back(decimal(rows.i64(i)));
+                };
+                if (!rows.text(2).empty() || !rows.null(3)) {  // verdict_effects.lua writes both
+                    hset.emplace_back("state");
+                    hset.emplace_back(rows.text(2));
+                    time_field("state_changed", 3);
+                }
+                time_field("last_success", 4);
+                time_field("last_deferral", 5);
+                const bool open_ep = !rows.null(6);
+                hset.emplace_back("ep_first");
+                hset.push_back(open_ep ? decimal(rows.i64(6)) : std::string());
+                hset.emplace_back("ep_last");
+                hset.push_back(rows.null(7) ? std::string() : decimal(rows.i64(7)));
+                hset.emplace_back("ep_attempts");
+                hset.push_back(decimal(rows.i64(8)));
+                hset.emplace_back("ep_messages");
+                hset.push_back(decimal(rows.i64(9)));
+                hset.emplace_back("ep_categories");
+                hset.push_back(decimal(rows.i64(10)));
+                hset.emplace_back("ep_last_reply");
+                hset.emplace_back(rows.text(11));
+                hset.emplace_back("ep_last_relay");
+                hset.emplace_back(rows.text(12));
+                hset.emplace_back("updated");
+                hset.push_back(decimal(rows.i64(13)));
+                w.command(hset);
+                w.command({"EXPIRE", key, KT});
+                dests.add(decimal(rows.i64(13)), m);
+                if (open_ep) open.add(m);
+                ++stats.destinations;
+            }
+            dests.flush();
+            open.flush();
+            if (dests.any()) long_lived(P_ + "dests");
+            if (open.any()) long_lived(P_ + "open");
+        }
+        {
+            auto rows =
+                db.rows("SELECT kind, name, queue_id FROM episode_messages ORDER BY kind, name, queue_id");
+            std::string run;
+            std::optional<Variadic> set;
+            while (rows.next()) {
+                std::string key =
+                    P_ + "destmsg:" + std::string(rows.text(0)) + ":" + std::string(rows.text(1));
+                if (!set || key != run) {
+                    if (set) {
+                        set->flush();
+                        long_lived(run);
+                    }
+                    run = key;
+                    set.emplace(w, std::vector<std::string>{"SADD", key});
+                }
+                set->add(std::string(rows.text(2)));
+            }
+            if (set) {
+                set->flush();
+                long_lived(run);
+            }
+        }
+
+        // Closed episodes (ingest.lua: success) and the counters.
+        std::int64_t episode_ids = 0;
+        {
+            Variadic epsidx(w, {"ZADD", P_ + "epsidx", "NX"});
+            auto rows = db.rows(
+                "SELECT id, kind, name, first_deferral, last_deferral, ended, attempts, messages, "
+                "categories, "
+                "last_reply, last_relay FROM episodes ORDER BY id");
+            while (rows.next()) {
+                const std::string key =
+                    P_ + "eps:" + std::string(rows.text(1)) + ":" + std::string(rows.text(2));
+                const std::string ended = decimal(rows.i64(5));
+                JsonObject j;
+                j.add("id", decimal(rows.i64(0)))
+                    .add("first", decimal(rows.i64(3)))
+                    .add("last", decimal(rows.i64(4)))
+                    .add("ended", ended)
+                    .add("attempts", decimal(rows.i64(6)))
+                    .add("messages", decimal(rows.i64(7)))
+                    .add("categories", decimal(rows.i64(8)))
+                    .add("last_reply", rows.text(9))
+                    .add("last_relay", rows.text(10));
+                w.command({"ZADD", key, ended, j.done()});
+                w.command({"EXPIRE", key, KT});
+                epsidx.add(ended, std::string(rows.text(1)) + "\t" + std::string(rows.text(2)));
+                episode_ids = std::max(episode_ids, rows.i64(0));
+                ++stats.episodes;
+            }
+            epsidx.flush();
+            if (epsidx.any()) long_lived(P_ + "epsidx");
+        }
+        {
+            std::vector<std::string> counts{"HSET", P_ + "counts"};
+            if (stats.recipients > 0) {
+                counts.emplace_back("recipients");
+                counts.push_back(decimal(static_cast<std::int64_t>(stats.recipients)));
+            }
+            if (stats.episodes > 0) {
+                counts.emplace_back("episodes");
+                counts.push_back(decimal(static_cast<std::int64_t>(stats.episodes)));
+                counts.emplace_back("episode_ids");
+                counts.push_back(decimal(episode_ids));
+            }
+            if (counts.size() > 2) {
+                w.command(counts);
+                long_lived(P_ + "counts");
+            }
+        }
+
+        // Flags, verdict counts and mark, the outbox (verdict_effects.lua, set_flag.lua).
+        {
+            auto rows = db.rows(
+                "SELECT id, destination, reason, set_at, expires_at, cleared_at FROM flags ORDER BY id");
+            std::int64_t last = 0;
+            while (rows.next()) {
+                auto t = [&](int i) { return rows.null(i) ? std::string() : decimal(rows.i64(i)); };
+                const std::string id = decimal(rows.i64(0));
+                JsonObject j;
+                j.add("id", id)
+                    .add("destination", rows.text(1))
+                    .add("reason", rows.text(2))
+                    .add("set_at", t(3))
+                    .add("expires_at", t(4))
+                    .add("cleared_at", t(5));
+                w.command({"HSET", P_ + "flags", id, j.done()});
+                last = std::max(last, rows.i64(0));
+            }
+            if (last > 0) {
+                w.command({"SET", P_ + "flagseq", decimal(last)});
+                long_lived(P_ + "flags");
+                long_lived(P_ + "flagseq");
+            }
+        }
+        {
+            auto rows = db.rows("SELECT verdict, count FROM verdict_counts");
+            bool any = false;
+            while (rows.next()) {
+                w.command({"HSET", P_ + "verdicts", rows.text(0), decimal(rows.i64(1))});
+                any = true;
+            }
+            if (any) long_lived(P_ + "verdicts");
+        }
+        {
+            auto rows = db.rows("SELECT value FROM engine_marks WHERE name = 'verdicts'");
+            if (rows.next() && rows.i64(0) > 0)
+                w.command({"SET", P_ + "verdictmark", decimal(rows.i64(0)), "EX", KT});
+        }
+        {
+            auto rows = db.rows("SELECT seq, at, line FROM verdict_outbox ORDER BY seq");
+            bool any = false;
+            while (rows.next()) {
+                const std::string seq = decimal(rows.i64(0));
+                w.command({"ZADD", P_ + "outbox", seq,
+                           seq + "\t" + decimal(rows.i64(1)) + "\t" + std::string(rows.text(2))});
+                any = true;
+            }
+            if (any) long_lived(P_ + "outbox");
+        }
+
+        // The engine: its journal, the journal's sequence, its state.
+        {
+            auto rows = db.rows("SELECT seq, entry FROM engine_journal ORDER BY seq");
+            bool any = false;
+            while (rows.next()) {
+                const std::string seq = decimal(rows.i64(0));
+                w.command({"ZADD", P_ + "journal", seq, seq + ":" + std::string(rows.text(1))});
+                any = true;
+            }
+            if (any) long_lived(P_ + "journal");
+            auto seq = db.rows("SELECT seq FROM sqlite_sequence WHERE name = 'engine_journal'");
+            if (seq.next() && seq.i64(0) > 0) {
+                w.command({"SET", P_ + "journalseq", decimal(seq.i64(0))});
+                long_lived(P_ + "journalseq");
+            }
+        }
+        {
+            auto rows = db.rows("SELECT key, value FROM engine_state");
+            bool any = false;
+            while (rows.next()) {
+                w.command({"HSET", P_ + "state", rows.text(0), rows.text(1)});
+                any = true;
+            }
+            if (any) long_lived(P_ + "state");
+        }
+        {
+            auto rows = db.rows(
+                "SELECT source, device, inode, offset, head_fingerprint, cursor, lines FROM positions");
+            bool any = false;
+            while (rows.next()) {
+                FollowerPosition p;
+                p.source = rows.text(0);
+                p.device = static_cast<std::uint64_t>(rows.i64(1));
+                p.inode = static_cast<std::uint64_t>(rows.i64(2));
+                p.offset = static_cast<std::uint64_t>(rows.i64(3));
+                p.head_fingerprint = rows.text(4);
+                p.cursor = rows.text(5);
+                p.lines = static_cast<std::uint64_t>(rows.i64(6));
+                w.command({"HSET", P_ + "pos", p.source, position_json(p)});
+                any = true;
+            }
+            if (any) long_lived(P_ + "pos");
+        }
+
+        // Replay keys: one set per hour of event time (ingest.lua), from the
+        // packed (time, key) pairs of seen_batches and the rows of seen_events.
+        {
+            constexpr std::int64_t kHour = 3'600'000'000LL;
+            std::map<std::int64_t, std::vector<std::string>> hours;
+            std::map<std::int64_t, bool> written;
+            auto add = [&](std::int64_t t, std::uint64_t key) {
+                const std::int64_t h = t >= 0 ? t / kHour : (t - kHour + 1) / kHour;
+                auto& list = hours[h];
+                list.push_back(key_hex(key));
+                written[h] = true;
+                if (list.size() >= 2000) {
+                    std::vector<std::string> cmd{"SADD", P_ + "seen:" + decimal(h)};
+                    cmd.insert(cmd.end(), std::make_move_iterator(list.begin()),
+                               std::make_move_iterator(list.end()));
+                    w.command(cmd);
+                    list.clear();
+                }
+                ++stats.seen_keys;
+            };
+            {
+                auto rows = db.rows("SELECT keys FROM seen_batches ORDER BY id");
+                while (rows.next()) {
+                    const std::string_view keys = rows.text(0);
+                    const auto* p = reinterpret_cast<const unsigned char*>(keys.data());
+                    auto u64 = [](const unsigned char* b) {
+                        std::uint64_t v = 0;
+                        for (int i = 7; i >= 0; --i) v = (v << 8) | b[i];
+                        return v;
+                    };
+                    for (std::size_t i = 0; i + 16 <= keys.size(); i += 16)
+                        add(static_cast<std::int64_t>(u64(p + i)), u64(p + i + 8));
+                }
+            }
+            {
+                auto rows = db.rows("SELECT time, key FROM seen_events");
+                while (rows.next()) add(rows.i64(0), static_cast<std::uint64_t>(rows.i64(1)));
+            }
+            Variadic seen_hours(w, {"ZADD", P_ + "seen-hours"});
+            for (auto& [h, list] : hours) {
+                const std::string k = P_ + "seen:" + decimal(h);
+                if (!list.empty()) {
+                    std::vector<std::string> cmd{"SADD", k};
+                    cmd.insert(cmd.end(), std::make_move_iterator(list.begin()),
+                               std::make_move_iterator(list.end()));
+                    w.command(cmd);
+                }
+                w.command({"EXPIRE", k, ST});
+                seen_hours.add(decimal(h), decimal(h));
+            }
+            seen_hours.flush();
+            if (seen_hours.any()) w.command({"EXPIRE", P_ + "seen-hours", ST});
+        }
+        w.drain();
+        stats.commands = w.sent();
+        auto done = eval("bulk_load", {}, {P_, "finish", std::string(owner), KT});
+        if (done->type != REDIS_REPLY_INTEGER || done->integer != 1)
+            throw Failure{
+                make_error(ErrorKind::io, "ledger (redis): bulk load: the marker changed during the copy")};
+        return stats;
+    });
+}
+
+}  // namespace retryguard::ledger_detail::redis_backend
