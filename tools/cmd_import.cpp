@@ -360,6 +360,7 @@ std::optional<int> bulk_load(Runtime& rt, const ImportOptions& opt) {
     config->ledger.sqlite_path = claim->dir + "/ledger.db";
     LedgerOptions lo = ledger_options_from(*config);
     lo.new_event_keyer = claim->keyer;
+    lo.sqlite_bulk_build_indexes = false;  // the copy reads in rowid order
     auto ledger = open_configured_ledger(lo);
     if (!ledger) {
         fmt::print(stderr, "retryguard import: bulk load: {}; importing batch by batch\n",

@@ -437,6 +437,9 @@ void SqliteLedger::set_bulk_mode(bool on) noexcept {
             }
         });
         if (!st) options_.warn("bulk mode: keeping the indexes: " + st.error().message);
+    } else if (!on && indexes_deferred_ && !options_.sqlite_bulk_build_indexes) {
+        qid_map_.stop();  // a throwaway ledger: the next opening builds them, if any
+        indexes_deferred_ = false;
     } else if (!on && indexes_deferred_) {
         qid_map_.stop();
         auto st = guard([&] { ensure_indexes(); });

@@ -205,7 +205,8 @@ struct Proof {
 };
 const std::map<std::string, Proof> kProofs = {
     {"ledger.redis.bulk_load",
-     {"tests/cli/import_bulk_load_test.sh", "ledger.redis.bulk_load=false: batch by batch without a bulk load"}},
+     {"tests/cli/import_bulk_load_test.sh",
+      "ledger.redis.bulk_load=false: batch by batch without a bulk load"}},
     {"ledger.redis.password_file",
      {"tests/ledger/ledger_redis_test.cpp", "LedgerRedis, AuthenticatesWithThePasswordFromTheConfiguration"}},
     {"ledger.retention.prune_interval",

@@ -579,6 +579,10 @@ struct LedgerOptions {
     // writer waiting for the WAL to start over at four times as many. 0: the
     // defaults (16384, 65536). Not a setting: tests make it small.
     int sqlite_bulk_checkpoint_pages = 0;
+    // false: bulk mode's end leaves the secondary indexes it dropped unbuilt
+    // (a throwaway ledger, the Redis bulk load's, which is only read in rowid
+    // order; an opening builds them). Not a setting.
+    bool sqlite_bulk_build_indexes = true;
     // ledger.sqlite.gather_wal_writes (core/ledger/sqlite_wal_writes.hpp).
     bool sqlite_gather_wal_writes = true;
     // The event-key secret a new SQLite ledger takes instead of a random one
