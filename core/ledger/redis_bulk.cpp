@@ -23,6 +23,7 @@
 #include <charconv>
 #include <deque>
 #include <map>
+#include <thread>
 
 #include "ledger/redis_ledger.hpp"
 
@@ -338,7 +339,21 @@ Status RedisLedger::bulk_load_release(std::string_view owner) {
 Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path, std::string_view owner) {
     return run<BulkLoadStats>([&] {
         BulkLoadStats stats;
-        auto [outcome, detail] = bulk_load_script("check", owner);
+        // The connection sat idle through the import (minutes at a large log):
+        // a server that closes idle clients makes the first call fail; the
+        // check only reads, so it is sent again on a new connection.
+        std::pair<std::string, std::string> checked;
+        for (int attempt = 1;; ++attempt) {
+            try {
+                checked = bulk_load_script("check", owner);
+                break;
+            } catch (const Failure& f) {
+                if (f.error.kind != ErrorKind::unavailable || attempt == 3) throw;
+                std::this_thread::sleep_for(
+                    std::min(options_.reconnect_max, options_.reconnect_min * (2 << attempt)));
+            }
+        }
+        auto [outcome, detail] = checked;
         if (outcome == "not_empty") {
             bulk_load_script("finish", owner);
             stats.refused = true;
