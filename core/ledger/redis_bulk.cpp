@@ -88,7 +88,8 @@ std::string decimal(std::int64_t v) {
 
 // A JSON string as cjson writes the values it stores: quotes, backslash and
 // control characters escaped, other bytes as they are (a reply text that is not
-// UTF-8 stays as the script would have stored it).
+// UTF-8 stays as the script would have stored it; text::append_json_string,
+// for documents retryguard prints, replaces such bytes).
 void json_string(std::string& out, std::string_view s) {
     out.push_back('"');
     for (const char c : s) {
@@ -194,7 +195,6 @@ namespace {
 class Variadic {
   public:
     Variadic(BulkWriter& w, std::vector<std::string> head) : w_(w), head_(std::move(head)) { args_ = head_; }
-    ~Variadic() = default;
     void add(std::string a) {
         args_.push_back(std::move(a));
         if (args_.size() - head_.size() >= kMembers) flush();
@@ -731,12 +731,10 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
         {
             constexpr std::int64_t kHour = 3'600'000'000LL;
             std::map<std::int64_t, std::vector<std::string>> hours;
-            std::map<std::int64_t, bool> written;
             auto add = [&](std::int64_t t, std::uint64_t key) {
                 const std::int64_t h = t >= 0 ? t / kHour : (t - kHour + 1) / kHour;
                 auto& list = hours[h];
                 list.push_back(key_hex(key));
-                written[h] = true;
                 if (list.size() >= 2000) {
                     std::vector<std::string> cmd{"SADD", P_ + "seen:" + decimal(h)};
                     cmd.insert(cmd.end(), std::make_move_iterator(list.begin()),
