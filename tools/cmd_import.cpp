@@ -361,6 +361,11 @@ std::optional<int> bulk_load(Runtime& rt, const ImportOptions& opt) {
     LedgerOptions lo = ledger_options_from(*config);
     lo.new_event_keyer = claim->keyer;
     lo.sqlite_bulk_build_indexes = false;  // the copy reads in rowid order
+    // The rows no later line changes are copied while the import runs.
+    if (auto feed = rt.ledger->bulk_load_early(config->ledger.sqlite_path, claim->owner)) {
+        lo.sqlite_bulk_settled = std::move(feed->settled);
+        lo.sqlite_bulk_unsettled = std::move(feed->unsettled);
+    }
     auto ledger = open_configured_ledger(lo);
     if (!ledger) {
         fmt::print(stderr, "retryguard import: bulk load: {}; importing batch by batch\n",
@@ -398,9 +403,10 @@ std::optional<int> bulk_load(Runtime& rt, const ImportOptions& opt) {
     fmt::print(
         stderr,
         "retryguard import: bulk load: copied {} messages, {} recipients, {} destinations, {} episodes and "
-        "{} replay keys into Redis ({} commands, {:.2f} s)\n",
+        "{} replay keys into Redis ({} commands, {} messages while importing{}; {:.2f} s after the import)\n",
         copied->messages, copied->recipients, copied->destinations, copied->episodes, copied->seen_keys,
-        copied->commands, secs);
+        copied->commands, copied->messages_early, copied->early_redone ? ", removed and copied again" : "",
+        secs);
     return rc;
 }
 

@@ -463,6 +463,10 @@ Result<BulkLoadStats> LedgerIngest::bulk_load_copy(const std::string&, std::stri
     return make_error(ErrorKind::unavailable, "ledger: a bulk load needs the Redis backend");
 }
 
+Result<LedgerIngest::BulkLoadFeed> LedgerIngest::bulk_load_early(const std::string&, std::string_view) {
+    return make_error(ErrorKind::unavailable, "ledger: a bulk load needs the Redis backend");
+}
+
 Status LedgerIngest::bulk_load_release(std::string_view) {
     return make_error(ErrorKind::unavailable, "ledger: a bulk load needs the Redis backend");
 }

@@ -19,10 +19,14 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <condition_variable>
 #include <deque>
 #include <map>
+#include <span>
+#include <system_error>
 #include <thread>
 
 #include "ledger/redis_ledger.hpp"
@@ -39,6 +43,9 @@ class SqliteReader {
             std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
             throw Failure{make_error(ErrorKind::io, "bulk load: " + path + ": " + why)};
         }
+        // The early copy reads while the import writes (WAL): a reader may
+        // meet a checkpoint restarting the WAL.
+        sqlite3_busy_timeout(db_, 10000);
     }
     ~SqliteReader() {
         if (db_) sqlite3_close(db_);
@@ -60,6 +67,11 @@ class SqliteReader {
             if (rc == SQLITE_ROW) return true;
             if (rc == SQLITE_DONE) return false;
             throw Failure{make_error(ErrorKind::io, std::string("bulk load: ") + sqlite3_errmsg(db_))};
+        }
+        // A statement of one parameter, run again for `v`.
+        void bind(std::int64_t v) {
+            sqlite3_reset(st_);
+            sqlite3_bind_int64(st_, 1, v);
         }
         bool null(int i) const { return sqlite3_column_type(st_, i) == SQLITE_NULL; }
         std::int64_t i64(int i) const { return sqlite3_column_int64(st_, i); }
@@ -220,6 +232,158 @@ class Variadic {
     bool any_ = false;
 };
 
+// The columns of a message and of a recipient both copies read, the row id last.
+constexpr const char* kMessageColumns =
+    "queue_id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint, sender, size, "
+    "nrcpt, "
+    "arrival, state, updated, finished, host, id";
+constexpr int kMessageId = 14;
+constexpr const char* kRecipientColumns =
+    "queue_id, address, domain, state, attempts, first_attempt, last_attempt, first_deferral, reply_code, "
+    "enhanced, reply_text, stage, relay, category, id";
+constexpr int kRecipientId = 14;
+
+// A message row's keys (ingest.lua: msg(), set_identity, fp_queued, finish);
+// the identities stream is written from every row at the end.
+class MessageWriter {
+  public:
+    MessageWriter(BulkWriter& w, const std::string& P, const std::string& MT)
+        : w_(w),
+          P_(P),
+          MT_(MT),
+          msgs(w, {"ZADD", P + "msgs"}),
+          finished(w, {"ZADD", P + "finished"}),
+          open_msgs(w, {"SADD", P + "open-msgs"}) {}
+
+    void row(const SqliteReader::Rows& rows) {
+        static const char* kNames[] = {"queue_id",
+                                       "first_queue_id",
+                                       "previous_queue_id",
+                                       "next_queue_id",
+                                       "message_id",
+                                       "fingerprint",
+                                       "sender",
+                                       "size",
+                                       "nrcpt",
+                                       "arrival",
+                                       "state",
+                                       "updated",
+                                       "finished",
+                                       "host"};
+        const std::string q(rows.text(0));
+        const std::string key = P_ + "msg:" + q;
+        hset_.assign({"HSET", key});
+        for (int i = 0; i < 14; ++i) {
+            if (rows.null(i)) continue;
+            if (i == 13 && rows.text(i).empty()) continue;  // no host named
+            hset_.emplace_back(kNames[i]);
+            if (i == 7 || i == 8 || i == 9 || i == 11 || i == 12)
+                hset_.push_back(decimal(rows.i64(i)));
+            else
+                hset_.emplace_back(rows.text(i));
+        }
+        w_.command(hset_);
+        w_.command({"EXPIRE", key, MT_});
+        msgs.add(decimal(rows.i64(11)), q);
+        const bool is_finished = !rows.null(12);
+        if (is_finished) finished.add(decimal(rows.i64(12)), q);
+        const std::string_view mid = rows.null(4) ? std::string_view() : rows.text(4);
+        const std::string_view fp = rows.null(5) ? std::string_view() : rows.text(5);
+        if (!mid.empty()) {
+            const std::string k = P_ + "mid:" + std::string(mid);
+            w_.command({"SADD", k, q});
+            w_.command({"EXPIRE", k, MT_});
+        }
+        if (!fp.empty() && !is_finished && rows.text(10) != "incoming") {
+            const std::string k = P_ + "fp:" + std::string(fp);
+            w_.command({"SADD", k, q});
+            w_.command({"EXPIRE", k, MT_});
+        }
+        if (!mid.empty() || !fp.empty()) open_msgs.add(q);
+    }
+    void flush() {
+        msgs.flush();
+        finished.flush();
+        open_msgs.flush();
+    }
+
+  private:
+    BulkWriter& w_;
+    const std::string &P_, &MT_;
+    std::vector<std::string> hset_;
+
+  public:
+    Variadic msgs, finished, open_msgs;
+};
+
+// Recipient rows: one HSET per run of a message's rows, the address index.
+class RecipientWriter {
+  public:
+    RecipientWriter(BulkWriter& w, const std::string& P, const std::string& MT) : w_(w), P_(P), MT_(MT) {}
+
+    void row(const SqliteReader::Rows& rows) {
+        const std::string_view q = rows.text(0);
+        if (hset_.empty() || q != run_q_) {
+            flush();
+            run_q_.assign(q);
+            hset_ = {"HSET", P_ + "rcpt:" + run_q_};
+        }
+        auto time_or_empty = [&](int i) { return rows.null(i) ? std::string() : decimal(rows.i64(i)); };
+        const std::string_view a = rows.text(1);
+        const std::string last = time_or_empty(6);
+        JsonObject j;
+        j.add("queue_id", q)
+            .add("address", a)
+            .add("domain", rows.text(2))
+            .add("state", rows.text(3))
+            .add("attempts", decimal(rows.i64(4)))
+            .add("first_attempt", time_or_empty(5))
+            .add("last_attempt", last)
+            .add("first_deferral", time_or_empty(7))
+            .add("reply_code", decimal(rows.i64(8)))
+            .add("enhanced", rows.text(9))
+            .add("reply_text", rows.text(10))
+            .add("stage", rows.text(11))
+            .add("relay", rows.text(12))
+            .add("category", rows.text(13));
+        hset_.emplace_back(a);
+        hset_.push_back(j.done());
+        const std::string ak = P_ + "addr:" + std::string(a);
+        w_.command({"ZADD", ak, last.empty() ? std::string_view("0") : std::string_view(last), q});
+        w_.command({"EXPIRE", ak, MT_});
+    }
+    void flush() {
+        if (hset_.size() > 2) {
+            w_.command(hset_);
+            w_.command({"EXPIRE", hset_[1], MT_});
+        }
+        hset_.clear();
+    }
+
+  private:
+    BulkWriter& w_;
+    const std::string &P_, &MT_;
+    std::vector<std::string> hset_;
+    std::string run_q_;
+};
+
+// Row ids copied early, by row id.
+class RowSet {
+  public:
+    void insert(std::int64_t id) {
+        if (id < 0) return;
+        const auto i = static_cast<std::size_t>(id);
+        if (i >= bits_.size()) bits_.resize(std::max(i + 1, bits_.size() * 2), false);
+        bits_[i] = true;
+    }
+    bool contains(std::int64_t id) const {
+        return id >= 0 && static_cast<std::size_t>(id) < bits_.size() && bits_[static_cast<std::size_t>(id)];
+    }
+
+  private:
+    std::vector<bool> bits_;
+};
+
 // The marker's fields: "host pid start dir" (dir may hold spaces).
 std::vector<std::string> owner_fields(std::string_view owner) {
     std::vector<std::string> f;
@@ -271,7 +435,7 @@ std::pair<std::string, std::string> RedisLedger::bulk_load_script(const char* op
 }
 
 // Every key of the prefix but the event-key secret, then the marker.
-std::uint64_t RedisLedger::wipe_prefix_locked() {
+std::uint64_t RedisLedger::wipe_prefix_locked(bool keep_marker) {
     std::uint64_t removed = 0;
     std::string cursor = "0";
     const std::string pattern = glob_prefix(P_);
@@ -288,7 +452,7 @@ std::uint64_t RedisLedger::wipe_prefix_locked() {
         }
         if (del.size() > 1) removed += static_cast<std::uint64_t>(call(del)->integer);
     } while (cursor != "0");
-    call({"DEL", P_ + "bulk-load"});
+    if (!keep_marker) call({"DEL", P_ + "bulk-load"});
     return removed;
 }
 
@@ -336,7 +500,176 @@ Status RedisLedger::bulk_load_release(std::string_view owner) {
     }));
 }
 
+// The early copy: the temporary ledger's writing thread queues the rows its
+// queue-id map let go of (settled), this class's thread copies them a chunk
+// at a time while the import goes on, and bulk_load_copy copies the rest.
+// Settled rows change no more while the map lasts; when it ends early
+// (unsettled) the rows copied may change after all, and the copy removes the
+// prefix's keys and copies everything.
+class RedisLedger::EarlyCopy {
+  public:
+    std::size_t chunk = 16384;  // queued numbers that wake the thread (LedgerOptions::redis_bulk_early_chunk)
+    std::string sqlite_path, owner;
+    std::mutex m;
+    std::condition_variable cv;
+    std::vector<std::int64_t> queue;  // per message: its row, its recipients' count, their rows
+    bool closing = false;
+    std::atomic<bool> unsettled{false}, dead{false};  // dead: queue no more
+    std::thread thread;
+
+    // The thread's, read after it ended:
+    std::unique_ptr<SqliteReader> db;
+    bool checked = false, refused = false, wrote = false;
+    bool msgs_any = false, finished_any = false, open_any = false;
+    std::optional<Error> failed;
+    RowSet messages, recipients;
+    std::uint64_t copied_messages = 0, copied_recipients = 0, commands = 0;
+
+    void settled(std::int64_t message, std::span<const std::int64_t> rcpts) {
+        if (dead.load(std::memory_order_relaxed)) return;
+        bool wake = false;
+        {
+            std::lock_guard lock(m);
+            const std::size_t before = queue.size();
+            queue.push_back(message);
+            queue.push_back(static_cast<std::int64_t>(rcpts.size()));
+            queue.insert(queue.end(), rcpts.begin(), rcpts.end());
+            wake = before < chunk && queue.size() >= chunk;
+        }
+        if (wake) cv.notify_one();
+    }
+    void mark_unsettled() {
+        {
+            std::lock_guard lock(m);
+            unsettled = true;
+            dead = true;
+            queue.clear();
+        }
+        cv.notify_one();
+    }
+};
+
+Result<LedgerIngest::BulkLoadFeed> RedisLedger::bulk_load_early(const std::string& sqlite_path,
+                                                                std::string_view owner) {
+    stop_early();
+    auto e = std::make_shared<EarlyCopy>();
+    e->sqlite_path = sqlite_path;
+    e->owner = owner;
+    if (options_.redis_bulk_early_chunk > 0) e->chunk = options_.redis_bulk_early_chunk;
+    try {
+        e->thread = std::thread([this, e] { early_copy_loop(*e); });
+    } catch (const std::system_error& x) {
+        return make_error(ErrorKind::internal, std::string("ledger (redis): bulk load: ") + x.what());
+    }
+    early_ = e;
+    BulkLoadFeed feed;
+    feed.settled = [e](std::int64_t message, std::span<const std::int64_t> rcpts) {
+        e->settled(message, rcpts);
+    };
+    feed.unsettled = [e] { e->mark_unsettled(); };
+    return feed;
+}
+
+void RedisLedger::stop_early() noexcept {
+    if (!early_) return;
+    {
+        std::lock_guard lock(early_->m);
+        early_->closing = true;
+    }
+    early_->cv.notify_one();
+    if (early_->thread.joinable()) early_->thread.join();
+}
+
+void RedisLedger::early_copy_loop(EarlyCopy& e) {
+    SigpipeGuard no_sigpipe;
+    std::vector<std::int64_t> work;
+    for (;;) {
+        bool last = false;
+        {
+            std::unique_lock lock(e.m);
+            e.cv.wait(lock, [&] { return e.closing || e.unsettled || e.queue.size() >= e.chunk; });
+            if (e.unsettled) return;  // bulk_load_copy starts over
+            work.swap(e.queue);
+            last = e.closing;
+        }
+        if (!work.empty() && !e.dead) {
+            auto done = run<int>([&] {
+                early_chunk_locked(e, work);
+                return 0;
+            });
+            if (!done) {
+                e.failed = done.error();
+                e.dead = true;
+            }
+        }
+        work.clear();
+        if (last) return;
+    }
+}
+
+void RedisLedger::early_chunk_locked(EarlyCopy& e, const std::vector<std::int64_t>& work) {
+    if (!e.checked) {
+        // The ledger must still be empty before the first write (the claim
+        // may be minutes old); the copy's own check at the end is this one.
+        e.checked = true;
+        if (bulk_load_script("check", e.owner).first != "claimed") {
+            e.refused = true;
+            e.dead = true;
+            return;
+        }
+    }
+    if (!e.db) e.db = std::make_unique<SqliteReader>(e.sqlite_path);
+    auto msg =
+        e.db->rows((std::string("SELECT ") + kMessageColumns + " FROM messages WHERE id = ?1").c_str());
+    auto rcpt =
+        e.db->rows((std::string("SELECT ") + kRecipientColumns + " FROM recipients WHERE id = ?1").c_str());
+    const std::string MT = ttl(options_.message_ttl);
+    BulkWriter w(ctx_, [this] { drop_connection(); });
+    MessageWriter mw(w, P_, MT);
+    RecipientWriter rw(w, P_, MT);
+    e.wrote = true;  // from the first command: a failure leaves keys the copy removes
+    for (std::size_t i = 0; i + 1 < work.size();) {
+        const std::int64_t id = work[i++];
+        const auto n = static_cast<std::size_t>(work[i++]);
+        msg.bind(id);
+        if (msg.next()) {
+            mw.row(msg);
+            e.messages.insert(id);
+            ++e.copied_messages;
+        }
+        for (std::size_t k = 0; k < n && i < work.size(); ++k) {
+            const std::int64_t r = work[i++];
+            rcpt.bind(r);
+            if (rcpt.next()) {
+                rw.row(rcpt);
+                e.recipients.insert(r);
+                ++e.copied_recipients;
+            }
+        }
+        rw.flush();
+    }
+    mw.flush();
+    e.msgs_any = e.msgs_any || mw.msgs.any();
+    e.finished_any = e.finished_any || mw.finished.any();
+    e.open_any = e.open_any || mw.open_msgs.any();
+    w.drain();
+    e.commands += w.sent();
+}
+
 Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path, std::string_view owner) {
+    // The early copy ends first: what it queued is copied, then the rest.
+    std::shared_ptr<EarlyCopy> early = std::move(early_);
+    if (early) {
+        early_ = early;
+        stop_early();
+        early_.reset();
+        early->db.reset();
+        if (early->failed)
+            options_.warn("ledger (redis): bulk load: the copy during the import failed (" +
+                          early->failed->message + "): copying everything again");
+    }
+    const bool early_wrote = early && early->wrote;
+    const bool redo = early_wrote && (early->unsettled || early->failed);
     return run<BulkLoadStats>([&] {
         BulkLoadStats stats;
         // The connection sat idle through the import (minutes at a large log):
@@ -354,6 +687,14 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
             }
         }
         auto [outcome, detail] = checked;
+        if (early_wrote && outcome == "not_empty") {
+            // What the early copy wrote (it checked before writing).
+            if (redo) {
+                stats.early_redone = true;
+                wipe_prefix_locked(true);
+            }
+            outcome = "claimed";
+        }
         if (outcome == "not_empty") {
             bulk_load_script("finish", owner);
             stats.refused = true;
@@ -370,77 +711,45 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
         const std::string ST = ttl(options_.seen_ttl + std::chrono::hours(1));
         auto long_lived = [&](const std::string& k) { w.command({"EXPIRE", k, KT}); };
 
-        // Messages, their indexes and identities (ingest.lua: msg(), set_identity, fp_queued, finish).
+        // Messages, their indexes and identities (ingest.lua: msg(), set_identity, fp_queued, finish),
+        // but those the early copy wrote; the identities stream from every row.
+        const bool skip = early_wrote && !redo;
+        auto copied_early = [&](const RowSet EarlyCopy::*set, std::int64_t id) {
+            return skip && ((*early).*set).contains(id);
+        };
+        if (skip) {
+            stats.messages_early = early->copied_messages;
+            stats.messages += early->copied_messages;
+            stats.recipients += early->copied_recipients;
+        }
         {
-            Variadic msgs(w, {"ZADD", P_ + "msgs"}), finished(w, {"ZADD", P_ + "finished"});
-            Variadic open_msgs(w, {"SADD", P_ + "open-msgs"});
+            MessageWriter mw(w, P_, MT);
             constexpr std::size_t kStream = 100000;  // ingest.lua's MAXLEN ~
             std::deque<std::pair<char, std::string>> changes;
             std::uint64_t change_count = 0;
-            auto rows = db.rows(
-                "SELECT queue_id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint, "
-                "sender, size, nrcpt, arrival, state, updated, finished, host FROM messages ORDER BY id");
-            static const char* kNames[] = {"queue_id",
-                                           "first_queue_id",
-                                           "previous_queue_id",
-                                           "next_queue_id",
-                                           "message_id",
-                                           "fingerprint",
-                                           "sender",
-                                           "size",
-                                           "nrcpt",
-                                           "arrival",
-                                           "state",
-                                           "updated",
-                                           "finished",
-                                           "host"};
-            std::vector<std::string> hset;
+            auto rows =
+                db.rows((std::string("SELECT ") + kMessageColumns + " FROM messages ORDER BY id").c_str());
             while (rows.next()) {
-                const std::string q(rows.text(0));
-                const std::string key = P_ + "msg:" + q;
-                hset.assign({"HSET", key});
-                for (int i = 0; i < 14; ++i) {
-                    if (rows.null(i)) continue;
-                    if (i == 13 && rows.text(i).empty()) continue;  // no host named
-                    hset.emplace_back(kNames[i]);
-                    if (i == 7 || i == 8 || i == 9 || i == 11 || i == 12)
-                        hset.push_back(decimal(rows.i64(i)));
-                    else
-                        hset.emplace_back(rows.text(i));
+                if (!copied_early(&EarlyCopy::messages, rows.i64(kMessageId))) {
+                    mw.row(rows);
+                    ++stats.messages;
                 }
-                w.command(hset);
-                w.command({"EXPIRE", key, MT});
-                msgs.add(decimal(rows.i64(11)), q);
-                const bool is_finished = !rows.null(12);
-                if (is_finished) finished.add(decimal(rows.i64(12)), q);
                 const std::string_view mid = rows.null(4) ? std::string_view() : rows.text(4);
                 const std::string_view fp = rows.null(5) ? std::string_view() : rows.text(5);
                 if (!mid.empty()) {
-                    const std::string k = P_ + "mid:" + std::string(mid);
-                    w.command({"SADD", k, q});
-                    w.command({"EXPIRE", k, MT});
                     changes.emplace_back('m', mid);
                     ++change_count;
                 }
                 if (!fp.empty()) {
-                    if (!is_finished && rows.text(10) != "incoming") {
-                        const std::string k = P_ + "fp:" + std::string(fp);
-                        w.command({"SADD", k, q});
-                        w.command({"EXPIRE", k, MT});
-                    }
                     changes.emplace_back('f', fp);
                     ++change_count;
                 }
                 while (changes.size() > kStream) changes.pop_front();
-                if (!mid.empty() || !fp.empty()) open_msgs.add(q);
-                ++stats.messages;
             }
-            msgs.flush();
-            finished.flush();
-            open_msgs.flush();
-            if (msgs.any()) long_lived(P_ + "msgs");
-            if (finished.any()) long_lived(P_ + "finished");
-            if (open_msgs.any()) long_lived(P_ + "open-msgs");
+            mw.flush();
+            if (mw.msgs.any() || (skip && early->msgs_any)) long_lived(P_ + "msgs");
+            if (mw.finished.any() || (skip && early->finished_any)) long_lived(P_ + "finished");
+            if (mw.open_msgs.any() || (skip && early->open_any)) long_lived(P_ + "open-msgs");
             if (change_count > 0) {
                 std::uint64_t seq = change_count - changes.size();
                 const std::string sk = P_ + "identities-stream";
@@ -455,54 +764,17 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
             }
         }
 
-        // Recipients: one HSET per run of a message's rows, the address index.
+        // Recipients, but those the early copy wrote.
         {
+            RecipientWriter rw(w, P_, MT);
             auto rows = db.rows(
-                "SELECT queue_id, address, domain, state, attempts, first_attempt, last_attempt, "
-                "first_deferral, "
-                "reply_code, enhanced, reply_text, stage, relay, category FROM recipients ORDER BY id");
-            std::vector<std::string> hset;
-            std::string run_q;
-            auto flush = [&] {
-                if (hset.size() > 2) {
-                    w.command(hset);
-                    w.command({"EXPIRE", hset[1], MT});
-                }
-                hset.clear();
-            };
-            auto time_or_empty = [&](int i) { return rows.null(i) ? std::string() : decimal(rows.i64(i)); };
+                (std::string("SELECT ") + kRecipientColumns + " FROM recipients ORDER BY id").c_str());
             while (rows.next()) {
-                const std::string_view q = rows.text(0);
-                if (hset.empty() || q != run_q) {
-                    flush();
-                    run_q.assign(q);
-                    hset = {"HSET", P_ + "rcpt:" + run_q};
-                }
-                const std::string_view a = rows.text(1);
-                const std::string last = time_or_empty(6);
-                JsonObject j;
-                j.add("queue_id", q)
-                    .add("address", a)
-                    .add("domain", rows.text(2))
-                    .add("state", rows.text(3))
-                    .add("attempts", decimal(rows.i64(4)))
-                    .add("first_attempt", time_or_empty(5))
-                    .add("last_attempt", last)
-                    .add("first_deferral", time_or_empty(7))
-                    .add("reply_code", decimal(rows.i64(8)))
-                    .add("enhanced", rows.text(9))
-                    .add("reply_text", rows.text(10))
-                    .add("stage", rows.text(11))
-                    .add("relay", rows.text(12))
-                    .add("category", rows.text(13));
-                hset.emplace_back(a);
-                hset.push_back(j.done());
-                const std::string ak = P_ + "addr:" + std::string(a);
-                w.command({"ZADD", ak, last.empty() ? std::string_view("0") : std::string_view(last), q});
-                w.command({"EXPIRE", ak, MT});
+                if (copied_early(&EarlyCopy::recipients, rows.i64(kRecipientId))) continue;
+                rw.row(rows);
                 ++stats.recipients;
             }
-            flush();
+            rw.flush();
         }
 
         // Destinations and their open episodes (ingest.lua: deferral, success;
@@ -778,7 +1050,7 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
             if (seen_hours.any()) w.command({"EXPIRE", P_ + "seen-hours", ST});
         }
         w.drain();
-        stats.commands = w.sent();
+        stats.commands = w.sent() + (skip ? early->commands : 0);
         auto done = eval("bulk_load", {}, {P_, "finish", std::string(owner), KT});
         if (done->type != REDIS_REPLY_INTEGER || done->integer != 1)
             throw Failure{

@@ -110,6 +110,7 @@ class RedisLedger final : public Ledger {
         shas_.resize(redis_scripts().size());
     }
     ~RedisLedger() override {
+        stop_early();
         if (ctx_) redisFree(ctx_);
     }
 
@@ -219,6 +220,8 @@ class RedisLedger final : public Ledger {
 
     Status bulk_load_release(std::string_view owner) override;
 
+    Result<BulkLoadFeed> bulk_load_early(const std::string& sqlite_path, std::string_view owner) override;
+
     Result<LedgerStats> stats() override;
 
     LedgerCounters counters() const noexcept override { return counters_.snapshot(); }
@@ -226,7 +229,14 @@ class RedisLedger final : public Ledger {
   private:
     // bulk_load.lua's reply: {outcome, detail}
     std::pair<std::string, std::string> bulk_load_script(const char* op, std::string_view owner);
-    std::uint64_t wipe_prefix_locked();
+    std::uint64_t wipe_prefix_locked(bool keep_marker = false);
+    // The early copy of a bulk load (redis_bulk.cpp): its thread copies the
+    // settled rows a chunk at a time, each chunk under the connection lock.
+    class EarlyCopy;
+    void early_copy_loop(EarlyCopy& e);
+    void early_chunk_locked(EarlyCopy& e, const std::vector<std::int64_t>& work);
+    // Ends the early copy's thread (its queue copied first unless unsettled).
+    void stop_early() noexcept;
     static std::string ttl(std::chrono::seconds s);
 
     std::string dest_key(DestinationKind kind, std::string_view name) const;
@@ -297,6 +307,7 @@ class RedisLedger final : public Ledger {
     std::chrono::milliseconds backoff_{0};
     std::vector<std::string> shas_;
     Counters counters_;
+    std::shared_ptr<EarlyCopy> early_;  // a bulk load's early copy, from bulk_load_early to bulk_load_copy
 };
 
 }  // namespace retryguard::ledger_detail::redis_backend

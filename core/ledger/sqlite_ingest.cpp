@@ -72,7 +72,7 @@ Result<IngestResult> SqliteLedger::ingest(std::span<const IngestItem> batch,
         dests_.clear();
     }
     if (!dest_cache_.active) dests_.clear();
-    qid_map_.commit_staged();
+    qid_map_.commit_staged(options_.sqlite_bulk_settled);
     counters_.events += result.applied;
     counters_.duplicates += result.duplicates;
     return counters_.count(Result<IngestResult>(result));

@@ -549,7 +549,9 @@ class SqliteLedger final : public Ledger {
             staged_recipients_.clear();
             staged_finished_.clear();
         }
-        void commit_staged() {
+        // settled: each message let go of, with its recipients' row ids
+        // (LedgerOptions::sqlite_bulk_settled), after the batch committed.
+        void commit_staged(const std::function<void(std::int64_t, std::span<const std::int64_t>)>& settled) {
             if (active_) {
                 for (auto& [queue_id, id] : staged_messages_) live_[queue_id].message = id;
                 for (auto& r : staged_recipients_)
@@ -559,7 +561,13 @@ class SqliteLedger final : public Ledger {
                     lingering_.push_back(std::move(finished));
                 }
                 while (!lingering_.empty() && lingering_.front().first < clock_ - kLinger) {
-                    live_.erase(lingering_.front().second);
+                    auto it = live_.find(lingering_.front().second);
+                    if (settled && it != live_.end() && it->second.message != 0) {
+                        settled_rows_.clear();
+                        for (const auto& r : it->second.recipients) settled_rows_.push_back(r.second);
+                        settled(it->second.message, settled_rows_);
+                    }
+                    if (it != live_.end()) live_.erase(it);
                     retired_.insert(hash(lingering_.front().second));
                     lingering_.pop_front();
                 }
@@ -629,6 +637,7 @@ class SqliteLedger final : public Ledger {
         std::vector<std::pair<std::int64_t, std::string>> staged_finished_;  // finished at, queue id
         std::deque<std::pair<std::int64_t, std::string>> lingering_;         // finished, still in live_
         std::int64_t clock_ = 0;  // the latest finish seen (log time)
+        std::vector<std::int64_t> settled_rows_;
     };
 
     static std::optional<std::string> opt_str(const Query& q, int i) {

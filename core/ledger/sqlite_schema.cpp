@@ -474,6 +474,7 @@ std::int64_t SqliteLedger::data_version() {
 void SqliteLedger::leave_queue_id_map(std::string_view why) {
     options_.warn("bulk mode: " + std::string(why) + ": building the queue-id indexes now");
     qid_map_.stop();
+    if (options_.sqlite_bulk_unsettled) options_.sqlite_bulk_unsettled();
     for (std::size_t i = 0; i < 2; ++i) exec(kSecondaryIndexes[i].create);
 }
 

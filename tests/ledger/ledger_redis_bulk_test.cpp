@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "ledger/ledger_events.hpp"
 #include "ledger/redis_server.hpp"
@@ -196,6 +198,8 @@ void feed(Ledger& l) {
     ASSERT_TRUE(l.save_engine_state("engine", std::string("state\0bytes", 11), *first, seq - 1).ok());
 }
 
+enum class Early { none, settled, unsettled };
+
 class BulkLoad : public testing::Test {
   protected:
     void SetUp() override {
@@ -220,42 +224,94 @@ class BulkLoad : public testing::Test {
         gethostname(host, sizeof host - 1);
         return std::string(host) + " " + pid + " 1 " + (dir_ / "load").string();
     }
+    void copy_and_compare(Early early);
     RedisServer* server_ = nullptr;
     std::string tag_;
     std::filesystem::path dir_;
 };
 
-TEST_F(BulkLoad, TheCopyHoldsWhatTheIngestScriptWrites) {
+// A message of the first batch logged again after it finished, long after:
+// bulk mode's queue-id map has let it go (settled) and must end.
+void feed_late_event(Ledger& l) {
+    auto r =
+        l.ingest(std::vector<IngestItem>{deferred(qid_for(1), 1795500000, "late@d1.example")}, std::nullopt);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+}
+
+// Feeds a (through the ingest script) and a temporary SQLite ledger alike,
+// copies the latter into b and compares every key. Early::settled: the SQLite
+// ledger in bulk mode hands its settled rows to b's early copy while it is
+// fed; Early::unsettled: and a late event ends its queue-id map.
+void BulkLoad::copy_and_compare(Early early) {
     const std::string pa = tag_ + ":a:", pb = tag_ + ":b:";
     auto a = redis(pa);
     ASSERT_TRUE(a);
     feed(*a);
+    if (early == Early::unsettled) feed_late_event(*a);
     auto keyer = a->event_keyer();
     ASSERT_TRUE(keyer);
     // The copy's ledger takes a's secret, as the import hands the claimed one on.
     Raw raw(server_->port());
     freeReplyObject(raw.cmd({"SET", pb + "event_keyer", raw.str({"GET", pa + "event_keyer"})}));
-    auto b = redis(pb);
+    auto bo = redis_options(*server_, pb);
+    bo.redis_bulk_early_chunk = 1;  // a chunk per message
+    auto opened = open_ledger(bo);
+    ASSERT_TRUE(opened.ok());
+    auto b = std::move(opened.value());
     auto claim = b->bulk_load_claim(owner());
     ASSERT_TRUE(claim.ok()) << claim.error().message;
     ASSERT_EQ(claim->outcome, BulkLoadClaim::Outcome::claimed);
     EXPECT_EQ(claim->dir, (dir_ / "load").string());
     EXPECT_EQ(claim->keyer.secret, keyer->secret);
+    const std::string path = (dir_ / "ledger.db").string();
     LedgerOptions so;
-    so.spec = "sqlite:" + (dir_ / "ledger.db").string();
+    so.spec = "sqlite:" + path;
     so.new_event_keyer = claim->keyer;
+    so.sqlite_bulk_build_indexes = false;
+    std::atomic<int> settled{0};
+    if (early != Early::none) {
+        auto f = b->bulk_load_early(path, claim->owner);
+        ASSERT_TRUE(f.ok()) << f.error().message;
+        so.sqlite_bulk_settled = [&settled, g = f->settled](std::int64_t m, std::span<const std::int64_t> r) {
+            ++settled;
+            g(m, r);
+        };
+        so.sqlite_bulk_unsettled = f->unsettled;
+    }
     {
         auto s = open_ledger(so);
         ASSERT_TRUE(s.ok()) << s.error().message;
+        if (early != Early::none) (*s)->set_bulk_mode(true);
         feed(**s);
+        if (early == Early::unsettled) {
+            // Once the early copy has written, so that there is something to remove.
+            for (int i = 0; i < 1000 && raw.str({"TYPE", pb + "msgs"}) != "zset"; ++i)
+                std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            ASSERT_EQ(raw.str({"TYPE", pb + "msgs"}), "zset") << "the early copy wrote nothing in 10 s";
+            feed_late_event(**s);
+        }
+        (*s)->set_bulk_mode(false);
     }
-    auto copied = b->bulk_load_copy((dir_ / "ledger.db").string(), claim->owner);
+    auto copied = b->bulk_load_copy(path, claim->owner);
     ASSERT_TRUE(copied.ok()) << copied.error().message;
     EXPECT_FALSE(copied->refused);
     EXPECT_EQ(copied->messages, 83u);
+    if (early == Early::none) {
+        EXPECT_EQ(copied->messages_early, 0u);
+    } else {
+        // Messages finished an hour of log time before the expiry were settled.
+        EXPECT_GT(settled.load(), 40);
+        if (early == Early::settled) {
+            EXPECT_EQ(copied->messages_early, static_cast<std::uint64_t>(settled.load()));
+            EXPECT_FALSE(copied->early_redone);
+        } else {
+            EXPECT_TRUE(copied->early_redone) << "what the early copy wrote is removed and copied again";
+            EXPECT_EQ(copied->messages_early, 0u);
+        }
+    }
     std::size_t events = 0;
     for (const auto& b : batches()) events += b.size();
-    EXPECT_EQ(copied->seen_keys, events);
+    EXPECT_EQ(copied->seen_keys, events + (early == Early::unsettled ? 1 : 0));
     const auto da = dump_prefix(raw, pa), db = dump_prefix(raw, pb);
     EXPECT_GT(da.size(), 800u);
     EXPECT_EQ(da, db);
@@ -275,6 +331,22 @@ TEST_F(BulkLoad, TheCopyHoldsWhatTheIngestScriptWrites) {
     ASSERT_TRUE(ma.ok() && mb.ok());
     ASSERT_EQ(mb->size(), 1u);
     EXPECT_EQ((*mb)[0].attempts, (*ma)[0].attempts);
+}
+
+TEST_F(BulkLoad, TheCopyHoldsWhatTheIngestScriptWrites) {
+    copy_and_compare(Early::none);
+}
+
+// The rows bulk mode's queue-id map let go of are copied while the import
+// runs, the rest at the end: the same keys.
+TEST_F(BulkLoad, TheEarlyCopyAndTheRestHoldWhatTheIngestScriptWrites) {
+    copy_and_compare(Early::settled);
+}
+
+// A settled message logged again: its rows changed after they were copied, so
+// the copy starts over (and the result is the same).
+TEST_F(BulkLoad, AnUnsettledEarlyCopyIsRemovedAndDoneAgain) {
+    copy_and_compare(Early::unsettled);
 }
 
 TEST_F(BulkLoad, ALedgerWithDataIsNotClaimed) {

@@ -389,6 +389,11 @@ struct BulkLoadClaim {
 struct BulkLoadStats {
     std::uint64_t messages = 0, recipients = 0, destinations = 0, episodes = 0, seen_keys = 0;
     std::uint64_t commands = 0;  // Redis commands sent
+    // Messages (with their recipients) copied while the import ran
+    // (bulk_load_early), and whether those keys were removed and everything
+    // copied at the end instead (the temporary ledger reported them unsettled).
+    std::uint64_t messages_early = 0;
+    bool early_redone = false;
     // Nothing was copied and the marker is gone: the ledger is no longer empty
     // (another writer came first); import the files batch by batch.
     bool refused = false;
@@ -430,6 +435,18 @@ class LedgerIngest {
     virtual Result<BulkLoadClaim> bulk_load_claim(std::string_view owner);
     virtual Result<BulkLoadStats> bulk_load_copy(const std::string& sqlite_path, std::string_view owner);
     virtual Status bulk_load_release(std::string_view owner);
+    // early: called after a claim, before the import into the temporary
+    // ledger at `sqlite_path`; returns the two functions that ledger's
+    // options take (LedgerOptions::sqlite_bulk_settled, _unsettled), through
+    // which the rows no later line changes are copied while the import runs.
+    // copy then copies only the rest; when the rows were reported unsettled
+    // (or the early copy failed), it removes what the early copy wrote and
+    // copies everything.
+    struct BulkLoadFeed {
+        std::function<void(std::int64_t message_row, std::span<const std::int64_t> recipient_rows)> settled;
+        std::function<void()> unsettled;
+    };
+    virtual Result<BulkLoadFeed> bulk_load_early(const std::string& sqlite_path, std::string_view owner);
 
     // The key function of this ledger's events (its secret and horizon), for
     // a caller that computes IngestItem::key ahead on another thread. nullopt
@@ -588,6 +605,21 @@ struct LedgerOptions {
     // The event-key secret a new SQLite ledger takes instead of a random one
     // (the bulk load's temporary ledger takes the Redis ledger's). Not a setting.
     std::optional<EventKeyer> new_event_keyer;
+    // Bulk mode's queue-id map (SQLite, into an empty ledger): called on the
+    // writing thread after a batch commits, with the row ids of a message the
+    // map let go of (finished an hour of log time before the latest finish)
+    // and of its recipients: no later batch changes these rows while the map
+    // lasts. unsettled: the map ended before bulk mode did (a let-go queue id
+    // logged again, another writer, a failed batch), so rows given before may
+    // change after all. The Redis bulk load copies settled rows while the
+    // import runs (LedgerIngest::bulk_load_early). Not a setting.
+    std::function<void(std::int64_t message_row, std::span<const std::int64_t> recipient_rows)>
+        sqlite_bulk_settled;
+    std::function<void()> sqlite_bulk_unsettled;
+    // The Redis bulk load's early copy wakes when this many numbers (a
+    // message's row, its recipients' count and rows) are queued. 0: 16384.
+    // Not a setting: tests make it small.
+    std::size_t redis_bulk_early_chunk = 0;
     // Redis
     std::string key_prefix = "retryguard:";
     std::chrono::milliseconds connect_timeout{200};
