@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <deque>
 #include <map>
+#include <set>
 #include <span>
 #include <system_error>
 #include <thread>
@@ -309,7 +310,7 @@ class MessageWriter {
 
   private:
     BulkWriter& w_;
-    const std::string &P_, &MT_;
+    const std::string P_, MT_;  // copies: a temporary may be passed
     std::vector<std::string> hset_;
 
   public:
@@ -362,9 +363,106 @@ class RecipientWriter {
 
   private:
     BulkWriter& w_;
-    const std::string &P_, &MT_;
+    const std::string P_, MT_;  // copies: a temporary may be passed
     std::vector<std::string> hset_;
     std::string run_q_;
+};
+
+// Closed episodes (ingest.lua: success), rows an import only adds.
+constexpr const char* kEpisodesAfter =
+    "SELECT id, kind, name, first_deferral, last_deferral, ended, attempts, messages, categories, "
+    "last_reply, "
+    "last_relay FROM episodes WHERE id > ?1 ORDER BY id";
+
+class EpisodeWriter {
+  public:
+    EpisodeWriter(BulkWriter& w, const std::string& P, const std::string& KT)
+        : w_(w), P_(P), KT_(KT), epsidx(w, {"ZADD", P + "epsidx", "NX"}) {}
+
+    void row(const SqliteReader::Rows& rows) {
+        const std::string key = P_ + "eps:" + std::string(rows.text(1)) + ":" + std::string(rows.text(2));
+        const std::string ended = decimal(rows.i64(5));
+        JsonObject j;
+        j.add("id", decimal(rows.i64(0)))
+            .add("first", decimal(rows.i64(3)))
+            .add("last", decimal(rows.i64(4)))
+            .add("ended", ended)
+            .add("attempts", decimal(rows.i64(6)))
+            .add("messages", decimal(rows.i64(7)))
+            .add("categories", decimal(rows.i64(8)))
+            .add("last_reply", rows.text(9))
+            .add("last_relay", rows.text(10));
+        w_.command({"ZADD", key, ended, j.done()});
+        w_.command({"EXPIRE", key, KT_});
+        epsidx.add(ended, std::string(rows.text(1)) + "\t" + std::string(rows.text(2)));
+        last_id = std::max(last_id, rows.i64(0));
+        ++count;
+    }
+
+  private:
+    BulkWriter& w_;
+    const std::string P_, KT_;
+
+  public:
+    Variadic epsidx;
+    std::int64_t last_id = 0;
+    std::uint64_t count = 0;
+};
+
+// Replay keys: one set per hour of event time (ingest.lua), from the packed
+// (time, key) pairs of seen_batches (rows an import only adds) and the rows
+// of seen_events.
+constexpr const char* kSeenBatchesAfter = "SELECT id, keys FROM seen_batches WHERE id > ?1 ORDER BY id";
+
+class SeenWriter {
+  public:
+    SeenWriter(BulkWriter& w, const std::string& P, const std::string& ST) : w_(w), P_(P), ST_(ST) {}
+
+    void batch(const SqliteReader::Rows& rows) {
+        const std::string_view keys = rows.text(1);
+        const auto* p = reinterpret_cast<const unsigned char*>(keys.data());
+        auto u64 = [](const unsigned char* b) {
+            std::uint64_t v = 0;
+            for (int i = 7; i >= 0; --i) v = (v << 8) | b[i];
+            return v;
+        };
+        for (std::size_t i = 0; i + 16 <= keys.size(); i += 16)
+            add(static_cast<std::int64_t>(u64(p + i)), u64(p + i + 8));
+        last_id = std::max(last_id, rows.i64(0));
+    }
+    void add(std::int64_t t, std::uint64_t key) {
+        constexpr std::int64_t kHour = 3'600'000'000LL;
+        const std::int64_t h = t >= 0 ? t / kHour : (t - kHour + 1) / kHour;
+        auto& list = pending_[h];
+        list.push_back(key_hex(key));
+        if (list.size() >= 2000) send(h, list);
+        ++keys;
+    }
+    // What is pending, each hour's set with its TTL.
+    void flush() {
+        for (auto& [h, list] : pending_) {
+            if (!list.empty()) send(h, list);
+            w_.command({"EXPIRE", P_ + "seen:" + decimal(h), ST_});
+            hours.insert(h);
+        }
+        pending_.clear();
+    }
+
+  private:
+    void send(std::int64_t h, std::vector<std::string>& list) {
+        std::vector<std::string> cmd{"SADD", P_ + "seen:" + decimal(h)};
+        cmd.insert(cmd.end(), std::make_move_iterator(list.begin()), std::make_move_iterator(list.end()));
+        w_.command(cmd);
+        list.clear();
+    }
+    BulkWriter& w_;
+    const std::string P_, ST_;
+    std::map<std::int64_t, std::vector<std::string>> pending_;
+
+  public:
+    std::set<std::int64_t> hours;  // written
+    std::int64_t last_id = 0;
+    std::uint64_t keys = 0;
 };
 
 // Row ids copied early, by row id.
@@ -524,6 +622,11 @@ class RedisLedger::EarlyCopy {
     std::optional<Error> failed;
     RowSet messages, recipients;
     std::uint64_t copied_messages = 0, copied_recipients = 0, commands = 0;
+    // Episodes and replay-key batches up to these row ids are copied.
+    std::int64_t episode_id = 0, seen_id = 0, episode_ids = 0;
+    std::uint64_t episodes = 0, seen_keys = 0;
+    bool epsidx_any = false;
+    std::set<std::int64_t> hours;
 
     void settled(std::int64_t message, std::span<const std::int64_t> rcpts) {
         if (dead.load(std::memory_order_relaxed)) return;
@@ -623,7 +726,8 @@ void RedisLedger::early_chunk_locked(EarlyCopy& e, const std::vector<std::int64_
         e.db->rows((std::string("SELECT ") + kMessageColumns + " FROM messages WHERE id = ?1").c_str());
     auto rcpt =
         e.db->rows((std::string("SELECT ") + kRecipientColumns + " FROM recipients WHERE id = ?1").c_str());
-    const std::string MT = ttl(options_.message_ttl);
+    const std::string MT = ttl(options_.message_ttl), KT = ttl(options_.key_ttl);
+    const std::string ST = ttl(options_.seen_ttl + std::chrono::hours(1));
     BulkWriter w(ctx_, [this] { drop_connection(); });
     MessageWriter mw(w, P_, MT);
     RecipientWriter rw(w, P_, MT);
@@ -649,6 +753,27 @@ void RedisLedger::early_chunk_locked(EarlyCopy& e, const std::vector<std::int64_
         rw.flush();
     }
     mw.flush();
+    {
+        EpisodeWriter ew(w, P_, KT);
+        auto rows = e.db->rows(kEpisodesAfter);
+        rows.bind(e.episode_id);
+        while (rows.next()) ew.row(rows);
+        ew.epsidx.flush();
+        e.epsidx_any = e.epsidx_any || ew.epsidx.any();
+        e.episode_id = std::max(e.episode_id, ew.last_id);
+        e.episode_ids = std::max(e.episode_ids, ew.last_id);
+        e.episodes += ew.count;
+    }
+    {
+        SeenWriter sw(w, P_, ST);
+        auto rows = e.db->rows(kSeenBatchesAfter);
+        rows.bind(e.seen_id);
+        while (rows.next()) sw.batch(rows);
+        sw.flush();
+        e.seen_id = std::max(e.seen_id, sw.last_id);
+        e.seen_keys += sw.keys;
+        e.hours.insert(sw.hours.begin(), sw.hours.end());
+    }
     e.msgs_any = e.msgs_any || mw.msgs.any();
     e.finished_any = e.finished_any || mw.finished.any();
     e.open_any = e.open_any || mw.open_msgs.any();
@@ -855,36 +980,17 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
             }
         }
 
-        // Closed episodes (ingest.lua: success) and the counters.
-        std::int64_t episode_ids = 0;
+        // Closed episodes (ingest.lua: success) but those the early copy wrote, and the counters.
+        std::int64_t episode_ids = skip ? early->episode_ids : 0;
         {
-            Variadic epsidx(w, {"ZADD", P_ + "epsidx", "NX"});
-            auto rows = db.rows(
-                "SELECT id, kind, name, first_deferral, last_deferral, ended, attempts, messages, "
-                "categories, "
-                "last_reply, last_relay FROM episodes ORDER BY id");
-            while (rows.next()) {
-                const std::string key =
-                    P_ + "eps:" + std::string(rows.text(1)) + ":" + std::string(rows.text(2));
-                const std::string ended = decimal(rows.i64(5));
-                JsonObject j;
-                j.add("id", decimal(rows.i64(0)))
-                    .add("first", decimal(rows.i64(3)))
-                    .add("last", decimal(rows.i64(4)))
-                    .add("ended", ended)
-                    .add("attempts", decimal(rows.i64(6)))
-                    .add("messages", decimal(rows.i64(7)))
-                    .add("categories", decimal(rows.i64(8)))
-                    .add("last_reply", rows.text(9))
-                    .add("last_relay", rows.text(10));
-                w.command({"ZADD", key, ended, j.done()});
-                w.command({"EXPIRE", key, KT});
-                epsidx.add(ended, std::string(rows.text(1)) + "\t" + std::string(rows.text(2)));
-                episode_ids = std::max(episode_ids, rows.i64(0));
-                ++stats.episodes;
-            }
-            epsidx.flush();
-            if (epsidx.any()) long_lived(P_ + "epsidx");
+            EpisodeWriter ew(w, P_, KT);
+            auto rows = db.rows(kEpisodesAfter);
+            rows.bind(skip ? early->episode_id : 0);
+            while (rows.next()) ew.row(rows);
+            ew.epsidx.flush();
+            if (ew.epsidx.any() || (skip && early->epsidx_any)) long_lived(P_ + "epsidx");
+            episode_ids = std::max(episode_ids, ew.last_id);
+            stats.episodes = ew.count + (skip ? early->episodes : 0);
         }
         {
             std::vector<std::string> counts{"HSET", P_ + "counts"};
@@ -998,54 +1104,23 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
             if (any) long_lived(P_ + "pos");
         }
 
-        // Replay keys: one set per hour of event time (ingest.lua), from the
-        // packed (time, key) pairs of seen_batches and the rows of seen_events.
+        // Replay keys but those the early copy wrote, and the index of their hours.
         {
-            constexpr std::int64_t kHour = 3'600'000'000LL;
-            std::map<std::int64_t, std::vector<std::string>> hours;
-            auto add = [&](std::int64_t t, std::uint64_t key) {
-                const std::int64_t h = t >= 0 ? t / kHour : (t - kHour + 1) / kHour;
-                auto& list = hours[h];
-                list.push_back(key_hex(key));
-                if (list.size() >= 2000) {
-                    std::vector<std::string> cmd{"SADD", P_ + "seen:" + decimal(h)};
-                    cmd.insert(cmd.end(), std::make_move_iterator(list.begin()),
-                               std::make_move_iterator(list.end()));
-                    w.command(cmd);
-                    list.clear();
-                }
-                ++stats.seen_keys;
-            };
+            SeenWriter sw(w, P_, ST);
+            if (skip) sw.hours = early->hours;
             {
-                auto rows = db.rows("SELECT keys FROM seen_batches ORDER BY id");
-                while (rows.next()) {
-                    const std::string_view keys = rows.text(0);
-                    const auto* p = reinterpret_cast<const unsigned char*>(keys.data());
-                    auto u64 = [](const unsigned char* b) {
-                        std::uint64_t v = 0;
-                        for (int i = 7; i >= 0; --i) v = (v << 8) | b[i];
-                        return v;
-                    };
-                    for (std::size_t i = 0; i + 16 <= keys.size(); i += 16)
-                        add(static_cast<std::int64_t>(u64(p + i)), u64(p + i + 8));
-                }
+                auto rows = db.rows(kSeenBatchesAfter);
+                rows.bind(skip ? early->seen_id : 0);
+                while (rows.next()) sw.batch(rows);
             }
             {
                 auto rows = db.rows("SELECT time, key FROM seen_events");
-                while (rows.next()) add(rows.i64(0), static_cast<std::uint64_t>(rows.i64(1)));
+                while (rows.next()) sw.add(rows.i64(0), static_cast<std::uint64_t>(rows.i64(1)));
             }
+            sw.flush();
+            stats.seen_keys = sw.keys + (skip ? early->seen_keys : 0);
             Variadic seen_hours(w, {"ZADD", P_ + "seen-hours"});
-            for (auto& [h, list] : hours) {
-                const std::string k = P_ + "seen:" + decimal(h);
-                if (!list.empty()) {
-                    std::vector<std::string> cmd{"SADD", k};
-                    cmd.insert(cmd.end(), std::make_move_iterator(list.begin()),
-                               std::make_move_iterator(list.end()));
-                    w.command(cmd);
-                }
-                w.command({"EXPIRE", k, ST});
-                seen_hours.add(decimal(h), decimal(h));
-            }
+            for (const auto h : sw.hours) seen_hours.add(decimal(h), decimal(h));
             seen_hours.flush();
             if (seen_hours.any()) w.command({"EXPIRE", P_ + "seen-hours", ST});
         }
