@@ -3,19 +3,12 @@
 // printing the verdicts the history produces. Glue only.
 #include <fmt/format.h>
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <deque>
-#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -27,6 +20,7 @@
 #include "retryguard/ingest/ingest.hpp"
 #include "retryguard/log/log_reader.hpp"
 #include "retryguard/rules/verdict_log.hpp"
+#include "retryguard/runtime/bulk_load.hpp"
 #include "retryguard/runtime/runtime.hpp"
 
 namespace retryguard::cli {
@@ -298,116 +292,28 @@ int import_into(Runtime* rt, const ImportOptions& opt) {
 }
 
 // ledger.redis.bulk_load: into an empty Redis ledger, the files go into a
-// temporary SQLite ledger (with the Redis ledger's event-key secret) whose
-// tables are then copied into Redis once (docs/ledger.md, "Bulk load into an
-// empty Redis ledger"). nullopt: not done (the ledger holds data, or the claim
-// failed), import batch by batch.
+// temporary SQLite ledger whose rows are copied into Redis
+// (retryguard/runtime/bulk_load.hpp). nullopt: not done, import batch by batch.
 std::optional<int> bulk_load(Runtime& rt, const ImportOptions& opt) {
-    // The temporary ledger's directory is named in the marker: an import
-    // killed before the copy was complete leaves both, and the next one on
-    // this host resumes that ledger (an SQLite import's own resume: what it
-    // has is skipped, its verdict lines are written once) and copies it again.
-    char host[256] = {};
-    if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "?");
-    const auto now = std::chrono::time_point_cast<TimePoint::duration>(std::chrono::system_clock::now());
-    const char* tmp_env = std::getenv("TMPDIR");
-    // Made once the ledger is claimed, so that no attempt leaves an empty one.
-    const std::string dir =
-        fmt::format("{}/retryguard-bulk-load.{}.{}", tmp_env && *tmp_env ? tmp_env : "/var/tmp",
-                    static_cast<long>(getpid()), to_micros(now));
-    const std::string owner =
-        fmt::format("{} {} {} {}", host, static_cast<long>(getpid()), to_micros(now), dir);
-    auto claim = rt.ledger->bulk_load_claim(owner);
-    if (!claim) {
-        fmt::print(stderr, "retryguard import: bulk load: {}; importing batch by batch\n",
-                   claim.error().message);
-        return std::nullopt;
+    using Kind = BulkLoadOutcome::Kind;
+    const auto out = run_bulk_load(
+        rt, [&](Runtime& local) { return import_into(&local, opt); },
+        [](const std::string& line) { fmt::print(stderr, "retryguard import: {}\n", line); });
+    switch (out.kind) {
+        case Kind::not_done: return std::nullopt;
+        case Kind::refused: return import_into(&rt, opt);
+        case Kind::attention: return kExitAttention;
+        case Kind::done: break;
     }
-    if (claim->outcome == BulkLoadClaim::Outcome::busy) {
-        fmt::print(
-            stderr,
-            "retryguard import: another bulk load of this ledger has not finished (owner: {}); if that "
-            "process is gone, run this import on its host, which resumes it\n",
-            claim->detail);
-        return kExitAttention;
-    }
-    if (claim->outcome == BulkLoadClaim::Outcome::not_empty) return std::nullopt;
-    if (claim->wiped_keys > 0)
-        fmt::print(stderr,
-                   "retryguard import: bulk load: removed {} keys an unfinished copy into Redis had "
-                   "written\n",
-                   claim->wiped_keys);
-    // Resuming: the unfinished load's directory (its ledger, if it made one).
-    if (claim->dir != dir)
-        fmt::print(stderr, "retryguard import: bulk load: resuming the unfinished bulk load in {}\n",
-                   claim->dir);
-    struct RemoveDir {
-        std::string dir;
-        bool keep = true;
-        ~RemoveDir() {
-            std::error_code ec;
-            if (!keep) std::filesystem::remove_all(dir, ec);
-        }
-    } work{claim->dir, true};
-    if (mkdir(claim->dir.c_str(), 0700) != 0 && errno != EEXIST) {
-        fmt::print(stderr, "retryguard import: bulk load: cannot make {}: {}; importing batch by batch\n",
-                   claim->dir, std::strerror(errno));
-        (void)rt.ledger->bulk_load_release(claim->owner);
-        return std::nullopt;
-    }
-    auto config = std::make_shared<config::Config>(*rt.config);
-    config->ledger.backend = config::LedgerBackend::sqlite;
-    config->ledger.sqlite_path = claim->dir + "/ledger.db";
-    LedgerOptions lo = ledger_options_from(*config);
-    lo.new_event_keyer = claim->keyer;
-    lo.sqlite_bulk_build_indexes = false;  // the copy reads in rowid order
-    // The rows no later line changes are copied while the import runs.
-    if (auto feed = rt.ledger->bulk_load_early(config->ledger.sqlite_path, claim->owner)) {
-        lo.sqlite_bulk_settled = std::move(feed->settled);
-        lo.sqlite_bulk_unsettled = std::move(feed->unsettled);
-    }
-    auto ledger = open_configured_ledger(lo);
-    if (!ledger) {
-        fmt::print(stderr, "retryguard import: bulk load: {}; importing batch by batch\n",
-                   ledger.error().message);
-        (void)rt.ledger->bulk_load_release(claim->owner);
-        work.keep = false;
-        return std::nullopt;
-    }
-    Runtime local;
-    local.config = config;
-    local.ledger = std::move(ledger.value());
-    local.classifier = rt.classifier;
-    const int rc = import_into(&local, opt);
-    local.ledger.reset();  // closed: its WAL is in the file
-    const auto copy_from = std::chrono::steady_clock::now();
-    auto copied = rt.ledger->bulk_load_copy(config->ledger.sqlite_path, claim->owner);
-    if (copied && copied->refused) {
-        work.keep = false;
-        fmt::print(stderr,
-                   "retryguard import: bulk load: {}; importing the files again, batch by batch (their "
-                   "verdict lines are written again)\n",
-                   copied->refused_why);
-        return import_into(&rt, opt);
-    }
-    if (!copied) {
-        fmt::print(stderr, "retryguard import: bulk load: copying into Redis: {}\n", copied.error().message);
-        fmt::print(stderr,
-                   "retryguard import: bulk load: {} is kept; run the same import again on this host: it "
-                   "removes what was copied and copies again\n",
-                   claim->dir);
-        return kExitAttention;
-    }
-    work.keep = false;
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_from).count();
+    const auto& c = out.stats;
     fmt::print(
         stderr,
         "retryguard import: bulk load: copied {} messages, {} recipients, {} destinations, {} episodes and "
-        "{} replay keys into Redis ({} commands, {} messages while importing{}; {:.2f} s after the import)\n",
-        copied->messages, copied->recipients, copied->destinations, copied->episodes, copied->seen_keys,
-        copied->commands, copied->messages_early, copied->early_redone ? ", removed and copied again" : "",
-        secs);
-    return rc;
+        "{} replay keys into Redis ({} commands, {} messages while importing{}; {:.2f} s after the "
+        "import)\n",
+        c.messages, c.recipients, c.destinations, c.episodes, c.seen_keys, c.commands, c.messages_early,
+        c.early_redone ? ", removed and copied again" : "", out.copy_seconds);
+    return out.import_rc;
 }
 
 int run_import(const ImportOptions& opt) {

@@ -19,15 +19,6 @@
 namespace retryguard::ledger_test {
 namespace {
 
-LedgerOptions redis_options(const RedisServer& server, const std::string& prefix) {
-    LedgerOptions o;
-    o.spec = server.spec();
-    o.key_prefix = prefix;
-    o.connect_timeout = std::chrono::milliseconds(500);
-    o.command_timeout = std::chrono::milliseconds(5000);
-    return o;
-}
-
 struct Raw {
     redisContext* c = nullptr;
     explicit Raw(int port) { c = redisConnect("127.0.0.1", port); }
@@ -215,7 +206,7 @@ class BulkLoad : public testing::Test {
         std::filesystem::remove_all(dir_, ec);
     }
     std::unique_ptr<Ledger> redis(const std::string& prefix) {
-        auto l = open_ledger(redis_options(*server_, prefix));
+        auto l = open_ledger(server_->options(prefix, std::chrono::milliseconds(5000)));
         EXPECT_TRUE(l.ok());
         return l.ok() ? std::move(l.value()) : nullptr;
     }
@@ -253,7 +244,7 @@ void BulkLoad::copy_and_compare(Early early) {
     // The copy's ledger takes a's secret, as the import hands the claimed one on.
     Raw raw(server_->port());
     freeReplyObject(raw.cmd({"SET", pb + "event_keyer", raw.str({"GET", pa + "event_keyer"})}));
-    auto bo = redis_options(*server_, pb);
+    auto bo = server_->options(pb, std::chrono::milliseconds(5000));
     bo.redis_bulk_early_chunk = 1;  // a chunk per message
     auto opened = open_ledger(bo);
     ASSERT_TRUE(opened.ok());

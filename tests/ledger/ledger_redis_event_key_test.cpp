@@ -14,15 +14,6 @@
 namespace retryguard::ledger_test {
 namespace {
 
-LedgerOptions key_test_options(const RedisServer& server, const std::string& prefix) {
-    LedgerOptions o;
-    o.spec = server.spec();
-    o.key_prefix = prefix;
-    o.connect_timeout = std::chrono::milliseconds(500);
-    o.command_timeout = std::chrono::milliseconds(2000);
-    return o;
-}
-
 std::string hex_key(std::uint64_t key) {
     char buf[17];
     std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(key));
@@ -52,7 +43,7 @@ struct Raw {
 
 // A ledger on the shared server under `prefix` (nullptr, and a failure, when it cannot open).
 std::unique_ptr<Ledger> open_on(const std::string& prefix) {
-    auto l = open_ledger(key_test_options(*RedisServer::shared(), prefix));
+    auto l = open_ledger(RedisServer::shared()->options(prefix));
     EXPECT_TRUE(l.ok()) << l.error().message;
     return l.ok() ? std::move(l).value() : nullptr;
 }

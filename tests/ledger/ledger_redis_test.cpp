@@ -14,22 +14,13 @@ struct StopServer : testing::Environment {
 };
 [[maybe_unused]] auto* const kStop = testing::AddGlobalTestEnvironment(new StopServer);
 
-LedgerOptions options_for(const RedisServer& server, const std::string& prefix) {
-    LedgerOptions o;
-    o.spec = server.spec();
-    o.key_prefix = prefix;
-    o.connect_timeout = std::chrono::milliseconds(500);
-    o.command_timeout = std::chrono::milliseconds(2000);
-    return o;
-}
-
 LedgerBackend redis_backend() {
     LedgerBackend b;
     b.name = "redis";
     b.open = [](const std::string& tag) -> Result<std::unique_ptr<Ledger>> {
         auto* server = RedisServer::shared();
         if (!server) return make_error(ErrorKind::unavailable, "no redis-server");
-        return open_ledger(options_for(*server, "rgtest:" + tag + ":"));
+        return open_ledger(server->options("rgtest:" + tag + ":"));
     };
     b.precondition = [] { RETRYGUARD_REQUIRE_REDIS(RedisServer::shared()); };
     return b;
@@ -51,7 +42,7 @@ struct RawRedis {
 TEST(LedgerRedis, EveryKeyHasATimeToLive) {
     auto* server = RedisServer::shared();
     RETRYGUARD_REQUIRE_REDIS(server);
-    auto l = open_ledger(options_for(*server, "rgttl:"));
+    auto l = open_ledger(server->options("rgttl:"));
     ASSERT_TRUE(l.ok());
     FollowerPosition p;
     p.source = "file:/x";
@@ -79,7 +70,7 @@ TEST(LedgerRedis, EveryKeyHasATimeToLive) {
 TEST(LedgerRedis, ScriptsForgottenByTheServerAreSentAgain) {
     auto* server = RedisServer::shared();
     RETRYGUARD_REQUIRE_REDIS(server);
-    auto l = open_ledger(options_for(*server, "rgflush:"));
+    auto l = open_ledger(server->options("rgflush:"));
     ASSERT_TRUE(l.ok());
     ASSERT_TRUE((*l)->ingest(std::vector<IngestItem>{deferred("Q1", 1, "a@b.test")}, std::nullopt).ok());
     RawRedis raw(server->port());
@@ -100,7 +91,7 @@ TEST(LedgerRedis, ScriptsForgottenByTheServerAreSentAgain) {
 TEST(LedgerRedis, ReplaysAreRecognisedInThePerHourSeenSets) {
     auto* server = RedisServer::shared();
     RETRYGUARD_REQUIRE_REDIS(server);
-    auto l = open_ledger(options_for(*server, "rgseen:"));
+    auto l = open_ledger(server->options("rgseen:"));
     ASSERT_TRUE(l.ok());
     const auto stream = synthetic_stream(2000);  // about 2 h of event time
     // in batches of the import's size (one batch of all would be a slow script)
@@ -145,7 +136,7 @@ TEST(LedgerRedis, ReplaysAreRecognisedInThePerHourSeenSets) {
 TEST(LedgerRedis, ReplaysOfEventsRecordedByAnOlderLayoutAreRecognised) {
     auto* server = RedisServer::shared();
     RETRYGUARD_REQUIRE_REDIS(server);
-    auto l = open_ledger(options_for(*server, "rgold:"));
+    auto l = open_ledger(server->options("rgold:"));
     ASSERT_TRUE(l.ok());
     const auto stream = synthetic_stream(300);
     const auto half = std::span<const IngestItem>(stream).first(stream.size() / 2);
@@ -191,7 +182,7 @@ TEST(LedgerRedis, WithoutSmismemberEventsAreCheckedOneByOne) {
         ASSERT_TRUE(r && r->type == REDIS_REPLY_STATUS);
         freeReplyObject(r);
     }
-    auto o = options_for(server, "rgacl:");
+    auto o = server.options("rgacl:");
     o.redis_username = "oldlist";
     o.redis_password = "old-pw";
     auto l = open_ledger(o);
@@ -205,7 +196,7 @@ TEST(LedgerRedis, WithoutSmismemberEventsAreCheckedOneByOne) {
     EXPECT_EQ(whole->duplicates, 400u);
     EXPECT_EQ(whole->applied, stream.size() - 400);
     // the same ledger as one written with SMISMEMBER
-    auto ref = open_ledger(options_for(*RedisServer::shared(), "rgaclref:"));
+    auto ref = open_ledger(RedisServer::shared()->options("rgaclref:"));
     ASSERT_TRUE(ref.ok());
     ASSERT_TRUE((*ref)->ingest(stream, std::nullopt).ok());
     EXPECT_EQ(dump(**l, 100), dump(**ref, 100));
@@ -217,7 +208,7 @@ TEST(LedgerRedis, WithoutSmismemberEventsAreCheckedOneByOne) {
 TEST(LedgerRedis, TheFingerprintSetHoldsOnlyQueuedUnfinishedCopies) {
     auto* server = RedisServer::shared();
     RETRYGUARD_REQUIRE_REDIS(server);
-    auto l = open_ledger(options_for(*server, "rgfp:"));
+    auto l = open_ledger(server->options("rgfp:"));
     ASSERT_TRUE(l.ok());
     RawRedis raw(server->port());
     auto scard = [&] {
@@ -259,7 +250,7 @@ TEST(LedgerRedis, TheFingerprintSetHoldsOnlyQueuedUnfinishedCopies) {
 TEST(LedgerRedis, PipelinedIdentityBatchesSurviveAForgottenScript) {
     auto* server = RedisServer::shared();
     RETRYGUARD_REQUIRE_REDIS(server);
-    auto l = open_ledger(options_for(*server, "rgpipe:"));
+    auto l = open_ledger(server->options("rgpipe:"));
     ASSERT_TRUE(l.ok());
     auto batch = [](int from, int n) {
         std::vector<MessageIdentity> ids;
@@ -290,7 +281,7 @@ TEST(LedgerRedis, ServerGoneFailsOpenQuicklyAndRecovers) {
     RETRYGUARD_REQUIRE_REDIS(RedisServer::shared());
     RedisServer server;  // private: this test stops it
     ASSERT_TRUE(server.running());
-    auto o = options_for(server, "rgdown:");
+    auto o = server.options("rgdown:");
     o.connect_timeout = std::chrono::milliseconds(100);
     o.command_timeout = std::chrono::milliseconds(100);
     o.reconnect_min = std::chrono::milliseconds(50);
@@ -345,7 +336,7 @@ TEST(LedgerRedis, TheFirstLookupAfterARedisRestartIsAnswered) {
     RETRYGUARD_REQUIRE_REDIS(RedisServer::shared());
     RedisServer server;  // private: this test restarts it
     ASSERT_TRUE(server.running());
-    auto o = options_for(server, "rgrestart:");
+    auto o = server.options("rgrestart:");
     o.reconnect_min = std::chrono::seconds(30);  // a failure would fail open for 30 s
     o.reconnect_max = std::chrono::seconds(30);
     std::vector<std::string> warnings;
@@ -374,7 +365,7 @@ TEST(LedgerRedis, AConnectionResetDuringALargeWriteDoesNotKillTheProcess) {
     ASSERT_GE(pid, 0);
     if (pid == 0) {
         signal(SIGPIPE, SIG_DFL);  // as in a host process that never ignored it
-        auto o = options_for(*server, "rgpipe:");
+        auto o = server->options("rgpipe:");
         o.warn = [](std::string_view) {};
         auto l = open_ledger(o);
         if (!l || !(*l)->put_state("k", "v").ok()) _exit(3);
@@ -425,7 +416,7 @@ TEST(LedgerRedis, AuthenticatesWithThePasswordFromTheConfiguration) {
         freeReplyObject(redisCommand(c, "CONFIG SET requirepass s3cret"));
         redisFree(c);
     }
-    auto o = options_for(server, "rgauth:");
+    auto o = server.options("rgauth:");
     o.warn = [](std::string_view) {};
     {
         auto none = open_ledger(o);  // no password: the first command is refused
@@ -476,8 +467,8 @@ Status read_until(IdentityStream& stream, IdentityFilter& filter, Pred until) {
 TEST(LedgerRedis, IdentitiesWrittenOnOneConnectionReachAnotherConnectionsFilter) {
     auto* server = RedisServer::shared();
     RETRYGUARD_REQUIRE_REDIS(server);
-    auto a = open_ledger(options_for(*server, "rgstream1:"));
-    auto b = open_ledger(options_for(*server, "rgstream1:"));
+    auto a = open_ledger(server->options("rgstream1:"));
+    auto b = open_ledger(server->options("rgstream1:"));
     ASSERT_TRUE(a.ok() && b.ok());
     ASSERT_TRUE((*a)->record_identity({"S0", "<s0@x>", "fp-s0", "s@x", {"r@d.test"}, at(1)}).ok());
     auto stream = (*b)->open_identity_stream();
@@ -521,7 +512,7 @@ TEST(LedgerRedis, LostIdentityStreamEntriesAreReportedNotSkipped) {
     auto* server = RedisServer::shared();
     RETRYGUARD_REQUIRE_REDIS(server);
     const std::string prefix = "rgstream2:";
-    auto a = open_ledger(options_for(*server, prefix));
+    auto a = open_ledger(server->options(prefix));
     ASSERT_TRUE(a.ok());
     auto stream = (*a)->open_identity_stream();
     ASSERT_TRUE(stream.ok());
@@ -574,7 +565,7 @@ TEST(LedgerRedis, AnIdentityStreamWhoseServerWentAwayFailsAndRecovers) {
     RETRYGUARD_REQUIRE_REDIS(RedisServer::shared());
     RedisServer server;  // private: this test stops it
     ASSERT_TRUE(server.running());
-    auto o = options_for(server, "rgstream3:");
+    auto o = server.options("rgstream3:");
     o.connect_timeout = std::chrono::milliseconds(100);
     o.command_timeout = std::chrono::milliseconds(100);
     o.reconnect_min = std::chrono::milliseconds(50);

@@ -18,7 +18,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+
 #include <thread>
+#include "retryguard/ledger/ledger.hpp"
 
 #include <hiredis/hiredis.h>
 
@@ -67,6 +69,17 @@ class RedisServer {
     int port() const { return port_; }
     bool running() const { return pid_ > 0; }
     std::string spec() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+    // A ledger of this server under `prefix`, with a test's timeouts.
+    LedgerOptions options(const std::string& prefix,
+                          std::chrono::milliseconds command_timeout = std::chrono::milliseconds(2000)) const {
+        LedgerOptions o;
+        o.spec = spec();
+        o.key_prefix = prefix;
+        o.connect_timeout = std::chrono::milliseconds(500);
+        o.command_timeout = command_timeout;
+        return o;
+    }
 
     bool start() {
         if (pid_ > 0) return true;
