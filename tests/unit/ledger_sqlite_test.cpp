@@ -318,6 +318,65 @@ TEST(LedgerSqlite, BulkModeQueueIdMapGivesTheSameLedger) {
     }
 }
 
+// Bulk mode reports each message its queue-id map lets go of (finished an
+// hour of log time before the latest finish), with all its recipients' rows,
+// after the batch that let it go committed; and reports the map's early end
+// (a let-go queue id logged again), after which those rows may change.
+TEST(LedgerSqlite, BulkModeReportsSettledMessagesAndTheMapsEarlyEnd) {
+    const std::vector<std::vector<IngestItem>> batches = {
+        {client("A1", 10), queue_active("A1", 11, "s@x.test"), sent("A1", 12, "r@d.test"),
+         sent("A1", 13, "q@e.test"), removed("A1", 14)},
+        {client("B1", 20), queue_active("B1", 21, "s@x.test"), deferred("B1", 22, "p@d.test")},
+        {client("C1", 4000), queue_active("C1", 4001, "t@x.test"), sent("C1", 4002, "o@f.test"),
+         removed("C1", 4003)},
+        {deferred("A1", 4100, "n@d.test")},
+    };
+    const std::string path = db_path("settled");
+    std::vector<std::pair<std::int64_t, std::vector<std::int64_t>>> settled;
+    int unsettled = 0;
+    LedgerOptions o;
+    o.spec = "sqlite:" + path;
+    o.sqlite_bulk_settled = [&](std::int64_t m, std::span<const std::int64_t> r) {
+        settled.emplace_back(m, std::vector<std::int64_t>(r.begin(), r.end()));
+    };
+    o.sqlite_bulk_unsettled = [&] { ++unsettled; };
+    auto l = open_ledger(o);
+    ASSERT_TRUE(l.ok());
+    (*l)->set_bulk_mode(true);
+    for (std::size_t i = 0; i + 1 < batches.size(); ++i)
+        ASSERT_TRUE((*l)->ingest(batches[i], std::nullopt).ok());
+    // A1 finished at 14, more than an hour before C1 at 4003; B1 is not finished, C1 just now.
+    ASSERT_EQ(settled.size(), 1u);
+    EXPECT_EQ(unsettled, 0);
+    {
+        sqlite3* db = nullptr;
+        ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+        auto text = [&](const std::string& sql) {
+            sqlite3_stmt* st = nullptr;
+            EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK);
+            std::string out;
+            while (sqlite3_step(st) == SQLITE_ROW) {
+                if (!out.empty()) out += ",";
+                out += reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+            }
+            sqlite3_finalize(st);
+            return out;
+        };
+        EXPECT_EQ(text("SELECT queue_id FROM messages WHERE id = " + std::to_string(settled[0].first)), "A1");
+        std::string ids;
+        for (auto r : settled[0].second) ids += (ids.empty() ? "" : ",") + std::to_string(r);
+        EXPECT_EQ(text("SELECT address FROM recipients WHERE id IN (" + ids + ") ORDER BY address"),
+                  "q@e.test,r@d.test");
+        EXPECT_EQ(text("SELECT address FROM recipients WHERE queue_id = 'A1' ORDER BY address"),
+                  "q@e.test,r@d.test");
+        sqlite3_close(db);
+    }
+    ASSERT_TRUE((*l)->ingest(batches.back(), std::nullopt).ok());
+    EXPECT_EQ(unsettled, 1) << "A1 logged again after it was let go of";
+    (*l)->set_bulk_mode(false);
+    EXPECT_EQ(unsettled, 1);
+}
+
 // Bulk mode checkpoints on a thread of its own (BackgroundCheckpointer),
 // here every 16 pages and with the writer waiting for the WAL to start over
 // at 64. Many batches: the WAL stays bounded (it starts over, as with
