@@ -282,8 +282,9 @@ const std::vector<Entry>& table() {
         RG_GLOBAL(
             "ledger.redis.bulk_load", boolean, "true", "", kNone, 0, 0,
             "`retryguard import` into an empty Redis ledger records the files in a temporary SQLite ledger "
-            "(in $TMPDIR, else /var/tmp) and copies the result into Redis once (docs/ledger.md, \"Bulk "
-            "load into an empty Redis ledger\"). false: every batch goes through the ingest script.",
+            "(in $TMPDIR, else /var/tmp) and copies the result into Redis once, most of it while the import "
+            "runs (docs/ledger.md, \"Bulk load into an empty Redis ledger\"). false: every batch goes "
+            "through the ingest script.",
             ledger.redis_bulk_load),
         RG_GLOBAL("ledger.retention.events", duration, "30d", "duration", kNone, kHour, 3650 * kDay,
                   "Raw events older than this are pruned.", ledger.retention_events),
