@@ -654,7 +654,7 @@ class RedisLedger::EarlyCopy {
 
 Result<LedgerIngest::BulkLoadFeed> RedisLedger::bulk_load_early(const std::string& sqlite_path,
                                                                 std::string_view owner) {
-    stop_early();
+    discard_early();  // an earlier load that never copied
     auto e = std::make_shared<EarlyCopy>();
     e->sqlite_path = sqlite_path;
     e->owner = owner;
@@ -681,6 +681,11 @@ void RedisLedger::stop_early() noexcept {
     }
     early_->cv.notify_one();
     if (early_->thread.joinable()) early_->thread.join();
+}
+
+void RedisLedger::discard_early() noexcept {
+    if (early_) early_->dead = true;
+    stop_early();
 }
 
 void RedisLedger::early_copy_loop(EarlyCopy& e) {

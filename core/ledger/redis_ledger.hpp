@@ -110,7 +110,7 @@ class RedisLedger final : public Ledger {
         shas_.resize(redis_scripts().size());
     }
     ~RedisLedger() override {
-        stop_early();
+        discard_early();
         if (ctx_) redisFree(ctx_);
     }
 
@@ -237,6 +237,8 @@ class RedisLedger final : public Ledger {
     void early_chunk_locked(EarlyCopy& e, const std::vector<std::int64_t>& work);
     // Ends the early copy's thread (its queue copied first unless unsettled).
     void stop_early() noexcept;
+    // Ends it without copying its queue (a ledger closed without its copy).
+    void discard_early() noexcept;
     static std::string ttl(std::chrono::seconds s);
 
     std::string dest_key(DestinationKind kind, std::string_view name) const;
