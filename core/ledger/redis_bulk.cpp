@@ -623,7 +623,7 @@ class RedisLedger::EarlyCopy {
     RowSet messages, recipients;
     std::uint64_t copied_messages = 0, copied_recipients = 0, commands = 0;
     // Episodes and replay-key batches up to these row ids are copied.
-    std::int64_t episode_id = 0, seen_id = 0, episode_ids = 0;
+    std::int64_t episode_id = 0, seen_id = 0;
     std::uint64_t episodes = 0, seen_keys = 0;
     bool epsidx_any = false;
     std::set<std::int64_t> hours;
@@ -766,7 +766,6 @@ void RedisLedger::early_chunk_locked(EarlyCopy& e, const std::vector<std::int64_
         ew.epsidx.flush();
         e.epsidx_any = e.epsidx_any || ew.epsidx.any();
         e.episode_id = std::max(e.episode_id, ew.last_id);
-        e.episode_ids = std::max(e.episode_ids, ew.last_id);
         e.episodes += ew.count;
     }
     {
@@ -788,9 +787,8 @@ void RedisLedger::early_chunk_locked(EarlyCopy& e, const std::vector<std::int64_
 
 Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path, std::string_view owner) {
     // The early copy ends first: what it queued is copied, then the rest.
-    std::shared_ptr<EarlyCopy> early = std::move(early_);
+    const std::shared_ptr<EarlyCopy> early = early_;
     if (early) {
-        early_ = early;
         stop_early();
         early_.reset();
         early->db.reset();
@@ -844,9 +842,6 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
         // Messages, their indexes and identities (ingest.lua: msg(), set_identity, fp_queued, finish),
         // but those the early copy wrote; the identities stream from every row.
         const bool skip = early_wrote && !redo;
-        auto copied_early = [&](const RowSet EarlyCopy::*set, std::int64_t id) {
-            return skip && ((*early).*set).contains(id);
-        };
         if (skip) {
             stats.messages_early = early->copied_messages;
             stats.messages += early->copied_messages;
@@ -860,7 +855,7 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
             auto rows =
                 db.rows((std::string("SELECT ") + kMessageColumns + " FROM messages ORDER BY id").c_str());
             while (rows.next()) {
-                if (!copied_early(&EarlyCopy::messages, rows.i64(kMessageId))) {
+                if (!skip || !early->messages.contains(rows.i64(kMessageId))) {
                     mw.row(rows);
                     ++stats.messages;
                 }
@@ -900,7 +895,7 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
             auto rows = db.rows(
                 (std::string("SELECT ") + kRecipientColumns + " FROM recipients ORDER BY id").c_str());
             while (rows.next()) {
-                if (copied_early(&EarlyCopy::recipients, rows.i64(kRecipientId))) continue;
+                if (skip && early->recipients.contains(rows.i64(kRecipientId))) continue;
                 rw.row(rows);
                 ++stats.recipients;
             }
@@ -986,7 +981,7 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
         }
 
         // Closed episodes (ingest.lua: success) but those the early copy wrote, and the counters.
-        std::int64_t episode_ids = skip ? early->episode_ids : 0;
+        std::int64_t episode_ids = skip ? early->episode_id : 0;
         {
             EpisodeWriter ew(w, P_, KT);
             auto rows = db.rows(kEpisodesAfter);
