@@ -40,7 +40,9 @@ namespace {
 class SqliteReader {
   public:
     explicit SqliteReader(const std::string& path) {
-        if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+        // One thread at a time uses a reader: no mutex around each call.
+        if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr) !=
+            SQLITE_OK) {
             std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
             throw Failure{make_error(ErrorKind::io, "bulk load: " + path + ": " + why)};
         }
@@ -124,6 +126,9 @@ void json_string(std::string& out, std::string_view s) {
 
 class JsonObject {
   public:
+    JsonObject() : out_(own_) {}
+    // Built in `buf` (cleared first), whose capacity the next object reuses.
+    explicit JsonObject(std::string& buf) : out_(buf) { out_.clear(); }
     JsonObject& add(std::string_view name, std::string_view value) {
         out_.push_back(out_.empty() ? '{' : ',');
         json_string(out_, name);
@@ -131,59 +136,111 @@ class JsonObject {
         json_string(out_, value);
         return *this;
     }
-    std::string done() {
+    // The document; a view into the buffer when one was given.
+    std::string_view done() {
         if (out_.empty()) out_.push_back('{');
         out_.push_back('}');
-        return std::move(out_);
+        return out_;
     }
 
   private:
-    std::string out_;
+    std::string own_;
+    std::string& out_;
 };
 
 }  // namespace
 
-// Commands appended to the connection's output buffer and their replies read
-// kWindow behind, so the server works on one window while the next is built.
-// Any error reply fails the copy (the marker stays; the next import removes
-// what was written).
+// A command's arguments as RESP bulk strings ("$3\r\nfoo\r\n"), formatted
+// once, straight into one buffer: the copy sends millions of commands, and
+// hiredis's argv formatting (a buffer per command, then another copy) was a
+// large part of the copying thread's time (docs/performance.md, "Eighth
+// round" of the Redis import).
+class RespArgs {
+  public:
+    RespArgs& add(std::string_view a) {
+        char len[24];
+        auto [end, ec] = std::to_chars(len, len + sizeof len, a.size());
+        (void)ec;
+        buf_.push_back('$');
+        buf_.append(len, end);
+        buf_.append("\r\n", 2);
+        buf_.append(a);
+        buf_.append("\r\n", 2);
+        ++count_;
+        return *this;
+    }
+    RespArgs& add(std::int64_t v) {
+        char digits[24];
+        auto [end, ec] = std::to_chars(digits, digits + sizeof digits, v);
+        (void)ec;
+        return add(std::string_view(digits, static_cast<std::size_t>(end - digits)));
+    }
+    std::size_t count() const noexcept { return count_; }
+    const std::string& bytes() const noexcept { return buf_; }
+    void clear() noexcept {
+        buf_.clear();
+        count_ = 0;
+    }
+
+  private:
+    std::string buf_;
+    std::size_t count_ = 0;
+};
+
+// Commands gathered in one buffer, handed to the connection's output buffer
+// a window at a time and their replies read a window behind, so the server
+// works on one window while the next is built. Any error reply fails the
+// copy (the marker stays; the next import removes what was written).
 class BulkWriter {
   public:
     BulkWriter(redisContext* ctx, std::function<void()> dropped) : ctx_(ctx), dropped_(std::move(dropped)) {}
 
     void command(std::initializer_list<std::string_view> args) {
-        ptrs_.clear();
-        lens_.clear();
-        for (auto a : args) {
-            ptrs_.push_back(a.data());
-            lens_.push_back(a.size());
-        }
-        append();
+        head(args.size());
+        for (auto a : args) one_.add(a);
+        out_ += one_.bytes();
+        one_.clear();
+        added();
     }
-    void command(const std::vector<std::string>& args) {
-        ptrs_.clear();
-        lens_.clear();
-        for (const auto& a : args) {
-            ptrs_.push_back(a.data());
-            lens_.push_back(a.size());
-        }
-        append();
+    // A command of `head`'s arguments, then `tail`'s.
+    void command(const RespArgs& head, const RespArgs& tail = RespArgs()) {
+        this->head(head.count() + tail.count());
+        out_ += head.bytes();
+        out_ += tail.bytes();
+        added();
     }
     void drain() {
+        hand_over();
         while (pending_ > 0) read_one();
     }
     std::uint64_t sent() const noexcept { return sent_; }
 
   private:
     static constexpr std::size_t kWindow = 2000;
-    void append() {
-        if (redisAppendCommandArgv(ctx_, static_cast<int>(ptrs_.size()), ptrs_.data(), lens_.data()) !=
-            REDIS_OK)
-            throw Failure{make_error(ErrorKind::internal, "ledger (redis): out of memory")};
-        ++pending_;
+    void head(std::size_t n) {
+        char len[24];
+        auto [end, ec] = std::to_chars(len, len + sizeof len, n);
+        (void)ec;
+        out_.push_back('*');
+        out_.append(len, end);
+        out_.append("\r\n", 2);
+    }
+    void added() {
+        ++queued_;
         ++sent_;
+        if (queued_ < kWindow) return;
+        hand_over();
         if (pending_ >= 2 * kWindow)
             for (std::size_t i = 0; i < kWindow; ++i) read_one();
+    }
+    // The gathered commands into hiredis's output buffer, sent by the next read.
+    void hand_over() {
+        if (queued_ == 0) return;
+        if (redisAppendFormattedCommand(ctx_, out_.data(), out_.size()) != REDIS_OK)
+            throw Failure{make_error(ErrorKind::internal, "ledger (redis): out of memory")};
+        pending_ += queued_;
+        queued_ = 0;
+        out_.clear();
     }
     void read_one() {
         void* raw = nullptr;
@@ -196,9 +253,9 @@ class BulkWriter {
     }
     redisContext* ctx_;
     std::function<void()> dropped_;
-    std::vector<const char*> ptrs_;
-    std::vector<std::size_t> lens_;
-    std::size_t pending_ = 0;
+    std::string out_;
+    RespArgs one_;
+    std::size_t queued_ = 0, pending_ = 0;
     std::uint64_t sent_ = 0;
 };
 
@@ -207,29 +264,27 @@ namespace {
 // A variadic command of one key, sent every kMembers members.
 class Variadic {
   public:
-    Variadic(BulkWriter& w, std::vector<std::string> head) : w_(w), head_(std::move(head)) { args_ = head_; }
-    void add(std::string a) {
-        args_.push_back(std::move(a));
-        if (args_.size() - head_.size() >= kMembers) flush();
+    Variadic(BulkWriter& w, std::initializer_list<std::string_view> head) : w_(w) {
+        for (auto h : head) head_.add(h);
     }
-    void add(std::string a, std::string b) {
-        args_.push_back(std::move(a));
-        args_.push_back(std::move(b));
-        if (args_.size() - head_.size() >= kMembers) flush();
+    template <typename... A>
+    void add(const A&... a) {
+        (members_.add(a), ...);
+        if (members_.count() >= kMembers) flush();
     }
     void flush() {
-        if (args_.size() > head_.size()) {
-            w_.command(args_);
+        if (members_.count() > 0) {
+            w_.command(head_, members_);
             any_ = true;
         }
-        args_ = head_;
+        members_.clear();
     }
     bool any() const noexcept { return any_; }
 
   private:
     static constexpr std::size_t kMembers = 2000;
     BulkWriter& w_;
-    std::vector<std::string> head_, args_;
+    RespArgs head_, members_;
     bool any_ = false;
 };
 
@@ -271,34 +326,35 @@ class MessageWriter {
                                        "updated",
                                        "finished",
                                        "host"};
-        const std::string q(rows.text(0));
-        const std::string key = P_ + "msg:" + q;
-        hset_.assign({"HSET", key});
+        const std::string_view q = rows.text(0);
+        key_.assign(P_).append("msg:").append(q);
+        hset_.clear();
+        hset_.add("HSET").add(key_);
         for (int i = 0; i < 14; ++i) {
             if (rows.null(i)) continue;
             if (i == 13 && rows.text(i).empty()) continue;  // no host named
-            hset_.emplace_back(kNames[i]);
+            hset_.add(kNames[i]);
             if (i == 7 || i == 8 || i == 9 || i == 11 || i == 12)
-                hset_.push_back(decimal(rows.i64(i)));
+                hset_.add(rows.i64(i));
             else
-                hset_.emplace_back(rows.text(i));
+                hset_.add(rows.text(i));
         }
         w_.command(hset_);
-        w_.command({"EXPIRE", key, MT_});
-        msgs.add(decimal(rows.i64(11)), q);
+        w_.command({"EXPIRE", key_, MT_});
+        msgs.add(rows.i64(11), q);
         const bool is_finished = !rows.null(12);
-        if (is_finished) finished.add(decimal(rows.i64(12)), q);
+        if (is_finished) finished.add(rows.i64(12), q);
         const std::string_view mid = rows.null(4) ? std::string_view() : rows.text(4);
         const std::string_view fp = rows.null(5) ? std::string_view() : rows.text(5);
         if (!mid.empty()) {
-            const std::string k = P_ + "mid:" + std::string(mid);
-            w_.command({"SADD", k, q});
-            w_.command({"EXPIRE", k, MT_});
+            key_.assign(P_).append("mid:").append(mid);
+            w_.command({"SADD", key_, q});
+            w_.command({"EXPIRE", key_, MT_});
         }
         if (!fp.empty() && !is_finished && rows.text(10) != "incoming") {
-            const std::string k = P_ + "fp:" + std::string(fp);
-            w_.command({"SADD", k, q});
-            w_.command({"EXPIRE", k, MT_});
+            key_.assign(P_).append("fp:").append(fp);
+            w_.command({"SADD", key_, q});
+            w_.command({"EXPIRE", key_, MT_});
         }
         if (!mid.empty() || !fp.empty()) open_msgs.add(q);
     }
@@ -311,7 +367,8 @@ class MessageWriter {
   private:
     BulkWriter& w_;
     const std::string P_, MT_;  // copies: a temporary may be passed
-    std::vector<std::string> hset_;
+    std::string key_;
+    RespArgs hset_;
 
   public:
     Variadic msgs, finished, open_msgs;
@@ -324,15 +381,14 @@ class RecipientWriter {
 
     void row(const SqliteReader::Rows& rows) {
         const std::string_view q = rows.text(0);
-        if (hset_.empty() || q != run_q_) {
+        if (fields_.count() == 0 || q != run_q_) {
             flush();
             run_q_.assign(q);
-            hset_ = {"HSET", P_ + "rcpt:" + run_q_};
         }
         auto time_or_empty = [&](int i) { return rows.null(i) ? std::string() : decimal(rows.i64(i)); };
         const std::string_view a = rows.text(1);
         const std::string last = time_or_empty(6);
-        JsonObject j;
+        JsonObject j(json_);
         j.add("queue_id", q)
             .add("address", a)
             .add("domain", rows.text(2))
@@ -347,25 +403,27 @@ class RecipientWriter {
             .add("stage", rows.text(11))
             .add("relay", rows.text(12))
             .add("category", rows.text(13));
-        hset_.emplace_back(a);
-        hset_.push_back(j.done());
-        const std::string ak = P_ + "addr:" + std::string(a);
-        w_.command({"ZADD", ak, last.empty() ? std::string_view("0") : std::string_view(last), q});
-        w_.command({"EXPIRE", ak, MT_});
+        fields_.add(a).add(j.done());
+        key_.assign(P_).append("addr:").append(a);
+        w_.command({"ZADD", key_, last.empty() ? std::string_view("0") : std::string_view(last), q});
+        w_.command({"EXPIRE", key_, MT_});
     }
     void flush() {
-        if (hset_.size() > 2) {
-            w_.command(hset_);
-            w_.command({"EXPIRE", hset_[1], MT_});
+        if (fields_.count() > 0) {
+            key_.assign(P_).append("rcpt:").append(run_q_);
+            head_.clear();
+            head_.add("HSET").add(key_);
+            w_.command(head_, fields_);
+            w_.command({"EXPIRE", key_, MT_});
         }
-        hset_.clear();
+        fields_.clear();
     }
 
   private:
     BulkWriter& w_;
     const std::string P_, MT_;  // copies: a temporary may be passed
-    std::vector<std::string> hset_;
-    std::string run_q_;
+    RespArgs head_, fields_;
+    std::string run_q_, key_, json_;
 };
 
 // Closed episodes (ingest.lua: success), rows an import only adds.
@@ -433,15 +491,15 @@ class SeenWriter {
     void add(std::int64_t t, std::uint64_t key) {
         constexpr std::int64_t kHour = 3'600'000'000LL;
         const std::int64_t h = t >= 0 ? t / kHour : (t - kHour + 1) / kHour;
-        auto& list = pending_[h];
-        list.push_back(key_hex(key));
-        if (list.size() >= 2000) send(h, list);
+        auto& members = pending_[h];
+        members.add(key_hex(key));
+        if (members.count() >= 2000) send(h, members);
         ++keys;
     }
     // What is pending, each hour's set with its TTL.
     void flush() {
-        for (auto& [h, list] : pending_) {
-            if (!list.empty()) send(h, list);
+        for (auto& [h, members] : pending_) {
+            if (members.count() > 0) send(h, members);
             w_.command({"EXPIRE", P_ + "seen:" + decimal(h), ST_});
             hours.insert(h);
         }
@@ -449,15 +507,15 @@ class SeenWriter {
     }
 
   private:
-    void send(std::int64_t h, std::vector<std::string>& list) {
-        std::vector<std::string> cmd{"SADD", P_ + "seen:" + decimal(h)};
-        cmd.insert(cmd.end(), std::make_move_iterator(list.begin()), std::make_move_iterator(list.end()));
-        w_.command(cmd);
-        list.clear();
+    void send(std::int64_t h, RespArgs& members) {
+        RespArgs head;
+        head.add("SADD").add(P_ + "seen:" + decimal(h));
+        w_.command(head, members);
+        members.clear();
     }
     BulkWriter& w_;
     const std::string P_, ST_;
-    std::map<std::int64_t, std::vector<std::string>> pending_;
+    std::map<std::int64_t, RespArgs> pending_;
 
   public:
     std::set<std::int64_t> hours;  // written
@@ -910,44 +968,42 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
                 "SELECT kind, name, state, state_changed, last_success, last_deferral, ep_first, ep_last, "
                 "ep_attempts, ep_messages, ep_categories, ep_last_reply, ep_last_relay, updated "
                 "FROM destinations ORDER BY id");
-            std::vector<std::string> hset;
+            RespArgs hset;
+            std::string key, m;
             while (rows.next()) {
-                const std::string m = std::string(rows.text(0)) + "\t" + std::string(rows.text(1));
-                const std::string key =
-                    P_ + "dest:" + std::string(rows.text(0)) + ":" + std::string(rows.text(1));
-                hset = {"HSET", key, "kind", std::string(rows.text(0)), "name", std::string(rows.text(1))};
+                m.assign(rows.text(0)).append("\t").append(rows.text(1));
+                key.assign(P_).append("dest:").append(rows.text(0)).append(":").append(rows.text(1));
+                hset.clear();
+                hset.add("HSET").add(key).add("kind").add(rows.text(0)).add("name").add(rows.text(1));
                 auto time_field = [&](const char* name, int i) {
-                    if (rows.null(i)) return;
-                    hset.emplace_back(name);
-                    hset.push_back(decimal(rows.i64(i)));
+                    if (!rows.null(i)) hset.add(name).add(rows.i64(i));
                 };
                 if (!rows.text(2).empty() || !rows.null(3)) {  // verdict_effects.lua writes both
-                    hset.emplace_back("state");
-                    hset.emplace_back(rows.text(2));
+                    hset.add("state").add(rows.text(2));
                     time_field("state_changed", 3);
                 }
                 time_field("last_success", 4);
                 time_field("last_deferral", 5);
                 const bool open_ep = !rows.null(6);
-                hset.emplace_back("ep_first");
-                hset.push_back(open_ep ? decimal(rows.i64(6)) : std::string());
-                hset.emplace_back("ep_last");
-                hset.push_back(rows.null(7) ? std::string() : decimal(rows.i64(7)));
-                hset.emplace_back("ep_attempts");
-                hset.push_back(decimal(rows.i64(8)));
-                hset.emplace_back("ep_messages");
-                hset.push_back(decimal(rows.i64(9)));
-                hset.emplace_back("ep_categories");
-                hset.push_back(decimal(rows.i64(10)));
-                hset.emplace_back("ep_last_reply");
-                hset.emplace_back(rows.text(11));
-                hset.emplace_back("ep_last_relay");
-                hset.emplace_back(rows.text(12));
-                hset.emplace_back("updated");
-                hset.push_back(decimal(rows.i64(13)));
+                hset.add("ep_first");
+                if (open_ep)
+                    hset.add(rows.i64(6));
+                else
+                    hset.add("");
+                hset.add("ep_last");
+                if (rows.null(7))
+                    hset.add("");
+                else
+                    hset.add(rows.i64(7));
+                hset.add("ep_attempts").add(rows.i64(8));
+                hset.add("ep_messages").add(rows.i64(9));
+                hset.add("ep_categories").add(rows.i64(10));
+                hset.add("ep_last_reply").add(rows.text(11));
+                hset.add("ep_last_relay").add(rows.text(12));
+                hset.add("updated").add(rows.i64(13));
                 w.command(hset);
                 w.command({"EXPIRE", key, KT});
-                dests.add(decimal(rows.i64(13)), m);
+                dests.add(rows.i64(13), m);
                 if (open_ep) open.add(m);
                 ++stats.destinations;
             }
@@ -970,9 +1026,9 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
                         long_lived(run);
                     }
                     run = key;
-                    set.emplace(w, std::vector<std::string>{"SADD", key});
+                    set.emplace(w, std::initializer_list<std::string_view>{"SADD", key});
                 }
-                set->add(std::string(rows.text(2)));
+                set->add(rows.text(2));
             }
             if (set) {
                 set->flush();
@@ -993,19 +1049,17 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
             stats.episodes = ew.count + (skip ? early->episodes : 0);
         }
         {
-            std::vector<std::string> counts{"HSET", P_ + "counts"};
-            if (stats.recipients > 0) {
-                counts.emplace_back("recipients");
-                counts.push_back(decimal(static_cast<std::int64_t>(stats.recipients)));
-            }
+            RespArgs counts;
+            if (stats.recipients > 0)
+                counts.add("recipients").add(static_cast<std::int64_t>(stats.recipients));
             if (stats.episodes > 0) {
-                counts.emplace_back("episodes");
-                counts.push_back(decimal(static_cast<std::int64_t>(stats.episodes)));
-                counts.emplace_back("episode_ids");
-                counts.push_back(decimal(episode_ids));
+                counts.add("episodes").add(static_cast<std::int64_t>(stats.episodes));
+                counts.add("episode_ids").add(episode_ids);
             }
-            if (counts.size() > 2) {
-                w.command(counts);
+            if (counts.count() > 0) {
+                RespArgs head;
+                head.add("HSET").add(P_ + "counts");
+                w.command(head, counts);
                 long_lived(P_ + "counts");
             }
         }
