@@ -288,19 +288,28 @@ class Variadic {
     bool any_ = false;
 };
 
-// The columns of a message and of a recipient both copies read, the row id last.
+// The columns of a message and of a recipient both copies read.
 constexpr const char* kMessageColumns =
     "queue_id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint, sender, size, "
-    "nrcpt, "
-    "arrival, state, updated, finished, host, id";
-constexpr int kMessageId = 14;
+    "nrcpt, arrival, state, updated, finished, host";
 constexpr const char* kRecipientColumns =
     "queue_id, address, domain, state, attempts, first_attempt, last_attempt, first_deferral, reply_code, "
-    "enhanced, reply_text, stage, relay, category, id";
-constexpr int kRecipientId = 14;
+    "enhanced, reply_text, stage, relay, category";
+
+// A message row's identities (ingest.lua: set_identity): its Message-ID and
+// its fingerprint, each a change of the identities stream if not empty.
+std::string_view row_message_id(const SqliteReader::Rows& rows) {
+    return rows.null(4) ? std::string_view() : rows.text(4);
+}
+std::string_view row_fingerprint(const SqliteReader::Rows& rows) {
+    return rows.null(5) ? std::string_view() : rows.text(5);
+}
+std::uint64_t identity_changes(const SqliteReader::Rows& rows) {
+    return (row_message_id(rows).empty() ? 0 : 1) + (row_fingerprint(rows).empty() ? 0 : 1);
+}
 
 // A message row's keys (ingest.lua: msg(), set_identity, fp_queued, finish);
-// the identities stream is written from every row at the end.
+// the identities stream is written at the end, from the newest rows.
 class MessageWriter {
   public:
     MessageWriter(BulkWriter& w, const std::string& P, const std::string& MT)
@@ -344,8 +353,7 @@ class MessageWriter {
         msgs.add(rows.i64(11), q);
         const bool is_finished = !rows.null(12);
         if (is_finished) finished.add(rows.i64(12), q);
-        const std::string_view mid = rows.null(4) ? std::string_view() : rows.text(4);
-        const std::string_view fp = rows.null(5) ? std::string_view() : rows.text(5);
+        const std::string_view mid = row_message_id(rows), fp = row_fingerprint(rows);
         if (!mid.empty()) {
             key_.assign(P_).append("mid:").append(mid);
             w_.command({"SADD", key_, q});
@@ -540,6 +548,24 @@ class RowSet {
     std::vector<bool> bits_;
 };
 
+// Each row of `table` (its `columns`) whose id is not in `copied`, read by row
+// id: the rows the early copy did not write are a few thousand of a million.
+template <typename Fn>
+void each_row_not_in(SqliteReader& db, const std::string& table, const char* columns, const RowSet& copied,
+                     Fn&& fn) {
+    std::int64_t last = 0;
+    {
+        auto max = db.rows(("SELECT MAX(id) FROM " + table).c_str());
+        if (max.next() && !max.null(0)) last = max.i64(0);
+    }
+    auto one = db.rows((std::string("SELECT ") + columns + " FROM " + table + " WHERE id = ?1").c_str());
+    for (std::int64_t id = 1; id <= last; ++id) {
+        if (copied.contains(id)) continue;
+        one.bind(id);
+        if (one.next()) fn(one);
+    }
+}
+
 // The marker's fields: "host pid start dir" (dir may hold spaces).
 std::vector<std::string> owner_fields(std::string_view owner) {
     std::vector<std::string> f;
@@ -680,6 +706,7 @@ class RedisLedger::EarlyCopy {
     std::optional<Error> failed;
     RowSet messages, recipients;
     std::uint64_t copied_messages = 0, copied_recipients = 0, commands = 0;
+    std::uint64_t identity_changes = 0;  // of the messages copied: a Message-ID, a fingerprint
     // Episodes and replay-key batches up to these row ids are copied.
     std::int64_t episode_id = 0, seen_id = 0;
     std::uint64_t episodes = 0, seen_keys = 0;
@@ -803,6 +830,7 @@ void RedisLedger::early_chunk_locked(EarlyCopy& e, const std::vector<std::int64_
             mw.row(msg);
             e.messages.insert(id);
             ++e.copied_messages;
+            e.identity_changes += identity_changes(msg);
         }
         for (std::size_t k = 0; k < n && i < work.size(); ++k) {
             const std::int64_t r = work[i++];
@@ -898,7 +926,7 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
         auto long_lived = [&](const std::string& k) { w.command({"EXPIRE", k, KT}); };
 
         // Messages, their indexes and identities (ingest.lua: msg(), set_identity, fp_queued, finish),
-        // but those the early copy wrote; the identities stream from every row.
+        // but those the early copy wrote; the identities stream from the newest rows.
         const bool skip = early_wrote && !redo;
         if (skip) {
             stats.messages_early = early->copied_messages;
@@ -907,27 +935,43 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
         }
         {
             MessageWriter mw(w, P_, MT);
-            constexpr std::size_t kStream = 100000;  // ingest.lua's MAXLEN ~
-            std::deque<std::pair<char, std::string>> changes;
+            constexpr std::size_t kStream = 100000;            // ingest.lua's MAXLEN ~
+            std::deque<std::pair<char, std::string>> changes;  // the newest, oldest first
             std::uint64_t change_count = 0;
-            auto rows =
-                db.rows((std::string("SELECT ") + kMessageColumns + " FROM messages ORDER BY id").c_str());
-            while (rows.next()) {
-                if (!skip || !early->messages.contains(rows.i64(kMessageId))) {
+            if (skip) {
+                // The rows the early copy did not write, by row id (a few
+                // thousand of a million), and the newest changes from the end.
+                change_count = early->identity_changes;
+                each_row_not_in(db, "messages", kMessageColumns, early->messages, [&](const auto& row) {
+                    mw.row(row);
+                    ++stats.messages;
+                    change_count += identity_changes(row);
+                });
+                auto rows = db.rows("SELECT message_id, fingerprint FROM messages ORDER BY id DESC");
+                auto newest = [&](char kind, int column) {
+                    if (changes.size() < kStream && !rows.null(column) && !rows.text(column).empty())
+                        changes.emplace_front(kind, rows.text(column));
+                };
+                while (changes.size() < kStream && rows.next()) {
+                    newest('f', 1);
+                    newest('m', 0);
+                }
+            } else {
+                auto rows = db.rows(
+                    (std::string("SELECT ") + kMessageColumns + " FROM messages ORDER BY id").c_str());
+                while (rows.next()) {
                     mw.row(rows);
                     ++stats.messages;
+                    if (const auto mid = row_message_id(rows); !mid.empty()) {
+                        changes.emplace_back('m', mid);
+                        ++change_count;
+                    }
+                    if (const auto fp = row_fingerprint(rows); !fp.empty()) {
+                        changes.emplace_back('f', fp);
+                        ++change_count;
+                    }
+                    while (changes.size() > kStream) changes.pop_front();
                 }
-                const std::string_view mid = rows.null(4) ? std::string_view() : rows.text(4);
-                const std::string_view fp = rows.null(5) ? std::string_view() : rows.text(5);
-                if (!mid.empty()) {
-                    changes.emplace_back('m', mid);
-                    ++change_count;
-                }
-                if (!fp.empty()) {
-                    changes.emplace_back('f', fp);
-                    ++change_count;
-                }
-                while (changes.size() > kStream) changes.pop_front();
             }
             mw.flush();
             if (mw.msgs.any() || (skip && early->msgs_any)) long_lived(P_ + "msgs");
@@ -950,12 +994,18 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
         // Recipients, but those the early copy wrote.
         {
             RecipientWriter rw(w, P_, MT);
-            auto rows = db.rows(
-                (std::string("SELECT ") + kRecipientColumns + " FROM recipients ORDER BY id").c_str());
-            while (rows.next()) {
-                if (skip && early->recipients.contains(rows.i64(kRecipientId))) continue;
-                rw.row(rows);
-                ++stats.recipients;
+            if (skip) {
+                each_row_not_in(db, "recipients", kRecipientColumns, early->recipients, [&](const auto& row) {
+                    rw.row(row);
+                    ++stats.recipients;
+                });
+            } else {
+                auto rows = db.rows(
+                    (std::string("SELECT ") + kRecipientColumns + " FROM recipients ORDER BY id").c_str());
+                while (rows.next()) {
+                    rw.row(rows);
+                    ++stats.recipients;
+                }
             }
             rw.flush();
         }
