@@ -129,6 +129,8 @@ class JsonObject {
     JsonObject() : out_(own_) {}
     // Built in `buf` (cleared first), whose capacity the next object reuses.
     explicit JsonObject(std::string& buf) : out_(buf) { out_.clear(); }
+    JsonObject(const JsonObject&) = delete;  // out_ may name own_
+    JsonObject& operator=(const JsonObject&) = delete;
     JsonObject& add(std::string_view name, std::string_view value) {
         out_.push_back(out_.empty() ? '{' : ',');
         json_string(out_, name);
