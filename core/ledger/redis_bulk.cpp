@@ -159,15 +159,19 @@ class JsonObject {
 // round" of the Redis import).
 class RespArgs {
   public:
-    RespArgs& add(std::string_view a) {
+    // `a` as one bulk string at the end of `out`.
+    static void append(std::string& out, std::string_view a) {
         char len[24];
         auto [end, ec] = std::to_chars(len, len + sizeof len, a.size());
         (void)ec;
-        buf_.push_back('$');
-        buf_.append(len, end);
-        buf_.append("\r\n", 2);
-        buf_.append(a);
-        buf_.append("\r\n", 2);
+        out.push_back('$');
+        out.append(len, end);
+        out.append("\r\n", 2);
+        out.append(a);
+        out.append("\r\n", 2);
+    }
+    RespArgs& add(std::string_view a) {
+        append(buf_, a);
         ++count_;
         return *this;
     }
@@ -199,9 +203,7 @@ class BulkWriter {
 
     void command(std::initializer_list<std::string_view> args) {
         head(args.size());
-        for (auto a : args) one_.add(a);
-        out_ += one_.bytes();
-        one_.clear();
+        for (auto a : args) RespArgs::append(out_, a);
         added();
     }
     // A command of `head`'s arguments, then `tail`'s.
@@ -256,7 +258,6 @@ class BulkWriter {
     redisContext* ctx_;
     std::function<void()> dropped_;
     std::string out_;
-    RespArgs one_;
     std::size_t queued_ = 0, pending_ = 0;
     std::uint64_t sent_ = 0;
 };
@@ -550,19 +551,27 @@ class RowSet {
     std::vector<bool> bits_;
 };
 
-// Each row of `table` (its `columns`) whose id is not in `copied`, read by row
-// id: the rows the early copy did not write are a few thousand of a million.
+// Each row of `table` (its `columns`) whose id is not in `copied`, in row-id
+// order: every row by one scan when nothing was copied, else the missing ids
+// read one by one (the rows the early copy did not write are a few thousand
+// of a million).
 template <typename Fn>
-void each_row_not_in(SqliteReader& db, const std::string& table, const char* columns, const RowSet& copied,
+void each_row_not_in(SqliteReader& db, const std::string& table, const char* columns, const RowSet* copied,
                      Fn&& fn) {
+    const std::string select = std::string("SELECT ") + columns + " FROM " + table;
+    if (!copied) {
+        auto rows = db.rows((select + " ORDER BY id").c_str());
+        while (rows.next()) fn(rows);
+        return;
+    }
     std::int64_t last = 0;
     {
         auto max = db.rows(("SELECT MAX(id) FROM " + table).c_str());
         if (max.next() && !max.null(0)) last = max.i64(0);
     }
-    auto one = db.rows((std::string("SELECT ") + columns + " FROM " + table + " WHERE id = ?1").c_str());
+    auto one = db.rows((select + " WHERE id = ?1").c_str());
     for (std::int64_t id = 1; id <= last; ++id) {
-        if (copied.contains(id)) continue;
+        if (copied->contains(id)) continue;
         one.bind(id);
         if (one.next()) fn(one);
     }
@@ -937,18 +946,18 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
         }
         {
             MessageWriter mw(w, P_, MT);
+            // The rows the early copy did not write, then the newest changes
+            // from the last message back; the count covers every row.
+            std::uint64_t change_count = skip ? early->identity_changes : 0;
+            each_row_not_in(db, "messages", kMessageColumns, skip ? &early->messages : nullptr,
+                            [&](const auto& row) {
+                                mw.row(row);
+                                ++stats.messages;
+                                change_count += identity_changes(row);
+                            });
             constexpr std::size_t kStream = 100000;            // ingest.lua's MAXLEN ~
             std::deque<std::pair<char, std::string>> changes;  // the newest, oldest first
-            std::uint64_t change_count = 0;
-            if (skip) {
-                // The rows the early copy did not write, by row id (a few
-                // thousand of a million), and the newest changes from the end.
-                change_count = early->identity_changes;
-                each_row_not_in(db, "messages", kMessageColumns, early->messages, [&](const auto& row) {
-                    mw.row(row);
-                    ++stats.messages;
-                    change_count += identity_changes(row);
-                });
+            {
                 auto rows = db.rows("SELECT message_id, fingerprint FROM messages ORDER BY id DESC");
                 auto newest = [&](char kind, int column) {
                     if (changes.size() < kStream && !rows.null(column) && !rows.text(column).empty())
@@ -957,22 +966,6 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
                 while (changes.size() < kStream && rows.next()) {
                     newest('f', 1);
                     newest('m', 0);
-                }
-            } else {
-                auto rows = db.rows(
-                    (std::string("SELECT ") + kMessageColumns + " FROM messages ORDER BY id").c_str());
-                while (rows.next()) {
-                    mw.row(rows);
-                    ++stats.messages;
-                    if (const auto mid = row_message_id(rows); !mid.empty()) {
-                        changes.emplace_back('m', mid);
-                        ++change_count;
-                    }
-                    if (const auto fp = row_fingerprint(rows); !fp.empty()) {
-                        changes.emplace_back('f', fp);
-                        ++change_count;
-                    }
-                    while (changes.size() > kStream) changes.pop_front();
                 }
             }
             mw.flush();
@@ -996,19 +989,11 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
         // Recipients, but those the early copy wrote.
         {
             RecipientWriter rw(w, P_, MT);
-            if (skip) {
-                each_row_not_in(db, "recipients", kRecipientColumns, early->recipients, [&](const auto& row) {
-                    rw.row(row);
-                    ++stats.recipients;
-                });
-            } else {
-                auto rows = db.rows(
-                    (std::string("SELECT ") + kRecipientColumns + " FROM recipients ORDER BY id").c_str());
-                while (rows.next()) {
-                    rw.row(rows);
-                    ++stats.recipients;
-                }
-            }
+            each_row_not_in(db, "recipients", kRecipientColumns, skip ? &early->recipients : nullptr,
+                            [&](const auto& row) {
+                                rw.row(row);
+                                ++stats.recipients;
+                            });
             rw.flush();
         }
 
