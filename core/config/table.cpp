@@ -256,11 +256,13 @@ const std::vector<Entry>& table() {
         RG_GLOBAL("ledger.sqlite.busy_timeout", duration, "2s", "duration", kNone, 0, 60 * kSec,
                   "How long a writer waits for a lock held by another process before failing open.",
                   ledger.sqlite_busy_timeout),
-        RG_GLOBAL("ledger.sqlite.gather_wal_writes", boolean, "true", "", kNone, 0, 0,
-                  "Write each commit's WAL frames in a few large writes instead of two system calls per page "
-                  "(docs/ledger.md, \"SQLite backend\"). false: SQLite's default VFS writes them, as it does "
-                  "anyway, with a warning, should the gathering VFS fail to register.",
-                  ledger.sqlite_gather_wal_writes),
+        RG_GLOBAL(
+            "ledger.sqlite.gather_wal_writes", boolean, "true", "", kNone, 0, 0,
+            "Write each commit's WAL frames in a few large writes instead of two system calls per page, "
+            "and read the tables and the sort's temporary files of bulk mode's index build in stretches "
+            "(docs/ledger.md, \"SQLite backend\"). false: SQLite's default VFS does all of it, as it "
+            "does anyway, with a warning, should the gathering VFS fail to register.",
+            ledger.sqlite_gather_wal_writes),
         RG_GLOBAL("ledger.redis.address", redis_address, "127.0.0.1:6379", "", kNone, 0, 0,
                   "Redis server: host:port, [v6]:port or unix:/path.", ledger.redis_address),
         RG_GLOBAL("ledger.redis.key_prefix", string, "\"retryguard:\"", "", kNone, 1, 64,

@@ -167,6 +167,8 @@ class SqliteLedger final : public Ledger {
     void leave_map_if_retired(const std::string& queue_id);
 
     void ensure_indexes();
+    // A ledger file this large sorts its deferred indexes with two threads (ensure_indexes).
+    static constexpr std::int64_t kSortThreadsFrom = std::int64_t{128} << 20;
 
     Result<IngestResult> ingest(std::span<const IngestItem> batch,
                                 const std::optional<FollowerPosition>& position) override;

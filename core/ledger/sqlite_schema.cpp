@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "retryguard/file_access.hpp"
@@ -482,24 +484,39 @@ void SqliteLedger::leave_queue_id_map(std::string_view why) {
 // the page cache's size, each written to a temporary file, and merges them;
 // with temp_store=MEMORY it sorts all the keys as one list in memory. Runs
 // of 4 MiB and their merge took 40 % less time than one list (64 MiB of
-// cache; docs/performance.md, "Eleventh round"); SQLite's worker threads
-// for the runs did not help. Should no temporary file open, the warning
-// says where SQLite looks for them, and the next opening builds the indexes
-// in memory (migrate()).
+// cache; docs/performance.md, "Eleventh round"). SQLite's two worker
+// threads for the runs and their merge cost more than they save on a small
+// ledger (0.62 against 0.57 s on the scale-1 month log's, 100 MB) and save
+// more than they cost on a large one (1.93-2.10 against 2.19-2.43 s at 320 MB,
+// 4.1-4.5 against 5.2-5.5 s at 1 GB; "Seventeenth round"), where the import's
+// other threads have ended: they sort when the file holds 128 MiB or more
+// and the machine has a second core. Should no temporary file open, the
+// warning says where SQLite looks for them, and the next opening builds the
+// indexes in memory (migrate()).
 void SqliteLedger::ensure_indexes() {
-    std::int64_t cache_size = -16000;
+    std::int64_t cache_size = -16000, bytes = 0;
     {
         Query q = stmt("PRAGMA cache_size");
         if (q.row()) cache_size = q.col(0);
         q.run();
+        Query n = stmt("SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()");
+        if (n.row()) bytes = n.col(0);
+        n.run();
     }
-    const std::string restore = fmt::format("PRAGMA temp_store=MEMORY; PRAGMA cache_size={}", cache_size);
-    exec("PRAGMA temp_store=FILE; PRAGMA cache_size=-4096");
+    const int threads = bytes >= kSortThreadsFrom && std::thread::hardware_concurrency() >= 2 ? 2 : 0;
+    const std::string restore =
+        fmt::format("PRAGMA temp_store=MEMORY; PRAGMA cache_size={}; PRAGMA threads=0", cache_size);
+    exec(fmt::format("PRAGMA temp_store=FILE; PRAGMA cache_size=-4096; PRAGMA threads={}", threads).c_str());
     exec("BEGIN IMMEDIATE");
     try {
+        // Each index is a scan of its table in order: its pages are read in
+        // stretches, not one pread(2) at a time (sqlite_wal_writes.hpp).
+        set_read_ahead(db_, true);
         for (const auto& index : kSecondaryIndexes) exec(index.create);
+        set_read_ahead(db_, false);
         exec("COMMIT");
     } catch (...) {
+        set_read_ahead(db_, false);
         sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
         sqlite3_exec(db_, restore.c_str(), nullptr, nullptr, nullptr);
         throw;
