@@ -490,9 +490,11 @@ void SqliteLedger::leave_queue_id_map(std::string_view why) {
 // more than they cost on a large one (1.93-2.10 against 2.19-2.43 s at 320 MB,
 // 4.1-4.5 against 5.2-5.5 s at 1 GB; "Seventeenth round"), where the import's
 // other threads have ended: they sort when the file holds 128 MiB or more
-// and the machine has a second core. Should no temporary file open, the
-// warning says where SQLite looks for them, and the next opening builds the
-// indexes in memory (migrate()).
+// and the machine has a second core. Each index is a transaction of its
+// own, so that the background checkpointer copies one index's pages while
+// the next one is built, instead of all of them at the close. Should no
+// temporary file open, the warning says where SQLite looks for them, and
+// the next opening builds the indexes not built yet in memory (migrate()).
 void SqliteLedger::ensure_indexes() {
     std::int64_t cache_size = -16000, bytes = 0;
     {
@@ -507,19 +509,21 @@ void SqliteLedger::ensure_indexes() {
     const std::string restore =
         fmt::format("PRAGMA temp_store=MEMORY; PRAGMA cache_size={}; PRAGMA threads=0", cache_size);
     exec(fmt::format("PRAGMA temp_store=FILE; PRAGMA cache_size=-4096; PRAGMA threads={}", threads).c_str());
-    exec("BEGIN IMMEDIATE");
-    try {
-        // Each index is a scan of its table in order: its pages are read in
-        // stretches, not one pread(2) at a time (sqlite_wal_writes.hpp).
-        set_read_ahead(db_, true);
-        for (const auto& index : kSecondaryIndexes) exec(index.create);
-        set_read_ahead(db_, false);
-        exec("COMMIT");
-    } catch (...) {
-        set_read_ahead(db_, false);
-        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-        sqlite3_exec(db_, restore.c_str(), nullptr, nullptr, nullptr);
-        throw;
+    for (const auto& index : kSecondaryIndexes) {
+        exec("BEGIN IMMEDIATE");
+        try {
+            // Each index is a scan of its table in order: its pages are read in
+            // stretches, not one pread(2) at a time (sqlite_wal_writes.hpp).
+            set_read_ahead(db_, true);
+            exec(index.create);
+            set_read_ahead(db_, false);
+            exec("COMMIT");
+        } catch (...) {
+            set_read_ahead(db_, false);
+            sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+            sqlite3_exec(db_, restore.c_str(), nullptr, nullptr, nullptr);
+            throw;
+        }
     }
     exec(restore.c_str());
 }
