@@ -28,10 +28,10 @@
 
 namespace {
 
+using retryguard::ledger_detail::index_build_io_counts;
+using retryguard::ledger_detail::IndexBuildIoCounts;
 using retryguard::ledger_detail::set_read_ahead;
 using retryguard::ledger_detail::set_temp_file_gathering;
-using retryguard::ledger_detail::temp_io_counts;
-using retryguard::ledger_detail::TempIoCounts;
 using retryguard::ledger_detail::wal_gathering_vfs;
 
 double cpu_seconds() {
@@ -51,7 +51,7 @@ bool exec(sqlite3* db, const std::string& sql) {
 
 struct Run {
     double wall = 0, cpu = 0;
-    TempIoCounts io;
+    IndexBuildIoCounts io;
 };
 
 bool build(const char* path, bool gathered, int threads, Run& out) {
@@ -77,14 +77,14 @@ bool build(const char* path, bool gathered, int threads, Run& out) {
     ok = ok && exec(db, "PRAGMA temp_store=FILE; PRAGMA cache_size=-4096; PRAGMA threads=" +
                             std::to_string(threads));
     if (gathered) set_read_ahead(db, true);
-    const TempIoCounts before = temp_io_counts();
+    const IndexBuildIoCounts before = index_build_io_counts();
     const auto t0 = std::chrono::steady_clock::now();
     const double c0 = cpu_seconds();
     for (const auto& [name, create] : indexes) ok = ok && exec(db, create);
     if (gathered) set_read_ahead(db, false);
     out.cpu = cpu_seconds() - c0;
     out.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const TempIoCounts after = temp_io_counts();
+    const IndexBuildIoCounts after = index_build_io_counts();
     out.io = {
         after.writes_requested - before.writes_requested,     after.writes_issued - before.writes_issued,
         after.reads_requested - before.reads_requested,       after.reads_issued - before.reads_issued,

@@ -41,8 +41,9 @@ struct Gathered {
     bool commit_next = false;  // the last write was a commit frame's header
 };
 
-// A temporary file's read-ahead: the last few stretches read, one per stream
-// being read (a merge reads up to 16 runs of one file in turn).
+// Read-ahead (a temporary file's, or a database file's while set_read_ahead
+// has it on): the last few stretches read, one per stream being read (a
+// merge reads up to 16 runs of one file in turn).
 struct ReadAhead {
     static constexpr int kStreams = 16;
     struct Stretch {
@@ -52,7 +53,7 @@ struct ReadAhead {
     };
     Stretch stretches[kStreams];
     std::uint64_t clock = 0;
-    sqlite3_int64 size = 0;   // bytes written so far (gathered ones excepted): reads stop there
+    sqlite3_int64 size = 0;   // stretches stop here: a temporary file's bytes written, a database file's size
     sqlite3_int64 next = -1;  // where the last read ended
     void forget() noexcept {
         for (auto& s : stretches) s.at = -1;
@@ -64,8 +65,7 @@ struct WalFile {
     sqlite3_file base;  // pMethods: kMethods or kTempMethods below
     sqlite3_file* real;
     Gathered* gathered;
-    ReadAhead* ahead;  // temporary files, and database files while read ahead is on
-    bool ahead_on;     // database files: set_read_ahead
+    ReadAhead* ahead;  // temporary files; database files while read ahead is on (set_read_ahead)
 };
 
 constexpr std::size_t kRealOffset = (sizeof(WalFile) + 15) & ~std::size_t{15};
@@ -322,7 +322,7 @@ constexpr int kReadAheadOp = 0x52470001;  // a file-control opcode SQLite does n
 
 int x_db_read(sqlite3_file* file, void* data, int n, sqlite3_int64 at) {
     WalFile* f = wal(file);
-    if (!f->ahead_on) return f->real->pMethods->xRead(f->real, data, n, at);
+    if (!f->ahead) return f->real->pMethods->xRead(f->real, data, n, at);
     g_db_reads_requested.fetch_add(1, std::memory_order_relaxed);
     return read_ahead(f, data, n, at, f->ahead->size, true, g_db_reads_issued);
 }
@@ -366,19 +366,14 @@ int x_db_file_control(sqlite3_file* file, int op, void* arg) {
     WalFile* f = wal(file);
     forget_ahead(file);
     if (op != kReadAheadOp) return f->real->pMethods->xFileControl(f->real, op, arg);
-    const bool on = *static_cast<int*>(arg) != 0;
-    f->ahead_on = false;
-    if (!on) {
-        delete f->ahead;  // up to 1 MiB: not kept while unused
-        f->ahead = nullptr;
-        return SQLITE_OK;
-    }
+    delete f->ahead;  // up to 1 MiB: not kept while unused
+    f->ahead = nullptr;
+    if (*static_cast<int*>(arg) == 0) return SQLITE_OK;
     sqlite3_int64 size = 0;
     if (int rc = f->real->pMethods->xFileSize(f->real, &size); rc != SQLITE_OK) return rc;
-    if (!f->ahead) f->ahead = new (std::nothrow) ReadAhead;
+    f->ahead = new (std::nothrow) ReadAhead;
     if (!f->ahead) return SQLITE_NOMEM;
     f->ahead->size = size;  // pages past it are in the WAL
-    f->ahead_on = true;
     return SQLITE_OK;
 }
 
@@ -454,15 +449,9 @@ int x_open(sqlite3_vfs*, const char* name, sqlite3_file* file, int flags, int* o
     std::memset(f->real, 0, static_cast<std::size_t>(base->szOsFile));
     f->gathered = nullptr;
     f->ahead = nullptr;
-    f->ahead_on = false;
     int rc = base->xOpen(base, name, f->real, flags, out_flags);
     if (rc == SQLITE_OK && f->real->pMethods == nullptr) rc = SQLITE_CANTOPEN;
-    if (rc == SQLITE_OK && db) {
-        const int version = f->real->pMethods->iVersion;
-        f->base.pMethods = &kDbMethods[(version >= 3 ? 3 : version < 1 ? 1 : version) - 1];
-        return SQLITE_OK;
-    }
-    if (rc == SQLITE_OK) {
+    if (rc == SQLITE_OK && !db) {  // a database file gathers nothing; its stretches come with set_read_ahead
         f->gathered = new (std::nothrow) Gathered;
         if (temp && f->gathered != nullptr) f->ahead = new (std::nothrow) ReadAhead;
         if (f->gathered == nullptr || (temp && f->ahead == nullptr)) rc = SQLITE_NOMEM;
@@ -474,7 +463,8 @@ int x_open(sqlite3_vfs*, const char* name, sqlite3_file* file, int flags, int* o
         return rc;
     }
     const int version = f->real->pMethods->iVersion;
-    f->base.pMethods = &(temp ? kTempMethods : kMethods)[(version >= 3 ? 3 : version < 1 ? 1 : version) - 1];
+    const sqlite3_io_methods* methods = db ? kDbMethods : temp ? kTempMethods : kMethods;
+    f->base.pMethods = &methods[(version >= 3 ? 3 : version < 1 ? 1 : version) - 1];
     return SQLITE_OK;
 }
 
@@ -511,7 +501,7 @@ void set_temp_file_gathering(bool on) {
     g_temp_files.store(on, std::memory_order_relaxed);
 }
 
-TempIoCounts temp_io_counts() {
+IndexBuildIoCounts index_build_io_counts() {
     return {g_temp_writes_requested.load(std::memory_order_relaxed),
             g_temp_writes_issued.load(std::memory_order_relaxed),
             g_temp_reads_requested.load(std::memory_order_relaxed),

@@ -59,9 +59,9 @@ struct WalWriteCounts {
 };
 WalWriteCounts wal_write_counts();
 
-// The same for temporary files: writes and reads SQLite asked for, and those
-// passed to the real files.
-struct TempIoCounts {
+// The same for the files of an index build: temporary files' writes and
+// reads, and database files' reads while read ahead is on.
+struct IndexBuildIoCounts {
     unsigned long long writes_requested = 0;
     unsigned long long writes_issued = 0;
     unsigned long long reads_requested = 0;
@@ -70,7 +70,7 @@ struct TempIoCounts {
     unsigned long long db_reads_requested = 0;
     unsigned long long db_reads_issued = 0;
 };
-TempIoCounts temp_io_counts();
+IndexBuildIoCounts index_build_io_counts();
 // Reads of `db`'s main database file from read-ahead stretches (on) or as
 // SQLite asks (off, the default). Only for the span of one transaction that
 // reads its tables in order (an index build); lock changes and writes drop

@@ -207,9 +207,9 @@ TEST_F(WalGathering, TheDatabaseFileReadsAsAskedUnlessReadAheadIsOn) {
     EXPECT_NE(main_file->pMethods, plain_file->pMethods);
     EXPECT_FALSE(set_read_ahead(plain, true)) << "a connection of the default VFS has no read-ahead";
     ASSERT_EQ(exec(w, "PRAGMA wal_checkpoint(TRUNCATE); PRAGMA cache_size=-64"), SQLITE_OK);
-    const TempIoCounts before = temp_io_counts();
+    const IndexBuildIoCounts before = index_build_io_counts();
     EXPECT_EQ(count(w), 2000);
-    EXPECT_EQ(temp_io_counts().db_reads_requested, before.db_reads_requested);
+    EXPECT_EQ(index_build_io_counts().db_reads_requested, before.db_reads_requested);
     sqlite3_close(plain);
     sqlite3_close(w);
 }
@@ -237,11 +237,11 @@ TEST_F(WalGathering, ReadAheadServesAScanAndNeverAnOlderFile) {
     sqlite3* w = open(false);
     ASSERT_EQ(exec(w, "PRAGMA wal_checkpoint(TRUNCATE)"), SQLITE_OK);
     ASSERT_TRUE(set_read_ahead(r, true));
-    const TempIoCounts before = temp_io_counts();
+    const IndexBuildIoCounts before = index_build_io_counts();
     ASSERT_EQ(exec(r, "BEGIN"), SQLITE_OK);
     const std::string first = checksum(r);
     ASSERT_EQ(exec(r, "COMMIT"), SQLITE_OK);
-    const TempIoCounts after = temp_io_counts();
+    const IndexBuildIoCounts after = index_build_io_counts();
     EXPECT_EQ(first, checksum(w));
     const auto asked = after.db_reads_requested - before.db_reads_requested;
     ASSERT_GT(asked, 500u);
@@ -272,9 +272,9 @@ TEST_F(WalGathering, AnIndexBuiltThroughTemporaryFilesIsWholeInFewerCalls) {
                    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000) "
                    "INSERT INTO t(id, v, k) SELECT i, NULL, hex(randomblob(60)) || i FROM n"),
               SQLITE_OK);
-    const TempIoCounts before = temp_io_counts();
+    const IndexBuildIoCounts before = index_build_io_counts();
     ASSERT_EQ(exec(w, "PRAGMA temp_store=FILE; PRAGMA cache_size=-256; CREATE INDEX t_k ON t(k)"), SQLITE_OK);
-    const TempIoCounts after = temp_io_counts();
+    const IndexBuildIoCounts after = index_build_io_counts();
     const auto writes = after.writes_requested - before.writes_requested;
     const auto reads = after.reads_requested - before.reads_requested;
     ASSERT_GT(writes, 100u) << "the build did not sort through temporary files";
@@ -300,9 +300,9 @@ TEST_F(WalGathering, AnIndexBuiltThroughTemporaryFilesIsWholeInFewerCalls) {
     EXPECT_TRUE(by_index == sorted);
     // SQLite's worker threads sort runs and merge them in files of their own
     // (ensure_indexes turns them on for large ledgers).
-    const TempIoCounts before_threads = temp_io_counts();
+    const IndexBuildIoCounts before_threads = index_build_io_counts();
     ASSERT_EQ(exec(w, "PRAGMA threads=2; CREATE INDEX t_k2 ON t(k, id)"), SQLITE_OK);
-    EXPECT_GT(temp_io_counts().writes_requested - before_threads.writes_requested, 100u);
+    EXPECT_GT(index_build_io_counts().writes_requested - before_threads.writes_requested, 100u);
     EXPECT_EQ(integrity(w), "ok");
     EXPECT_TRUE(keys("SELECT k FROM t INDEXED BY t_k2 ORDER BY k, id") ==
                 keys("SELECT k FROM t NOT INDEXED ORDER BY k, id"));
