@@ -268,12 +268,27 @@ void Ingestor::add_line(PreparedBatch& batch, LogParser& parser, const Classifie
     const std::size_t index = batch.lines++;
     if (batch.count == batch.items.size()) batch.items.emplace_back();
     IngestItem& item = batch.items[batch.count];
+    item.planned = false;
+    item.journal.clear();  // the part is in batch.journal
     // A line the parser or the classifier throws on must not stop ingestion.
     try {
         if (!parser.parse(line, item.event)) return;  // unknown lines are counted by the parser
         item.category = classify_event(classifier, item.event);
         item.key = batch.keyer ? event_key(item.event, *batch.keyer) : 0;
-        encode_journal_batch_item(item.journal, item);  // here, off the ledger's thread
+        // The ledger's operation too, once the key is known (the plan holds it).
+        if (batch.keyer) {
+            plan_ledger_op(item, *batch.keyer, item.op);
+            item.planned = true;
+        }
+        // The batch's journal entry grows here, off the ledger's thread. Should
+        // an append throw half-way, the entry is marked broken and the ledger
+        // encodes the batch's items itself (Ledger::ingest).
+        if (batch.journal_items != PreparedBatch::kJournalBroken) {
+            if (batch.journal.empty()) batch.journal.assign(kJournalBatchTag);
+            batch.journal_items = PreparedBatch::kJournalBroken;
+            append_journal_batch_item(batch.journal, item);
+            batch.journal_items = batch.count + 1;
+        }
         ++batch.count;
     } catch (const std::exception& e) {
         ++batch.poison_lines;
@@ -295,7 +310,7 @@ Result<IngestResult> Ingestor::record_batch(PreparedBatch& batch,
     stats_.poison_lines += batch.poison_lines;
     batch.poison_lines = 0;
     const auto items = batch.events();
-    auto result = ledger_.ingest(items, end);
+    auto result = ledger_.ingest(items, end, batch.batch_journal());
     batch.keyer = ledger_.event_keyer();  // add_line keys the batch's next use with it
     if (!result) {
         ++stats_.ledger_errors;

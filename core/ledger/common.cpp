@@ -282,7 +282,8 @@ Op plan(const IngestItem& item, const EventKeyer& keyer) {
     return op;
 }
 
-void plan_into(const IngestItem& item, const EventKeyer& keyer, Op& op) {
+namespace {
+void plan_op(const IngestItem& item, const EventKeyer& keyer, Op& op) {
     const Event& e = item.event;
     op.reset();
     op.key = item.key != 0 ? item.key : event_key(e, keyer);
@@ -323,6 +324,8 @@ void plan_into(const IngestItem& item, const EventKeyer& keyer, Op& op) {
             op.kind = OpKind::delivery;
             assign_domain_of(op.domain, op.recipient);
             assign_answering_relay(op.relay, e);
+            op.domain_hash = destination_hash("domain", op.domain);
+            op.relay_hash = destination_hash("relay", op.relay);
             assign_cut(op.reason, e.reason, kMaxReplyLength);
             if (e.reply) {
                 op.code = e.reply->code;
@@ -356,6 +359,21 @@ void plan_into(const IngestItem& item, const EventKeyer& keyer, Op& op) {
             break;
         case EventKind::smtpd_client: op.kind = OpKind::client; break;
         default: break;
+    }
+}
+}  // namespace
+
+void fresh_journal_entry(std::span<const IngestItem> batch, BatchJournal whole,
+                         const std::vector<bool>& fresh, std::string& out) {
+    out.assign(kJournalBatchTag);
+    std::vector<std::string_view> parts;
+    const bool split = whole.items == batch.size() && split_journal_batch(whole.entry, batch.size(), parts);
+    for (std::size_t i = 0; i < batch.size() && i < fresh.size(); ++i) {
+        if (!fresh[i]) continue;
+        if (split)
+            out += parts[i];
+        else
+            append_journal_batch_item(out, batch[i]);
     }
 }
 
@@ -443,6 +461,10 @@ std::function<void(std::string_view)> default_warn() {
 }
 
 }  // namespace ledger_detail
+
+void plan_ledger_op(const IngestItem& item, const EventKeyer& keyer, LedgerOp& op) {
+    ledger_detail::plan_op(item, keyer, op);
+}
 
 Status LedgerLookup::for_each_open_identity(
     const std::function<void(std::string_view message_id, std::string_view fingerprint)>&) {

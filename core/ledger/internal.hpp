@@ -8,82 +8,42 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "retryguard/ledger/ledger.hpp"
 
 namespace retryguard::ledger_detail {
 
-// What an event does to the ledger. The numbers are part of the Redis script
-// protocol (core/ledger/redis/ingest.lua): never renumber.
-enum class OpKind : int {
-    none = 0,          // recorded as seen only
-    pickup = 1,        // message enters via pickup (maybe a postsuper -r requeue: other_id)
-    message_id = 2,    // cleanup message-id= (text = normalised id)
-    queue_active = 3,  // qmgr sender/size/nrcpt
-    delivery = 4,      // one recipient's attempt
-    removed = 5,       // qmgr/postsuper removed
-    expired = 6,       // qmgr expired, returned to sender
-    hold = 7,          // postsuper placed on hold / milter hold
-    release = 8,       // postsuper released from hold
-    rejected = 9,      // milter reject/discard after the queue id was assigned
-    client = 10,       // smtpd client=: arrival time
-};
-
-// Recipient outcome of a delivery op; numbers are part of the script protocol.
-enum class Outcome : int { none = 0, sent = 1, deferred = 2, bounced = 3, expired = 4 };
-
-struct Op {
-    std::uint64_t key = 0;
-    OpKind kind = OpKind::none;
-    std::int64_t time = 0;  // microseconds since the epoch
-    std::string queue_id;
-    std::string host;      // the log line's host field (bounded_host)
-    std::string other_id;  // pickup: orig_id=
-    std::string text;      // message_id: normalised id; pickup/queue_active: sender
-    bool resent = false;   // message_id from resent-message-id=
-    std::int64_t size = -1;
-    int nrcpt = -1;
-    // delivery
-    Outcome outcome = Outcome::none;
-    std::string recipient;  // normalised
-    std::string domain;
-    std::string relay;  // relay host that answered (lower case), "" when none
-    int code = 0;
-    std::string enhanced;
-    std::string reason;  // literal reason
-    std::string stage;
-    Category category = Category::unknown;
-
-    // Every field as a fresh Op has it; the strings keep their buffers
-    // (plan_into plans a batch's events into one Op).
-    void reset() noexcept {
-        key = 0;
-        kind = OpKind::none;
-        time = 0;
-        queue_id.clear();
-        host.clear();
-        other_id.clear();
-        text.clear();
-        resent = false;
-        size = -1;
-        nrcpt = -1;
-        outcome = Outcome::none;
-        recipient.clear();
-        domain.clear();
-        relay.clear();
-        code = 0;
-        enhanced.clear();
-        reason.clear();
-        stage.clear();
-        category = Category::unknown;
-    }
-};
+// The ledger operation of an event (LedgerOp, ledger.hpp), by its short names.
+using OpKind = LedgerOpKind;
+using Outcome = LedgerOutcome;
+using Op = LedgerOp;
 
 // `keyer`: the ledger's (used when item.key is 0).
 Op plan(const IngestItem& item, const EventKeyer& keyer);
-// The same into `op`, every field set, its strings' buffers reused: the
-// ingest paths plan a batch's events one after the other into one Op.
-void plan_into(const IngestItem& item, const EventKeyer& keyer, Op& op);
+// plan_ledger_op (ledger.hpp), under the name the backends use.
+inline void plan_into(const IngestItem& item, const EventKeyer& keyer, Op& op) {
+    plan_ledger_op(item, keyer, op);
+}
+// The item's operation: the one planned ahead (item.planned), else planned into `scratch`.
+inline const Op& planned_op(const IngestItem& item, const EventKeyer& keyer, Op& scratch) {
+    if (item.planned) return item.op;
+    plan_ledger_op(item, keyer, scratch);
+    return scratch;
+}
+
+// The hash of a destination's key (kind "domain" or "relay", and its name)
+// in the rows the SQLite ledger keeps (LedgerOp::domain_hash, relay_hash).
+inline std::uint64_t destination_hash(std::string_view kind, std::string_view name) noexcept {
+    const std::uint64_t h = std::hash<std::string_view>{}(name);
+    return kind == "relay" ? h ^ 0x9e3779b97f4a7c15ULL : h;
+}
+
+// The engine journal entry of the fresh items of `batch` (fresh[i]) into `out`
+// (replaced): their parts of `whole` (made for all of them, Ledger::ingest),
+// or the items encoded, when it does not split into them.
+void fresh_journal_entry(std::span<const IngestItem> batch, BatchJournal whole,
+                         const std::vector<bool>& fresh, std::string& out);
 
 // The event-key secret as a ledger stores it (one value: secret and horizon
 // are written together, once): "1 <32 hex digits> <horizon in us, or ->".

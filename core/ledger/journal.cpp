@@ -259,6 +259,23 @@ void encode_journal_batch_item(std::string& out, const IngestItem& item) {
     append_framed_item(out, item);
 }
 
+bool split_journal_batch(std::string_view entry, std::size_t items, std::vector<std::string_view>& parts) {
+    parts.clear();
+    if (!entry.starts_with(kJournalBatchTag)) return false;
+    std::size_t at = kJournalBatchTag.size();
+    while (at < entry.size()) {
+        if (entry.size() - at < 8 || parts.size() == items) return false;
+        std::uint64_t n = 0;
+        for (int i = 0; i < 8; ++i)
+            n |= std::uint64_t{static_cast<unsigned char>(entry[at + static_cast<std::size_t>(i)])}
+                 << (8 * i);
+        if (n > entry.size() - at - 8) return false;
+        parts.push_back(entry.substr(at, 8 + n));
+        at += 8 + n;
+    }
+    return parts.size() == items;
+}
+
 namespace {
 bool decode_one(std::string_view data, EngineJournalRecord& out);
 }

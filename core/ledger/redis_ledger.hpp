@@ -128,7 +128,8 @@ class RedisLedger final : public Ledger {
     std::string_view backend() const noexcept override { return "redis"; }
 
     Result<IngestResult> ingest(std::span<const IngestItem> batch,
-                                const std::optional<FollowerPosition>& position) override;
+                                const std::optional<FollowerPosition>& position,
+                                BatchJournal journal = {}) override;
 
     Result<std::optional<FollowerPosition>> load_position(std::string_view source) override;
 

@@ -68,7 +68,11 @@ void msgpack_int(std::string& out, std::int64_t v) {
 }  // namespace
 
 Result<IngestResult> RedisLedger::ingest(std::span<const IngestItem> batch,
-                                         const std::optional<FollowerPosition>& position) {
+                                         const std::optional<FollowerPosition>& position,
+                                         BatchJournal whole) {
+    // The caller's entry, when it splits into the batch's items (ledger.hpp).
+    std::vector<std::string_view> parts;
+    const bool split = whole.items == batch.size() && split_journal_batch(whole.entry, batch.size(), parts);
     return run<IngestResult>([&] {
         const EventKeyer keyer = keyer_locked();
         std::vector<std::string> args = {P_, ttl(options_.message_ttl), ttl(options_.key_ttl),
@@ -80,10 +84,13 @@ Result<IngestResult> RedisLedger::ingest(std::span<const IngestItem> batch,
         std::string packed;
         packed.reserve(batch.size() * 160);
         msgpack_array(packed, batch.size());
-        std::string journal;  // the events' journal parts, one after the other
-        Op op;
-        for (const auto& item : batch) {
-            plan_into(item, keyer, op);
+        // the events' journal parts, one after the other
+        std::string journal =
+            split ? std::string(whole.entry.substr(kJournalBatchTag.size())) : std::string();
+        Op scratch;
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+            const IngestItem& item = batch[i];
+            const Op& op = planned_op(item, keyer, scratch);
             msgpack_array(packed, 21);
             msgpack_str(packed, key_hex(op.key));
             msgpack_int(packed, static_cast<int>(op.kind));
@@ -104,9 +111,15 @@ Result<IngestResult> RedisLedger::ingest(std::span<const IngestItem> batch,
             msgpack_str(packed, op.stage);
             msgpack_str(packed, to_string(op.category));
             msgpack_int(packed, static_cast<std::int64_t>(category_bit(op.category)));
-            const std::size_t before = journal.size();
-            append_journal_batch_item(journal, item);
-            msgpack_uint(packed, static_cast<std::uint32_t>(journal.size() - before));
+            std::size_t part = 0;
+            if (split) {
+                part = parts[i].size();
+            } else {
+                const std::size_t before = journal.size();
+                append_journal_batch_item(journal, item);
+                part = journal.size() - before;
+            }
+            msgpack_uint(packed, static_cast<std::uint32_t>(part));
             msgpack_str(packed, op.host);
         }
         args.push_back(std::move(packed));

@@ -9,8 +9,11 @@
 namespace retryguard::ledger_detail {
 
 Result<IngestResult> SqliteLedger::ingest(std::span<const IngestItem> batch,
-                                          const std::optional<FollowerPosition>& position) {
+                                          const std::optional<FollowerPosition>& position,
+                                          BatchJournal journal) {
     IngestResult result;
+    // The caller's entry, when made for the batch's items (ledger.hpp).
+    const bool whole = !journal.entry.empty() && journal.items == batch.size();
     auto st = write([&] {
         result = {};
         journal_.assign(kJournalBatchTag);
@@ -30,9 +33,11 @@ Result<IngestResult> SqliteLedger::ingest(std::span<const IngestItem> batch,
             }
         }
         load_seen(batch);
-        Op op;
-        for (const auto& item : batch) {
-            plan_into(item, keyer_, op);
+        Op scratch;
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+            const IngestItem& item = batch[i];
+            prefetch_destinations(batch, i);
+            const Op& op = planned_op(item, keyer_, scratch);
             if (!seen_.insert(op.time, op.key)) {
                 ++result.duplicates;
                 result.fresh.push_back(false);
@@ -40,7 +45,7 @@ Result<IngestResult> SqliteLedger::ingest(std::span<const IngestItem> batch,
             }
             fresh_keys_.emplace_back(op.time, op.key);
             apply(op);
-            append_journal_batch_item(journal_, item);
+            if (!whole) append_journal_batch_item(journal_, item);  // else below
             ++result.applied;
             result.fresh.push_back(true);
         }
@@ -51,8 +56,11 @@ Result<IngestResult> SqliteLedger::ingest(std::span<const IngestItem> batch,
         if (result.applied > 0) {
             // The engine journal: the batch's fresh events as one entry, in the
             // batch's transaction, so the engine is fed each exactly once (ingest.hpp).
+            // The caller's entry as it is, or the fresh items' parts of it.
+            if (whole && result.duplicates > 0) fresh_journal_entry(batch, journal, result.fresh, journal_);
+            const std::string_view entry = whole && result.duplicates == 0 ? journal.entry : journal_;
             Query q = stmt("INSERT INTO engine_journal(entry) VALUES(?)");
-            q.blob_ref(journal_).run();
+            q.blob_ref(entry).run();
             result.journal_seq = static_cast<std::uint64_t>(sqlite3_last_insert_rowid(db_));
         }
     });
@@ -64,7 +72,7 @@ Result<IngestResult> SqliteLedger::ingest(std::span<const IngestItem> batch,
         qid_map_.discard_staged();
         return counters_.count(Result<IngestResult>(st.error()));
     }
-    for (auto* d : dests_touched_) d->second.touched = false;
+    for (auto* d : dests_touched_) d->value.touched = false;
     dests_touched_.clear();
     if (dest_cache_.unsound) {
         options_.warn("bulk mode: a kept destination row was missing: reading destinations again");
@@ -496,9 +504,9 @@ void SqliteLedger::apply_delivery(const Op& op) {
         const std::string& name = i == 0 ? op.domain : op.relay;
         if (name.empty()) continue;
         if (op.outcome == Outcome::deferred)
-            record_deferral(kind, name, first, op);
+            record_deferral(kind, name, i == 0 ? op.domain_hash : op.relay_hash, first, op);
         else if (op.outcome == Outcome::sent)
-            record_success(kind, name, op.time);
+            record_success(kind, name, i == 0 ? op.domain_hash : op.relay_hash, op.time);
     }
 }
 
@@ -578,11 +586,12 @@ void SqliteLedger::clear_rows() {
 }
 
 // The row of (kind, name): kept, else read from the table.
-SqliteLedger::DestinationRow& SqliteLedger::destination_row(const char* kind, const std::string& name) {
+SqliteLedger::DestinationRow& SqliteLedger::destination_row(const char* kind, const std::string& name,
+                                                            std::uint64_t hash) {
     dest_key_.assign(kind).push_back('\t');
     dest_key_.append(name);
-    auto it = dests_.find(dest_key_);
-    if (it == dests_.end()) {
+    DestinationRows::Entry* entry = dests_.find(dest_key_, hash);
+    if (!entry) {
         DestinationRow row;
         Query q = stmt(
             "SELECT last_success, last_deferral, ep_first, ep_last, ep_attempts, ep_messages, "
@@ -607,25 +616,40 @@ SqliteLedger::DestinationRow& SqliteLedger::destination_row(const char* kind, co
                 row.ep->last_relay = q.str(8);
             }
         }
-        it = dests_.emplace(dest_key_, std::move(row)).first;
+        entry = &dests_.insert(dest_key_, hash, std::move(row));
     }
-    if (!it->second.touched) {
-        it->second.touched = true;
-        dests_touched_.push_back(&*it);
+    if (!entry->value.touched) {
+        entry->value.touched = true;
+        dests_touched_.push_back(entry);
     }
-    return it->second;
+    return entry->value;
+}
+
+void SqliteLedger::prefetch_destinations(std::span<const IngestItem> batch, std::size_t i) const noexcept {
+    // Items ahead for each step (PrehashedMap::prefetch): far enough for a
+    // miss to arrive while the items between are applied.
+    static constexpr std::size_t kAhead[] = {12, 8, 4};
+    for (int step = 0; step < 3; ++step) {
+        const std::size_t k = i + kAhead[step];
+        if (k >= batch.size()) continue;
+        const IngestItem& item = batch[k];
+        if (!item.planned || item.op.kind != OpKind::delivery) continue;
+        if (item.op.outcome != Outcome::sent && item.op.outcome != Outcome::deferred) continue;
+        if (!item.op.domain.empty()) dests_.prefetch(item.op.domain_hash, step);
+        if (!item.op.relay.empty()) dests_.prefetch(item.op.relay_hash, step);
+    }
 }
 
 // After a rolled-back batch (or one whose end was never reached): the rows
 // it touched are not as committed.
 void SqliteLedger::drop_touched_destinations() {
-    for (auto* d : dests_touched_) dests_.erase(dests_.find(d->first));
+    for (auto* d : dests_touched_) dests_.erase(*d);
     dests_touched_.clear();
 }
 
-void SqliteLedger::record_deferral(const char* kind, const std::string& name, const std::string& message,
-                                   const Op& op) {
-    auto& row = destination_row(kind, name);
+void SqliteLedger::record_deferral(const char* kind, const std::string& name, std::uint64_t hash,
+                                   const std::string& message, const Op& op) {
+    auto& row = destination_row(kind, name, hash);
     if (!row.episode_messages) row.episode_messages = std::make_unique<std::unordered_set<std::string>>();
     if (!row.ep) row.ep = std::make_unique<DestinationEpisode>();
     DestinationEpisode& ep = *row.ep;
@@ -645,8 +669,9 @@ void SqliteLedger::record_deferral(const char* kind, const std::string& name, co
     row.updated = std::max(row.updated, op.time);
 }
 
-void SqliteLedger::record_success(const char* kind, const std::string& name, std::int64_t t) {
-    auto& row = destination_row(kind, name);
+void SqliteLedger::record_success(const char* kind, const std::string& name, std::uint64_t hash,
+                                  std::int64_t t) {
+    auto& row = destination_row(kind, name, hash);
     if (row.ep && row.ep->first) {
         const DestinationEpisode& ep = *row.ep;
         Query q = stmt(
@@ -701,8 +726,8 @@ void SqliteLedger::flush_destinations() {
         q.run();
     };
     for (auto* d : dests_touched_) {
-        const std::string& key = d->first;
-        DestinationRow& row = d->second;
+        const std::string& key = d->key;
+        DestinationRow& row = d->value;
         if (row.in_table) {
             run(kUpdate, key, row);
             // Only a cache out of step with the table gets here (the batch

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "ledger/internal.hpp"
+#include "ledger/prehashed_map.hpp"
 #include "ledger/sqlite_checkpointer.hpp"
 
 namespace retryguard::ledger_detail {
@@ -171,7 +172,8 @@ class SqliteLedger final : public Ledger {
     static constexpr std::int64_t kSortThreadsFrom = std::int64_t{128} << 20;
 
     Result<IngestResult> ingest(std::span<const IngestItem> batch,
-                                const std::optional<FollowerPosition>& position) override;
+                                const std::optional<FollowerPosition>& position,
+                                BatchJournal journal = {}) override;
 
     Result<std::optional<FollowerPosition>> load_position(std::string_view source) override;
 
@@ -703,7 +705,7 @@ class SqliteLedger final : public Ledger {
         // (released when it is written), so a long episode does not grow it.
         std::unique_ptr<std::unordered_set<std::string>> episode_messages;
     };
-    using DestinationRows = std::unordered_map<std::string, DestinationRow>;  // "kind\tname"
+    using DestinationRows = PrehashedMap<DestinationRow>;  // "kind\tname", destination_hash(kind, name)
 
     // Bulk mode keeps the destination rows (dests_) between batches, so that a
     // destination is read once per import instead of once per batch that
@@ -724,11 +726,17 @@ class SqliteLedger final : public Ledger {
         return a ? std::max(*a, b) : b;
     }
 
-    DestinationRow& destination_row(const char* kind, const std::string& name);
+    // `hash`: destination_hash(kind, name).
+    DestinationRow& destination_row(const char* kind, const std::string& name, std::uint64_t hash);
 
-    void record_deferral(const char* kind, const std::string& name, const std::string& message, const Op& op);
+    void record_deferral(const char* kind, const std::string& name, std::uint64_t hash,
+                         const std::string& message, const Op& op);
 
-    void record_success(const char* kind, const std::string& name, std::int64_t t);
+    void record_success(const char* kind, const std::string& name, std::uint64_t hash, std::int64_t t);
+
+    // Fetches ahead the kept destination rows that the deliveries a few items
+    // after batch[i] will look up (PrehashedMap::prefetch).
+    void prefetch_destinations(std::span<const IngestItem> batch, std::size_t i) const noexcept;
 
     void flush_destinations();
 
@@ -747,7 +755,7 @@ class SqliteLedger final : public Ledger {
     std::unordered_map<std::string, std::size_t> rcpt_index_;  // recipient_key -> rcpts_ or kNoRow
     std::unordered_set<std::string> rcpts_loaded_;             // queue ids whose rows are all in rcpts_
     DestinationRows dests_;                                    // see DestinationCache
-    std::vector<DestinationRows::value_type*> dests_touched_;  // by the current batch
+    std::vector<DestinationRows::Entry*> dests_touched_;       // by the current batch
     std::string dest_key_;  // destination_row's key, built without allocating
     DestinationCache dest_cache_;
     SeenSet seen_;  // per batch, see load_seen

@@ -416,7 +416,7 @@ void SqliteLedger::set_bulk_mode(bool on) noexcept {
     }
     if (!on) {
         dest_cache_.active = false;
-        dests_ = DestinationRows();
+        dests_.release();
     }
     if (on && !indexes_deferred_) {
         auto st = guard([&] {

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "../../core/ledger/internal.hpp"
+#include "retryguard/classify/classifier.hpp"
+#include "retryguard/ingest/ingest.hpp"
 #include "retryguard/log/log_parser.hpp"
 
 namespace retryguard::ledger_detail {
@@ -42,7 +44,7 @@ std::vector<IngestItem> fixture_items() {
 auto fields(const Op& op) {
     return std::tie(op.key, op.kind, op.time, op.queue_id, op.host, op.other_id, op.text, op.resent, op.size,
                     op.nrcpt, op.outcome, op.recipient, op.domain, op.relay, op.code, op.enhanced, op.reason,
-                    op.stage, op.category);
+                    op.stage, op.category, op.domain_hash, op.relay_hash);
 }
 
 TEST(LedgerPlan, AnOpPlannedIntoAgainHoldsOnlyTheNewEvent) {
@@ -77,6 +79,55 @@ TEST(LedgerPlan, AnOpPlannedIntoAgainHoldsOnlyTheNewEvent) {
                 << "pass " << pass << ", event " << i << " (queue id " << fresh.queue_id << ")";
         }
     }
+}
+
+TEST(LedgerPlan, ABatchPreparedAheadHoldsThePlansTheLedgerWouldMake) {
+    // Ingestor::add_line plans each event on an import's reading thread once
+    // the batch has the ledger's keyer; the ledger then uses item.op as it is.
+    LogParserOptions o;
+    o.year = 2026;
+    o.local_time = false;
+    auto c = Classifier::load();
+    ASSERT_TRUE(c.ok());
+    std::vector<std::string> lines;
+    for (const auto& f : fs::directory_iterator(fs::path(RETRYGUARD_FIXTURES) / "postfix-3.7")) {
+        if (f.path().extension() != ".log") continue;
+        std::ifstream in(f.path());
+        for (std::string line; std::getline(in, line);)
+            if (!line.starts_with("#")) lines.push_back(line);
+    }
+    EventKeyer keyer;
+    keyer.secret.fill(9);
+    PreparedBatch unkeyed, keyed;
+    keyed.keyer = keyer;
+    LogParser p1(o), p2(o);
+    for (const auto& line : lines) {
+        Ingestor::add_line(unkeyed, p1, *c, line, {});
+        Ingestor::add_line(keyed, p2, *c, line, {});
+    }
+    ASSERT_GT(keyed.count, 100u);
+    ASSERT_EQ(keyed.count, unkeyed.count);
+    std::size_t deliveries = 0;
+    for (std::size_t i = 0; i < keyed.count; ++i) {
+        const IngestItem& item = keyed.items[i];
+        ASSERT_TRUE(item.planned) << i;
+        EXPECT_FALSE(unkeyed.items[i].planned) << "no keyer: the ledger plans";
+        const Op mine = plan(unkeyed.items[i], keyer);
+        ASSERT_TRUE(fields(item.op) == fields(mine)) << "event " << i;
+        deliveries += mine.kind == OpKind::delivery;
+        if (mine.kind == OpKind::delivery) {
+            EXPECT_EQ(mine.domain_hash, destination_hash("domain", mine.domain));
+            EXPECT_EQ(mine.relay_hash, destination_hash("relay", mine.relay));
+            EXPECT_NE(mine.domain_hash, destination_hash("relay", mine.domain)) << "the kind is in the hash";
+        }
+    }
+    EXPECT_GT(deliveries, 10u);
+    // The item keeps its buffers for the next use but not its plan: a line
+    // that is not an event leaves the slot unplanned.
+    keyed.clear();
+    Ingestor::add_line(keyed, p2, *c, "not a log line", {});
+    EXPECT_EQ(keyed.count, 0u);
+    EXPECT_FALSE(keyed.items[0].planned);
 }
 
 }  // namespace

@@ -104,7 +104,14 @@ struct PreparedBatch {
     // The ledger's event keys (Ledger::event_keyer), set by ingest_prepared for
     // the batch's next use; none yet: the ledger computes them.
     std::optional<EventKeyer> keyer;
-    void clear() noexcept { count = 0, lines = 0, poison_lines = 0; }
+    // The engine journal entry of the batch's events (kJournalBatchTag, then
+    // each event's part), for Ledger::ingest; empty while there are none.
+    // `journal_items`: the events it holds, kJournalBroken once an append failed.
+    static constexpr std::size_t kJournalBroken = static_cast<std::size_t>(-1);
+    std::string journal;
+    std::size_t journal_items = 0;
+    void clear() noexcept { count = 0, lines = 0, poison_lines = 0, journal.clear(), journal_items = 0; }
+    BatchJournal batch_journal() const noexcept { return {journal, journal_items}; }
     std::span<const IngestItem> events() const noexcept { return {items.data(), count}; }
 };
 

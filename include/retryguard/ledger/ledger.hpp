@@ -95,6 +95,83 @@ inline constexpr CategorySet category_bit(Category c) noexcept {
 }
 std::vector<Category> categories_in(CategorySet set);
 
+// What an event does to the ledger (core/ledger plans it, both backends apply
+// it; plan_ledger_op below). The numbers are part of the Redis script
+// protocol (core/ledger/redis/ingest.lua): never renumber.
+enum class LedgerOpKind : int {
+    none = 0,          // recorded as seen only
+    pickup = 1,        // message enters via pickup (maybe a postsuper -r requeue: other_id)
+    message_id = 2,    // cleanup message-id= (text = normalised id)
+    queue_active = 3,  // qmgr sender/size/nrcpt
+    delivery = 4,      // one recipient's attempt
+    removed = 5,       // qmgr/postsuper removed
+    expired = 6,       // qmgr expired, returned to sender
+    hold = 7,          // postsuper placed on hold / milter hold
+    release = 8,       // postsuper released from hold
+    rejected = 9,      // milter reject/discard after the queue id was assigned
+    client = 10,       // smtpd client=: arrival time
+};
+
+// Recipient outcome of a delivery op; numbers are part of the script protocol.
+enum class LedgerOutcome : int { none = 0, sent = 1, deferred = 2, bounced = 3, expired = 4 };
+
+struct LedgerOp {
+    std::uint64_t key = 0;
+    LedgerOpKind kind = LedgerOpKind::none;
+    std::int64_t time = 0;  // microseconds since the epoch
+    std::string queue_id;
+    std::string host;      // the log line's host field (bounded_host)
+    std::string other_id;  // pickup: orig_id=
+    std::string text;      // message_id: normalised id; pickup/queue_active: sender
+    bool resent = false;   // message_id from resent-message-id=
+    std::int64_t size = -1;
+    int nrcpt = -1;
+    // delivery
+    LedgerOutcome outcome = LedgerOutcome::none;
+    std::string recipient;  // normalised
+    std::string domain;
+    std::string relay;  // relay host that answered (lower case), "" when none
+    // destination_hash of ("domain", domain) and ("relay", relay): the key of
+    // the destination rows a ledger keeps in memory, hashed with the plan.
+    std::uint64_t domain_hash = 0, relay_hash = 0;
+    int code = 0;
+    std::string enhanced;
+    std::string reason;  // literal reason
+    std::string stage;
+    Category category = Category::unknown;
+
+    // Every field as a fresh LedgerOp has it; the strings keep their buffers
+    // (the ingest paths plan a batch's events into one LedgerOp).
+    void reset() noexcept {
+        key = 0;
+        kind = LedgerOpKind::none;
+        time = 0;
+        queue_id.clear();
+        host.clear();
+        other_id.clear();
+        text.clear();
+        resent = false;
+        size = -1;
+        nrcpt = -1;
+        outcome = LedgerOutcome::none;
+        recipient.clear();
+        domain.clear();
+        relay.clear();
+        domain_hash = relay_hash = 0;
+        code = 0;
+        enhanced.clear();
+        reason.clear();
+        stage.clear();
+        category = Category::unknown;
+    }
+};
+
+struct IngestItem;
+// The operation `item` makes on a ledger, every field of `op` set and its
+// strings' buffers reused. `keyer`: the ledger's (used when item.key is 0).
+// Uses only its arguments: an import plans on its reading thread (below).
+void plan_ledger_op(const IngestItem& item, const EventKeyer& keyer, LedgerOp& op);
+
 // One event with the category the classifier gave its reply (Category::unknown
 // for events without a reply).
 struct IngestItem {
@@ -104,9 +181,14 @@ struct IngestItem {
     // (Ingestor::add_line, on an import's reading thread); 0: the ledger computes it.
     std::uint64_t key = 0;
     // The item's framed engine journal entry (encode_journal_batch_item) when
-    // encoded ahead (Ingestor::add_line, on an import's reading thread); empty:
-    // the ledger encodes it. The ledger copies it as it is.
+    // encoded ahead by a caller that passes no whole-batch entry to
+    // Ledger::ingest; empty: the ledger encodes it. Copied as it is.
     std::string journal{};
+    // plan_ledger_op(*this, ledger's keyer, op) when planned ahead
+    // (Ingestor::add_line, on an import's reading thread, with `key`); false:
+    // the ledger plans it. Whoever changes `event` or `key` afterwards clears it.
+    bool planned = false;
+    LedgerOp op{};
 };
 
 struct IngestResult {
@@ -148,6 +230,16 @@ inline constexpr std::string_view kJournalBatchTag = "B";
 void append_journal_batch_item(std::string& batch, const IngestItem& item);
 // The bytes append_journal_batch_item adds for `item`, into `out` (replaced).
 void encode_journal_batch_item(std::string& out, const IngestItem& item);
+// A batch's engine journal entry made ahead (Ledger::ingest): kJournalBatchTag,
+// then append_journal_batch_item of each of the batch's `items` in order.
+struct BatchJournal {
+    std::string_view entry;
+    std::size_t items = 0;
+};
+// The items' parts of a batch entry (each as append_journal_batch_item adds
+// it: its 8-byte length, then the item), into `parts` (replaced); false when
+// `entry` is not kJournalBatchTag followed by exactly `items` of them.
+bool split_journal_batch(std::string_view entry, std::size_t items, std::vector<std::string_view>& parts);
 // One entry (a batch gives one record per event) appended to `out`; false
 // when `data` is not an entry this program wrote (out unchanged then).
 bool decode_journal_entry(std::string_view data, std::vector<EngineJournalRecord>& out);
@@ -415,8 +507,14 @@ class LedgerIngest {
     // crash either the batch and the position are both recorded, or neither.
     // Events already seen within the seen-events retention are skipped, so a
     // replay never double-counts.
+    // `journal`: the engine journal entry of the whole batch, made ahead
+    // (Ingestor::add_line builds it on an import's reading thread). Used as it
+    // is when every event is fresh, and split into the items' parts when some
+    // are duplicates; one not made for batch.size() items, or that does not
+    // split into them: the ledger encodes the fresh items itself.
     virtual Result<IngestResult> ingest(std::span<const IngestItem> batch,
-                                        const std::optional<FollowerPosition>& position) = 0;
+                                        const std::optional<FollowerPosition>& position,
+                                        BatchJournal journal = {}) = 0;
 
     // A bulk import (`retryguard import`) is about to write many batches in a
     // row: the backend may trade memory for fewer writes (SQLite: a larger page
