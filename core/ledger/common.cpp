@@ -26,7 +26,7 @@ namespace retryguard {
 namespace {
 
 // The helpers write into `out`, reusing its buffer: the ingest path plans
-// every event into one Op (plan_into).
+// every event into one Op (plan_ledger_op).
 void assign_lower_after_at(std::string& out, std::string_view s) {
     if (s.size() > kMaxIdentityLength) s = s.substr(0, kMaxIdentityLength);
     out.assign(s);
@@ -278,7 +278,7 @@ std::string bounded_host(std::string_view host) {
 
 Op plan(const IngestItem& item, const EventKeyer& keyer) {
     Op op;
-    plan_into(item, keyer, op);
+    plan_ledger_op(item, keyer, op);
     return op;
 }
 

@@ -21,10 +21,6 @@ using Op = LedgerOp;
 
 // `keyer`: the ledger's (used when item.key is 0).
 Op plan(const IngestItem& item, const EventKeyer& keyer);
-// plan_ledger_op (ledger.hpp), under the name the backends use.
-inline void plan_into(const IngestItem& item, const EventKeyer& keyer, Op& op) {
-    plan_ledger_op(item, keyer, op);
-}
 // The item's operation: the one planned ahead (item.planned), else planned into `scratch`.
 inline const Op& planned_op(const IngestItem& item, const EventKeyer& keyer, Op& scratch) {
     if (item.planned) return item.op;

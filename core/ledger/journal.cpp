@@ -104,16 +104,19 @@ class Reader {
         in_.remove_prefix(1);
         return v;
     }
-    std::string str() {
+    // A length-prefixed run of bytes, as a view of the input.
+    std::string_view view() {
         std::uint64_t n = u64();
         if (!ok_ || n > in_.size()) {
             fail();
             return {};
         }
-        std::string s(in_.substr(0, n));
+        const std::string_view s = in_.substr(0, n);
         in_.remove_prefix(n);
         return s;
     }
+    std::string str() { return std::string(view()); }
+    std::string_view remaining() const { return in_; }
     double f64() {
         std::uint64_t v = fixed64();
         double d;
@@ -262,16 +265,14 @@ void encode_journal_batch_item(std::string& out, const IngestItem& item) {
 bool split_journal_batch(std::string_view entry, std::size_t items, std::vector<std::string_view>& parts) {
     parts.clear();
     if (!entry.starts_with(kJournalBatchTag)) return false;
-    std::size_t at = kJournalBatchTag.size();
-    while (at < entry.size()) {
-        if (entry.size() - at < 8 || parts.size() == items) return false;
-        std::uint64_t n = 0;
-        for (int i = 0; i < 8; ++i)
-            n |= std::uint64_t{static_cast<unsigned char>(entry[at + static_cast<std::size_t>(i)])}
-                 << (8 * i);
-        if (n > entry.size() - at - 8) return false;
-        parts.push_back(entry.substr(at, 8 + n));
-        at += 8 + n;
+    // Each part as decode_journal_entry reads it: a length, then the item.
+    Reader r(entry.substr(kJournalBatchTag.size()));
+    while (!r.done()) {
+        if (parts.size() == items) return false;
+        const std::string_view from = r.remaining();
+        (void)r.view();
+        if (!r.ok()) return false;
+        parts.push_back(from.substr(0, from.size() - r.remaining().size()));
     }
     return parts.size() == items;
 }
@@ -291,7 +292,7 @@ bool decode_journal_entry(std::string_view data, std::vector<EngineJournalRecord
     const std::size_t before = out.size();
     Reader r(data.substr(1));
     while (!r.done()) {
-        std::string e = r.str();
+        const std::string_view e = r.view();
         EngineJournalRecord rec;
         if (!r.ok() || !decode_one(e, rec) || rec.kind != EngineJournalRecord::Kind::event) {
             out.resize(before);

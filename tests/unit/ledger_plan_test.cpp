@@ -1,6 +1,6 @@
 // The ledger operation an event becomes (core/ledger/common.cpp): the ingest
 // paths plan a batch's events one after the other into one reused Op
-// (plan_into), which must leave nothing of the event before.
+// (plan_ledger_op), which must leave nothing of the event before.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -73,7 +73,7 @@ TEST(LedgerPlan, AnOpPlannedIntoAgainHoldsOnlyTheNewEvent) {
         if (pass == 1) std::reverse(items.begin(), items.end());
         Op reused;
         for (std::size_t i = 0; i < items.size(); ++i) {
-            plan_into(items[i], keyer, reused);
+            plan_ledger_op(items[i], keyer, reused);
             const Op fresh = plan(items[i], keyer);
             ASSERT_TRUE(fields(reused) == fields(fresh))
                 << "pass " << pass << ", event " << i << " (queue id " << fresh.queue_id << ")";
