@@ -22,6 +22,7 @@ BUILD_PKGS=(
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libsystemd-dev                      # journald follower, sd_notify
   zlib1g-dev                          # reading rotated .gz logs
+  libzstd-dev                         # the engine journal's batch entries, compressed
   libssl-dev                          # SHA-1 of the milter's content fingerprint (libcrypto)
   libgtest-dev libgmock-dev libbenchmark-dev
 )

@@ -197,6 +197,7 @@ int import_into(Runtime* rt, const ImportOptions& opt) {
                 Ingestor::add_line(b->prepared, parser, *classifier, line, poison);
                 if (b->prepared.lines >= batch_lines) {
                     b->file = f;
+                    Ingestor::seal_journal(b->prepared);
                     pipe.put_full(b);
                     first_line = line_no + 1;
                     b = pipe.take_free();
@@ -213,6 +214,7 @@ int import_into(Runtime* rt, const ImportOptions& opt) {
                            read.stats.truncated, kMaxLogLineLength);
             if (b) {
                 b->file = f;
+                Ingestor::seal_journal(b->prepared);
                 pipe.put_full(b);  // possibly empty: returned unused
             }
         }

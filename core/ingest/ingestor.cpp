@@ -266,6 +266,7 @@ Status Ingestor::catch_up() {
 void Ingestor::add_line(PreparedBatch& batch, LogParser& parser, const Classifier& classifier,
                         std::string_view line, const PoisonSink& poison) {
     const std::size_t index = batch.lines++;
+    batch.sealed = false;
     if (batch.count == batch.items.size()) batch.items.emplace_back();
     IngestItem& item = batch.items[batch.count];
     item.planned = false;
@@ -296,6 +297,16 @@ void Ingestor::add_line(PreparedBatch& batch, LogParser& parser, const Classifie
     }
 }
 
+void Ingestor::seal_journal(PreparedBatch& batch) {
+    batch.sealed = false;
+    batch.compressed.clear();
+    if (!batch.compress_journal || batch.journal.empty() ||
+        batch.journal_items == PreparedBatch::kJournalBroken)
+        return;
+    (void)compress_journal_entry(batch.journal, batch.compressed);  // empty: stored as it is
+    batch.sealed = true;
+}
+
 Status Ingestor::ingest_lines(LogParser& parser, std::span<const std::string> lines,
                               const std::optional<FollowerPosition>& end) {
     prepared_.clear();
@@ -312,6 +323,7 @@ Result<IngestResult> Ingestor::record_batch(PreparedBatch& batch,
     const auto items = batch.events();
     auto result = ledger_.ingest(items, end, batch.batch_journal());
     batch.keyer = ledger_.event_keyer();  // add_line keys the batch's next use with it
+    batch.compress_journal = ledger_.stores_compressed_journal();
     if (!result) {
         ++stats_.ledger_errors;
         need_catch_up_ = true;  // a lost reply may hide a committed batch

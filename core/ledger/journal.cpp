@@ -5,7 +5,10 @@
 // Entries outlive the program that wrote them (until the next state save):
 // the first byte names the entry kind and its format version; a new layout
 // gets a new byte and this reader keeps the old ones.
+#include <zstd.h>
+
 #include <cstring>
+#include <memory>
 
 #include "retryguard/ledger/ledger.hpp"
 
@@ -279,10 +282,85 @@ bool split_journal_batch(std::string_view entry, std::size_t items, std::vector<
 
 namespace {
 bool decode_one(std::string_view data, EngineJournalRecord& out);
+
+// Entries shorter than this are kept as they are: a frame's own bytes would
+// take most of what compression saves (a follower's batch of a few lines).
+constexpr std::size_t kCompressFrom = 256;
+// zstd's fastest regular level: a batch's entry about 6x smaller at several
+// hundred MB/s on one core (docs/performance.md).
+constexpr int kCompressLevel = 1;
+
+struct CCtxFree {
+    void operator()(ZSTD_CCtx* c) const noexcept { ZSTD_freeCCtx(c); }
+};
+struct DCtxFree {
+    void operator()(ZSTD_DCtx* d) const noexcept { ZSTD_freeDCtx(d); }
+};
+
+// One context per thread, kept: making one costs more than a small entry's
+// compression. nullptr when zstd could not allocate it.
+ZSTD_CCtx* thread_cctx() {
+    thread_local std::unique_ptr<ZSTD_CCtx, CCtxFree> c(ZSTD_createCCtx());
+    return c.get();
+}
+ZSTD_DCtx* thread_dctx() {
+    thread_local std::unique_ptr<ZSTD_DCtx, DCtxFree> d(ZSTD_createDCtx());
+    return d.get();
+}
+
+// The entry inside a compressed one, into `out`; false when `data` is not a
+// compressed entry this program wrote, or would exceed kMaxJournalEntryBytes.
+bool decompress_entry(std::string_view data, std::string& out) {
+    Reader r(data.substr(kJournalCompressedTag.size()));
+    const std::uint64_t size = r.fixed64();
+    if (!r.ok() || size == 0 || size > kMaxJournalEntryBytes) return false;
+    const std::string_view frame = r.remaining();
+    if (ZSTD_getFrameContentSize(frame.data(), frame.size()) != size) return false;
+    ZSTD_DCtx* d = thread_dctx();
+    if (!d) return false;
+    out.resize(static_cast<std::size_t>(size));
+    const std::size_t n = ZSTD_decompressDCtx(d, out.data(), out.size(), frame.data(), frame.size());
+    return !ZSTD_isError(n) && n == size;
+}
+}  // namespace
+
+bool compress_journal_entry(std::string_view entry, std::string& out) {
+    out.clear();
+    if (entry.size() < kCompressFrom || entry.size() > kMaxJournalEntryBytes) return false;
+    ZSTD_CCtx* c = thread_cctx();
+    if (!c) return false;
+    const std::size_t head = kJournalCompressedTag.size() + 8;
+    out.resize(head + ZSTD_compressBound(entry.size()));
+    const std::size_t n = ZSTD_compressCCtx(c, out.data() + head, out.size() - head, entry.data(),
+                                            entry.size(), kCompressLevel);
+    if (ZSTD_isError(n) || head + n >= entry.size()) {
+        out.clear();
+        return false;
+    }
+    out.resize(head + n);
+    Writer prefix(kJournalCompressedTag.front());  // fixed 8-byte size
+    prefix.u64(entry.size());
+    out.replace(0, head, prefix.take());
+    return true;
+}
+
+std::string_view stored_journal_entry(std::string_view entry, std::string& scratch) {
+    return compress_journal_entry(entry, scratch) ? std::string_view(scratch) : entry;
+}
+
+std::string_view plain_journal_entry(std::string_view stored, std::string& scratch) {
+    if (stored.empty() || stored.front() != kJournalCompressedTag.front()) return stored;
+    return decompress_entry(stored, scratch) ? std::string_view(scratch) : stored;
 }
 
 bool decode_journal_entry(std::string_view data, std::vector<EngineJournalRecord>& out) {
     if (data.empty()) return false;
+    if (data.front() == kJournalCompressedTag.front()) {
+        // Only a batch entry is compressed (never one inside another).
+        std::string inner;
+        if (!decompress_entry(data, inner) || inner.front() != kJournalBatchTag.front()) return false;
+        return decode_journal_entry(inner, out);
+    }
     if (data.front() != kJournalBatchTag.front()) {
         EngineJournalRecord r;
         if (!decode_one(data, r)) return false;

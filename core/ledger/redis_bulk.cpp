@@ -1153,11 +1153,15 @@ Result<BulkLoadStats> RedisLedger::bulk_load_copy(const std::string& sqlite_path
 
         // The engine: its journal, the journal's sequence, its state.
         {
+            // Redis holds entries as it writes them: SQLite's compressed
+            // batch entries are copied decompressed (docs/ledger.md "Engine journal").
             auto rows = db.rows("SELECT seq, entry FROM engine_journal ORDER BY seq");
             bool any = false;
+            std::string plain;
             while (rows.next()) {
                 const std::string seq = decimal(rows.i64(0));
-                w.command({"ZADD", P_ + "journal", seq, seq + ":" + std::string(rows.text(1))});
+                w.command({"ZADD", P_ + "journal", seq,
+                           seq + ":" + std::string(plain_journal_entry(rows.text(1), plain))});
                 any = true;
             }
             if (any) long_lived(P_ + "journal");

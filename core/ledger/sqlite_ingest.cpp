@@ -57,10 +57,16 @@ Result<IngestResult> SqliteLedger::ingest(std::span<const IngestItem> batch,
             // The engine journal: the batch's fresh events as one entry, in the
             // batch's transaction, so the engine is fed each exactly once (ingest.hpp).
             // The caller's entry as it is, or the fresh items' parts of it.
+            // Stored compressed (stored_journal_entry): the caller's form when
+            // it made one for the entry as it is, else made here.
             if (whole && result.duplicates > 0) fresh_journal_entry(batch, journal, result.fresh, journal_);
-            const std::string_view entry = whole && result.duplicates == 0 ? journal.entry : journal_;
+            const bool as_made = whole && result.duplicates == 0;
+            const std::string_view entry = as_made ? journal.entry : journal_;
+            const std::string_view stored = as_made && !journal.stored.empty()
+                                                ? journal.stored
+                                                : stored_journal_entry(entry, journal_compressed_);
             Query q = stmt("INSERT INTO engine_journal(entry) VALUES(?)");
-            q.blob_ref(entry).run();
+            q.blob_ref(stored).run();
             result.journal_seq = static_cast<std::uint64_t>(sqlite3_last_insert_rowid(db_));
         }
     });

@@ -133,6 +133,7 @@ class SqliteLedger final : public Ledger {
 
     std::string_view backend() const noexcept override { return "sqlite"; }
     std::optional<EventKeyer> event_keyer() override { return keyer_; }
+    bool stores_compressed_journal() const noexcept override { return true; }
 
     void set_bulk_mode(bool on) noexcept override;
 
@@ -275,7 +276,8 @@ class SqliteLedger final : public Ledger {
 
     void store_state(std::string_view key, std::string_view value);
 
-    std::string journal_;  // the batch's engine journal entry, built during ingest
+    std::string journal_;             // the batch's engine journal entry, built during ingest
+    std::string journal_compressed_;  // its stored form, when the caller made none
 
     void trim_outbox(std::uint64_t written);
 

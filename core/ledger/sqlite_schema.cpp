@@ -317,6 +317,13 @@ ALTER TABLE destinations_v10 RENAME TO destinations;
 CREATE UNIQUE INDEX destinations_key ON destinations(kind, name);
 CREATE INDEX destinations_state ON destinations(state);
 )sql",
+    // version 11: engine journal entries may be stored compressed
+    // (kJournalCompressedTag, ledger.hpp). No table changes; the version is
+    // there so that an older program, which cannot read such an entry,
+    // refuses the ledger instead of failing to restore its engine.
+    R"sql(
+-- engine_journal.entry: 'B' batch entries may now be stored as 'Z' (zstd) entries
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 

@@ -250,13 +250,14 @@ TEST(Ingest, AJournalEntryMadeAheadIsStoredAsTheLedgerWouldEncodeIt) {
     // the fresh events' parts when a batch is offered again with some already
     // recorded (an import resumed after a crash). Three ledgers take the same
     // two batches (the first half of a log, then all of it): with the entry
-    // made ahead, with none (the ledger encodes), and with one that claims a
-    // wrong number of events (refused: the ledger encodes). Their journals
-    // must be byte for byte the same.
+    // made ahead, with none (the ledger encodes), with one that claims a
+    // wrong number of events (refused: the ledger encodes), and with the
+    // entry made ahead and compressed ahead (seal_journal, as an import's
+    // reading thread does). Their journals must be byte for byte the same.
     const auto lines = read_lines("full-run.sender.log");
     ASSERT_GT(lines.size(), 100u);
     const std::vector<std::string> first(lines.begin(), lines.begin() + static_cast<long>(lines.size() / 2));
-    enum class Mode { ahead, none, wrong };
+    enum class Mode { ahead, none, wrong, sealed };
     auto run = [&](Mode mode) {
         TempLedger tl;
         std::vector<IngestResult> results;
@@ -265,7 +266,14 @@ TEST(Ingest, AJournalEntryMadeAheadIsStoredAsTheLedgerWouldEncodeIt) {
             LogParser parser(fixture_year());
             for (const auto& line : *part) Ingestor::add_line(b, parser, *classifier(), line, {});
             EXPECT_EQ(b.journal_items, b.count);
+            if (mode == Mode::sealed) {
+                b.compress_journal = true;
+                Ingestor::seal_journal(b);
+                EXPECT_TRUE(b.sealed);
+                EXPECT_FALSE(b.compressed.empty());
+            }
             BatchJournal j = b.batch_journal();
+            EXPECT_EQ(j.stored.empty(), mode != Mode::sealed);
             if (mode == Mode::none) j = {};
             if (mode == Mode::wrong) j.items += 1;
             auto r = tl.ledger->ingest(b.events(), std::nullopt, j);
@@ -282,6 +290,7 @@ TEST(Ingest, AJournalEntryMadeAheadIsStoredAsTheLedgerWouldEncodeIt) {
     const auto [ahead_results, ahead] = run(Mode::ahead);
     const auto [none_results, none] = run(Mode::none);
     const auto [wrong_results, wrong] = run(Mode::wrong);
+    const auto [sealed_results, sealed] = run(Mode::sealed);
     ASSERT_EQ(ahead_results.size(), 2u);
     EXPECT_EQ(ahead_results[0].duplicates, 0u);
     EXPECT_GT(ahead_results[1].duplicates, 10u) << "the first half is seen again";
@@ -292,6 +301,10 @@ TEST(Ingest, AJournalEntryMadeAheadIsStoredAsTheLedgerWouldEncodeIt) {
     EXPECT_EQ(ahead[1].size(), none[1].size()) << ahead_results[1].applied << " " << none_results[1].applied;
     EXPECT_EQ(ahead, none);
     EXPECT_EQ(ahead, wrong);
+    EXPECT_EQ(ahead, sealed);
+    // Stored compressed (the ledger's own form, or the one made ahead).
+    EXPECT_EQ(ahead[0].substr(0, 1), kJournalCompressedTag);
+    EXPECT_EQ(ahead[1].substr(0, 1), kJournalCompressedTag);
     // The second entry holds the second half's events only.
     std::vector<EngineJournalRecord> records;
     ASSERT_TRUE(decode_journal_entry(ahead[1], records));

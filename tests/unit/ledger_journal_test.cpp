@@ -274,5 +274,76 @@ TEST(LedgerJournal, EntriesLeaveOutTheLineTextAndPointIntoTheReason) {
     EXPECT_FALSE(decode_journal_entry(bad, out));
 }
 
+TEST(LedgerJournal, ACompressedBatchEntryDecodesToTheSameEventsAndHostileOnesAreRefused) {
+    // A batch of varied events (as a log gives: the same hosts and replies,
+    // different queue ids and recipients) is stored compressed; it must read
+    // back to exactly the events of the plain entry.
+    std::string batch(kJournalBatchTag);
+    for (int i = 0; i < 200; ++i) {
+        IngestItem item = sample();
+        item.event.queue_id = "4BX" + std::to_string(i * 7919);
+        item.event.recipient = "user" + std::to_string(i) + "@dest" + std::to_string(i % 13) + ".test";
+        item.event.reason.push_back(static_cast<char>(i));  // any byte survives
+        append_journal_batch_item(batch, item);
+    }
+    std::string z;
+    ASSERT_TRUE(compress_journal_entry(batch, z));
+    EXPECT_EQ(z.substr(0, 1), kJournalCompressedTag);
+    EXPECT_LT(z.size() * 3, batch.size()) << "a batch of a log's events compresses well";
+    std::string again;
+    ASSERT_TRUE(compress_journal_entry(batch, again));
+    EXPECT_EQ(again, z) << "deterministic: the entry made ahead equals the ledger's";
+    EXPECT_EQ(stored_journal_entry(batch, again), std::string_view(z));
+    std::string plain_scratch;
+    EXPECT_EQ(plain_journal_entry(z, plain_scratch), std::string_view(batch)) << "and back";
+    EXPECT_EQ(plain_journal_entry(batch, plain_scratch), std::string_view(batch));
+    EXPECT_EQ(plain_journal_entry(z.substr(0, 20), plain_scratch), z.substr(0, 20)) << "damaged: as it is";
+
+    std::vector<EngineJournalRecord> plain, unpacked;
+    ASSERT_TRUE(decode_journal_entry(batch, plain));
+    ASSERT_TRUE(decode_journal_entry(z, unpacked));
+    ASSERT_EQ(unpacked.size(), 200u);
+    ASSERT_EQ(plain.size(), unpacked.size());
+    for (std::size_t i = 0; i < plain.size(); ++i)
+        EXPECT_EQ(encode_journal_event(unpacked[i].item), encode_journal_event(plain[i].item)) << i;
+
+    // Short entries are kept as they are.
+    std::string one(kJournalBatchTag);
+    append_journal_batch_item(one, sample());
+    std::string scratch = "left over";
+    EXPECT_FALSE(compress_journal_entry(one, scratch));
+    EXPECT_TRUE(scratch.empty());
+    EXPECT_EQ(stored_journal_entry(one, scratch), std::string_view(one));
+
+    // Damaged or hostile compressed entries: refused, nothing appended.
+    std::vector<EngineJournalRecord> out;
+    auto with_size = [&](std::uint64_t size) {
+        std::string e = z;
+        for (int i = 0; i < 8; ++i) e[1 + i] = static_cast<char>((size >> (8 * i)) & 0xff);
+        return e;
+    };
+    EXPECT_FALSE(decode_journal_entry(z.substr(0, z.size() - 1), out)) << "cut frame";
+    EXPECT_FALSE(decode_journal_entry(z.substr(0, 5), out)) << "cut size";
+    EXPECT_FALSE(decode_journal_entry(with_size(batch.size() + 1), out)) << "size that is not the frame's";
+    EXPECT_FALSE(decode_journal_entry(with_size(std::uint64_t{1} << 62), out)) << "absurd size";
+    EXPECT_FALSE(decode_journal_entry(with_size(0), out));
+    std::string flipped = z;
+    flipped[flipped.size() / 2] ^= 0x5a;
+    std::vector<EngineJournalRecord> maybe;
+    if (decode_journal_entry(flipped, maybe)) {
+        EXPECT_LE(maybe.size(), 200u);  // no crash either way
+    }
+    // A compressed entry inside a compressed one is not a form this program writes.
+    std::string nested;
+    ASSERT_TRUE(compress_journal_entry(z + std::string(300, 'x'), nested));
+    EXPECT_FALSE(decode_journal_entry(nested, out));
+    // Nor is a compressed tick: only batch entries are compressed.
+    std::string tick_z;
+    const std::string tick = encode_journal_tick(from_micros(1795000000000000)) + std::string(400, '\0');
+    ASSERT_TRUE(compress_journal_entry(tick, tick_z));
+    EXPECT_FALSE(decode_journal_entry(tick_z, out));
+    EXPECT_TRUE(out.empty());
+}
+
 }  // namespace
 }  // namespace retryguard

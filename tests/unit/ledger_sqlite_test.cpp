@@ -55,7 +55,7 @@ TEST(LedgerSqlite, SchemaVersionIsRecordedAndANewerFileIsRefused) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 10);
+        EXPECT_EQ(s->schema_version, 11);
     }
     {  // reopening does not migrate twice
         auto l = open_ledger(path);
@@ -116,7 +116,7 @@ TEST(LedgerSqlite, EventsSeenBeforeTheSeenEventsMigrationsStaySeen) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 10);
+        EXPECT_EQ(s->schema_version, 11);
         EXPECT_EQ(s->seen_events, static_cast<std::int64_t>(items.size()));
         // Version 8 gave messages a host column: old rows keep their data, with no host.
         auto old = (*l)->get_message("Q1");
@@ -759,7 +759,7 @@ COMMIT;)sql";
 
     auto l = open_ledger("sqlite:" + path);
     ASSERT_TRUE(l.ok()) << l.error().message;
-    EXPECT_EQ((*l)->stats()->schema_version, 10);
+    EXPECT_EQ((*l)->stats()->schema_version, 11);
     EXPECT_EQ(
         count_indexes(path, kQueueIdIndexes + std::string(", 'messages_message_id', 'recipients_address'")),
         4);
@@ -835,7 +835,7 @@ COMMIT;)sql";
 
     auto l = open_ledger("sqlite:" + path);
     ASSERT_TRUE(l.ok()) << l.error().message;
-    EXPECT_EQ((*l)->stats()->schema_version, 10);
+    EXPECT_EQ((*l)->stats()->schema_version, 11);
     EXPECT_EQ(count_indexes(path, "'destinations_key', 'destinations_state'"), 2);
     EXPECT_EQ(full_dump(**l, ids), before);
     EXPECT_EQ(states(**l), before_states);

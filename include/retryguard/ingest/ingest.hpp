@@ -110,8 +110,22 @@ struct PreparedBatch {
     static constexpr std::size_t kJournalBroken = static_cast<std::size_t>(-1);
     std::string journal;
     std::size_t journal_items = 0;
-    void clear() noexcept { count = 0, lines = 0, poison_lines = 0, journal.clear(), journal_items = 0; }
-    BatchJournal batch_journal() const noexcept { return {journal, journal_items}; }
+    // The entry as the ledger stores it (stored_journal_entry), made by
+    // Ingestor::seal_journal on the thread that filled the batch, when the
+    // ledger stores entries compressed (`compress_journal`, set with `keyer`).
+    // `sealed`: made for the batch as it is now (add_line clears it);
+    // `compressed` empty then means the entry is stored as it is.
+    bool compress_journal = false;
+    bool sealed = false;
+    std::string compressed;
+    void clear() noexcept {
+        count = 0, lines = 0, poison_lines = 0, journal.clear(), journal_items = 0;
+        sealed = false, compressed.clear();
+    }
+    BatchJournal batch_journal() const noexcept {
+        if (!sealed) return {journal, journal_items, {}};
+        return {journal, journal_items, compressed.empty() ? std::string_view(journal) : compressed};
+    }
     std::span<const IngestItem> events() const noexcept { return {items.data(), count}; }
 };
 
@@ -155,6 +169,10 @@ class Ingestor {
     // does after parsing; the batch's items keep their buffers for reuse.
     static void add_line(PreparedBatch& batch, LogParser& parser, const Classifier& classifier,
                          std::string_view line, const PoisonSink& poison);
+    // Once the batch is full: its journal entry in the form the ledger stores
+    // (compressed), when the ledger asked for it (PreparedBatch::compress_journal);
+    // uses only its argument, so the thread that filled the batch runs it.
+    static void seal_journal(PreparedBatch& batch);
     Status ingest_prepared(PreparedBatch& batch, const std::optional<FollowerPosition>& end);
 
     // Pipelined ingest (`retryguard import`): the engine is fed on a thread of

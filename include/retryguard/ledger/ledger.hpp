@@ -232,16 +232,37 @@ void append_journal_batch_item(std::string& batch, const IngestItem& item);
 void encode_journal_batch_item(std::string& out, const IngestItem& item);
 // A batch's engine journal entry made ahead (Ledger::ingest): kJournalBatchTag,
 // then append_journal_batch_item of each of the batch's `items` in order.
+// `stored`: the entry as stored_journal_entry gives it, made ahead too (an
+// import compresses on its reading thread); empty: the ledger makes it.
 struct BatchJournal {
     std::string_view entry;
     std::size_t items = 0;
+    std::string_view stored;
 };
+// A stored entry may be compressed: kJournalCompressedTag, the entry's size
+// (8 bytes little-endian), then a zstd frame of the whole entry (tag and
+// all). A batch's entry is about six times smaller so, and it was about half
+// of what a bulk import wrote to the database. decode_journal_entry reads
+// both forms.
+inline constexpr std::string_view kJournalCompressedTag = "Z";
+inline constexpr std::size_t kMaxJournalEntryBytes = std::size_t{1} << 30;
+// An entry's compressed form into `out` (replaced) when it is smaller than
+// the entry; false otherwise (short entries are kept as they are).
+// Deterministic: the same entry gives the same bytes.
+bool compress_journal_entry(std::string_view entry, std::string& out);
+// What to store for `entry`: its compressed form (in `scratch`) or the entry.
+std::string_view stored_journal_entry(std::string_view entry, std::string& scratch);
+// The reverse: the entry a stored one holds (decompressed into `scratch`), or
+// `stored` itself when it is not compressed or does not decompress (a reader
+// refuses it then, as any damaged entry).
+std::string_view plain_journal_entry(std::string_view stored, std::string& scratch);
 // The items' parts of a batch entry (each as append_journal_batch_item adds
 // it: its 8-byte length, then the item), into `parts` (replaced); false when
 // `entry` is not kJournalBatchTag followed by exactly `items` of them.
 bool split_journal_batch(std::string_view entry, std::size_t items, std::vector<std::string_view>& parts);
 // One entry (a batch gives one record per event) appended to `out`; false
-// when `data` is not an entry this program wrote (out unchanged then).
+// when `data` is not an entry this program wrote (out unchanged then). A
+// compressed entry is read within kMaxJournalEntryBytes.
 bool decode_journal_entry(std::string_view data, std::vector<EngineJournalRecord>& out);
 
 // The ledger side of one verdict of the rules engine: its sequence number
@@ -515,6 +536,9 @@ class LedgerIngest {
     virtual Result<IngestResult> ingest(std::span<const IngestItem> batch,
                                         const std::optional<FollowerPosition>& position,
                                         BatchJournal journal = {}) = 0;
+    // Whether this ledger stores batch entries compressed
+    // (stored_journal_entry), so that a caller makes BatchJournal::stored ahead.
+    virtual bool stores_compressed_journal() const noexcept { return false; }
 
     // A bulk import (`retryguard import`) is about to write many batches in a
     // row: the backend may trade memory for fewer writes (SQLite: a larger page
