@@ -350,7 +350,9 @@ std::string_view stored_journal_entry(std::string_view entry, std::string& scrat
 
 std::string_view plain_journal_entry(std::string_view stored, std::string& scratch) {
     if (stored.empty() || stored.front() != kJournalCompressedTag.front()) return stored;
-    return decompress_entry(stored, scratch) ? std::string_view(scratch) : stored;
+    // Only a batch entry is compressed: anything else inside is not one this program wrote.
+    if (!decompress_entry(stored, scratch) || scratch.front() != kJournalBatchTag.front()) return stored;
+    return scratch;
 }
 
 bool decode_journal_entry(std::string_view data, std::vector<EngineJournalRecord>& out) {

@@ -326,6 +326,10 @@ TEST(LedgerJournal, ACompressedBatchEntryDecodesToTheSameEventsAndHostileOnesAre
     EXPECT_FALSE(decode_journal_entry(z.substr(0, 5), out)) << "cut size";
     EXPECT_FALSE(decode_journal_entry(with_size(batch.size() + 1), out)) << "size that is not the frame's";
     EXPECT_FALSE(decode_journal_entry(with_size(std::uint64_t{1} << 62), out)) << "absurd size";
+    EXPECT_FALSE(decode_journal_entry(with_size(kMaxJournalEntryBytes + 1), out)) << "over the bound";
+    std::string huge(kMaxJournalEntryBytes + 1, 'x');
+    huge.front() = kJournalBatchTag.front();
+    EXPECT_FALSE(compress_journal_entry(huge, scratch)) << "stored as it is: readable without the bound";
     EXPECT_FALSE(decode_journal_entry(with_size(0), out));
     std::string flipped = z;
     flipped[flipped.size() / 2] ^= 0x5a;

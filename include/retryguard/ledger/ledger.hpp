@@ -245,16 +245,21 @@ struct BatchJournal {
 // of what a bulk import wrote to the database. decode_journal_entry reads
 // both forms.
 inline constexpr std::string_view kJournalCompressedTag = "Z";
-inline constexpr std::size_t kMaxJournalEntryBytes = std::size_t{1} << 30;
+// The largest entry stored compressed, and so the most a compressed entry may
+// claim to hold: reading one allocates its size first, and a frame of a few
+// bytes can claim any size. A batch of 10,000 lines is about 1.5 MB; one of
+// maximal lines (kMaxLogLineLength) can pass this and is stored as it is.
+inline constexpr std::size_t kMaxJournalEntryBytes = std::size_t{64} << 20;
 // An entry's compressed form into `out` (replaced) when it is smaller than
-// the entry; false otherwise (short entries are kept as they are).
+// the entry; false otherwise (short entries, and those over
+// kMaxJournalEntryBytes, are kept as they are).
 // Deterministic: the same entry gives the same bytes.
 bool compress_journal_entry(std::string_view entry, std::string& out);
 // What to store for `entry`: its compressed form (in `scratch`) or the entry.
 std::string_view stored_journal_entry(std::string_view entry, std::string& scratch);
 // The reverse: the entry a stored one holds (decompressed into `scratch`), or
-// `stored` itself when it is not compressed or does not decompress (a reader
-// refuses it then, as any damaged entry).
+// `stored` itself when it is not compressed or does not decompress to a batch
+// entry (a reader refuses it then, as any damaged entry).
 std::string_view plain_journal_entry(std::string_view stored, std::string& scratch);
 // The items' parts of a batch entry (each as append_journal_batch_item adds
 // it: its 8-byte length, then the item), into `parts` (replaced); false when
