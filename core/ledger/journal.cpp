@@ -308,9 +308,10 @@ ZSTD_DCtx* thread_dctx() {
     return d.get();
 }
 
-// The entry inside a compressed one, into `out`; false when `data` is not a
-// compressed entry this program wrote, or would exceed kMaxJournalEntryBytes.
-bool decompress_entry(std::string_view data, std::string& out) {
+// The batch entry inside a compressed one, into `out`; false when `data` is
+// not a compressed entry this program wrote (only batch entries are
+// compressed), or would exceed kMaxJournalEntryBytes.
+bool decompress_batch_entry(std::string_view data, std::string& out) {
     Reader r(data.substr(kJournalCompressedTag.size()));
     const std::uint64_t size = r.fixed64();
     if (!r.ok() || size == 0 || size > kMaxJournalEntryBytes) return false;
@@ -320,7 +321,7 @@ bool decompress_entry(std::string_view data, std::string& out) {
     if (!d) return false;
     out.resize(static_cast<std::size_t>(size));
     const std::size_t n = ZSTD_decompressDCtx(d, out.data(), out.size(), frame.data(), frame.size());
-    return !ZSTD_isError(n) && n == size;
+    return !ZSTD_isError(n) && n == size && out.front() == kJournalBatchTag.front();
 }
 }  // namespace
 
@@ -350,18 +351,14 @@ std::string_view stored_journal_entry(std::string_view entry, std::string& scrat
 
 std::string_view plain_journal_entry(std::string_view stored, std::string& scratch) {
     if (stored.empty() || stored.front() != kJournalCompressedTag.front()) return stored;
-    // Only a batch entry is compressed: anything else inside is not one this program wrote.
-    if (!decompress_entry(stored, scratch) || scratch.front() != kJournalBatchTag.front()) return stored;
-    return scratch;
+    return decompress_batch_entry(stored, scratch) ? std::string_view(scratch) : stored;
 }
 
 bool decode_journal_entry(std::string_view data, std::vector<EngineJournalRecord>& out) {
     if (data.empty()) return false;
     if (data.front() == kJournalCompressedTag.front()) {
-        // Only a batch entry is compressed (never one inside another).
         std::string inner;
-        if (!decompress_entry(data, inner) || inner.front() != kJournalBatchTag.front()) return false;
-        return decode_journal_entry(inner, out);
+        return decompress_batch_entry(data, inner) && decode_journal_entry(inner, out);
     }
     if (data.front() != kJournalBatchTag.front()) {
         EngineJournalRecord r;
