@@ -15,9 +15,17 @@
 # ledger open, the lookups, output). For Redis the server's own CPU per chunk
 # comes from /proc (it does most of the work).
 #
+# With --follow the chunks are not imports: the policy daemon
+# (retryguard-policyd, the shipped defaults for its follower: transactions of
+# at most 512 lines, a 16 MiB page cache, a WAL checkpoint every 1,000 pages)
+# follows one log file, each chunk is appended to it in turn, and the
+# daemon's CPU per chunk is read from /proc between the moment the chunk is
+# appended and the moment its metrics endpoint counts the chunk's last line.
+# That is a log follower catching up, the case the plain curve stands in for.
+#
 # usage: bench/import-curve.sh [--scale X] [--days N] [--chunk LINES] [--probe N]
-#                              [--redis] [--svg FILE] [--data FILE] [--replot TSV]
-#                              [BUILD_DIR]
+#                              [--redis] [--follow] [--svg FILE] [--data FILE]
+#                              [--replot TSV] [BUILD_DIR]
 #   --scale X      gen_month_log --scale (default 10: about 8.4M lines,
 #                  1.3M messages, 197k recipient domains)
 #   --days N       gen_month_log --days (default 30); more days, more messages
@@ -26,6 +34,9 @@
 #                  20; 0: no probe)
 #   --redis        a private redis-server on 127.0.0.1 (no persistence) instead
 #                  of a SQLite file
+#   --follow       the policy daemon's log follower instead of `retryguard
+#                  import` per chunk (SQLite only; "fixed s" is left empty:
+#                  the daemon starts once)
 #   --svg FILE     the plot (default docs/images/import-cost-curve.svg, with
 #                  --redis docs/images/import-cost-curve-redis.svg; a name ending
 #                  in .png gives a PNG); needs gnuplot, skipped with a warning
@@ -35,9 +46,9 @@
 #                  (give the same --scale, --days, --chunk and --redis)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scale=10 days="" chunk=500000 probe=20 redis=0 build=build svg="" data="" replot=""
+scale=10 days="" chunk=500000 probe=20 redis=0 follow=0 build=build svg="" data="" replot=""
 usage() {
-  echo "usage: $0 [--scale X] [--days N] [--chunk LINES] [--probe N] [--redis] [--svg FILE] [--data FILE] [--replot TSV] [BUILD_DIR]" >&2
+  echo "usage: $0 [--scale X] [--days N] [--chunk LINES] [--probe N] [--redis] [--follow] [--svg FILE] [--data FILE] [--replot TSV] [BUILD_DIR]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -47,6 +58,7 @@ while [ $# -gt 0 ]; do
     --chunk) chunk=$2; shift ;;
     --probe) probe=$2; shift ;;
     --redis) redis=1 ;;
+    --follow) follow=1 ;;
     --svg) svg=$2; shift ;;
     --data) data=$2; shift ;;
     --replot) replot=$2; shift ;;
@@ -57,10 +69,14 @@ while [ $# -gt 0 ]; do
 done
 [ "$chunk" -gt 0 ] 2> /dev/null || usage
 [ "$probe" -ge 0 ] 2> /dev/null || usage
+[ "$follow" = 1 ] && [ "$redis" = 1 ] && { echo "--follow is for the SQLite ledger" >&2; exit 2; }
 if [ -z "$svg" ]; then
   svg=docs/images/import-cost-curve.svg
   [ "$redis" = 1 ] && svg=docs/images/import-cost-curve-redis.svg
+  [ "$follow" = 1 ] && svg=docs/images/follow-cost-curve.svg
 fi
+who="import" prog="retryguard import"
+[ "$follow" = 1 ] && who="follower" prog="retryguard-policyd following the log"
 summary() {
   # First (bulk into an empty ledger) against the steady state of the rest; a
   # short last chunk is left out of the comparison (the per-process start, the
@@ -81,6 +97,7 @@ plot_svg() {
   mkdir -p "$(dirname "$svg")"
   what="SQLite ledger" first="chunk 1: into an empty ledger (bulk mode)"
   [ "$redis" = 1 ] && what="Redis ledger" first="chunk 1: into an empty ledger"
+  [ "$follow" = 1 ] && first="chunk 1: into an empty ledger"
   # Two panels against the same chunks: cost per line against the messages in the
   # ledger, and against the destinations it tracks. Chunk 1 (bulk mode into an
   # empty ledger) is drawn apart from the steady state of the later chunks.
@@ -90,7 +107,7 @@ plot_svg() {
   # shellcheck disable=SC2016 # $2, $5, $7: gnuplot's columns, not the shell's
   plotcmd() { # $1: the column of x
     local x="column($1) / 1000"
-    printf 'plot "%s" skip 1 every ::1 using ($2 == full ? %s : NaN):5 with linespoints pt 7 lc rgb "#1f5fa8" title "import CPU (user+system)"' "$tsv" "$x"
+    printf 'plot "%s" skip 1 every ::1 using ($2 == full ? %s : NaN):5 with linespoints pt 7 lc rgb "#1f5fa8" title "%s CPU (user+system)"' "$tsv" "$x" "$who"
     printf ', "" skip 1 every ::0::0 using (%s):5 with points pt 5 ps 1.4 lc rgb "#d06000" title "%s"' "$x" "$first"
     [ "$redis" = 1 ] &&
       printf ', "" skip 1 using ($2 == full ? %s : NaN):7 with linespoints pt 9 lc rgb "#a01010" title "redis-server CPU"' "$x"
@@ -108,7 +125,7 @@ set grid
 set yrange [0:*]
 set xrange [0:*]
 full = $chunk
-set multiplot layout 2,1 title "retryguard import, $what, chunks of $chunk lines (gen_month_log --scale $scale${days:+ --days $days} --seed 1)"
+set multiplot layout 2,1 title "$prog, $what, chunks of $chunk lines (gen_month_log --scale $scale${days:+ --days $days} --seed 1)"
 set ylabel "µs per log line"
 set xlabel "thousand messages in the ledger after the chunk"
 $(plotcmd 3)
@@ -127,7 +144,10 @@ if [ -n "$replot" ]; then
 fi
 cli=$build/tools/retryguard
 gen=$build/gen_month_log
+policyd=$build/policyd/retryguard-policyd
 [ -x "$cli" ] && [ -x "$gen" ] || { echo "no $cli or $gen: run scripts/build.sh first" >&2; exit 2; }
+[ "$follow" = 0 ] || [ -x "$policyd" ] || { echo "no $policyd: run scripts/build.sh first" >&2; exit 2; }
+command -v curl > /dev/null || [ "$follow" = 0 ] || { echo "--follow needs curl" >&2; exit 2; }
 [ -x /usr/bin/time ] || { echo "GNU time not installed (apt-get install time)" >&2; exit 2; }
 if [ "$redis" = 1 ]; then
   command -v redis-server > /dev/null || { echo "redis-server not installed" >&2; exit 2; }
@@ -135,9 +155,10 @@ fi
 export RETRYGUARD_DATADIR=${RETRYGUARD_DATADIR:-$build/share/retryguard}
 
 work=$(mktemp -d)
-rpid=""
+rpid="" dpid=""
 cleanup() {
   [ -n "$rpid" ] && kill "$rpid" 2> /dev/null && wait "$rpid" 2> /dev/null
+  [ -n "$dpid" ] && kill "$dpid" 2> /dev/null && wait "$dpid" 2> /dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -159,9 +180,10 @@ if [ "$redis" = 1 ]; then
     -o ledger.redis.timeout=10s)
 fi
 
-redis_cpu() { # user+system seconds of the private redis-server so far
-  awk '{printf "%.2f\n", ($14 + $15) / '"$(getconf CLK_TCK)"'}' "/proc/$rpid/stat"
+proc_cpu() { # user+system seconds of process $1 so far
+  awk '{printf "%.2f\n", ($14 + $15) / '"$(getconf CLK_TCK)"'}' "/proc/$1/stat"
 }
+redis_cpu() { proc_cpu "$rpid"; }
 
 # Prints "wall_s cpu_s max_rss_kib" of a command whose output is discarded.
 measure() {
@@ -171,11 +193,17 @@ measure() {
 }
 
 log=$work/month.log
-"$gen" --scale "$scale" ${days:+--days "$days"} --seed 1 --out "$log" 2> "$work/gen.txt"
+# The follower reads syslog times without a year and takes the year that puts
+# the first line nearest now, and a quiet daemon moves its rules engine to the
+# clock: its log starts today (UTC), so that between chunks the engine's time,
+# the log's, stays ahead of the clock as on a live relay that is catching up.
+start=()
+[ "$follow" = 1 ] && start=(--start "$(date -u +%F)")
+"$gen" --scale "$scale" ${days:+--days "$days"} "${start[@]}" --seed 1 --out "$log" 2> "$work/gen.txt"
 total=$(wc -l < "$log")
-echo "gen_month_log --scale $scale${days:+ --days $days} --seed 1: $(sed 's/^gen_month_log: //' "$work/gen.txt")," \
+echo "gen_month_log --scale $scale${days:+ --days $days}${start[*]:+ ${start[*]}} --seed 1: $(sed 's/^gen_month_log: //' "$work/gen.txt")," \
   "$(($(stat -c %s "$log") / 1048576)) MiB, $(((total + chunk - 1) / chunk)) chunks of $chunk lines"
-echo "ledger: $([ "$redis" = 1 ] && echo "Redis (private redis-server on 127.0.0.1:$rport)" || echo "SQLite file")," \
+echo "ledger: $([ "$redis" = 1 ] && echo "Redis (private redis-server on 127.0.0.1:$rport)" || echo "SQLite file")$([ "$follow" = 1 ] && echo ", written by the policy daemon's follower")," \
   "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 split -l "$chunk" -d -a 4 "$log" "$work/chunk."
 : > "$work/empty.log"
@@ -188,6 +216,51 @@ else
   printf '%5s %9s %9s %8s %9s %9s %9s %9s %9s %9s %9s\n' chunk lines messages dests \
     "cpu us/l" "wall us/l" "rss MiB" "file MiB" "B/msg" "probe ms" "fixed s"
 fi
+if [ "$follow" = 1 ]; then
+  # The daemon as shipped but for its endpoints (loopback, ports of the
+  # kernel's choosing), its own log (stderr) and verdicts (a file). As root it
+  # would switch to policy.user: it runs as nobody from the start instead.
+  : > "$work/mail.log"
+  cat > "$work/follow.yaml" << EOF
+sources: [{type: file, path: $work/mail.log, start: beginning}]
+log: {target: stderr, verdicts: "file:$work/verdicts.log"}
+metrics: {enabled: true, listen: "127.0.0.1:0"}
+policy: {socket: "inet:0@127.0.0.1"}
+ledger: {sqlite: {path: $work/ledger.db}}
+EOF
+  as_user=()
+  if [ "$(id -u)" = 0 ]; then
+    chown nobody "$work"
+    as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+  fi
+  TZ=UTC "${as_user[@]}" "$policyd" --foreground -c "$work/follow.yaml" --ready-file "$work/ready" \
+    > "$work/policyd.log" 2>&1 &
+  dpid=$!
+  for _ in $(seq 200); do [ -s "$work/ready" ] && break; sleep 0.05; done
+  mport=$(awk '$1 == "metrics" { n = split($2, a, ":"); print a[n] }' "$work/ready" 2> /dev/null)
+  [ -n "$mport" ] || { echo "retryguard-policyd did not start" >&2; cat "$work/policyd.log" >&2; exit 1; }
+fi
+followed_lines() { # the lines the daemon's follower has recorded so far
+  curl -fsS "http://127.0.0.1:$mport/metrics" | awk '$1 == "retryguard_ingest_lines_total" { print $2 }'
+}
+# Appends chunk $1 to the followed log and waits until the daemon has recorded
+# its last line ($2: the lines before it); prints "wall_s cpu_s peak_rss_kib".
+follow_chunk() {
+  local want=$(($2 + $(wc -l < "$1"))) c0 t0 got
+  c0=$(proc_cpu "$dpid")
+  t0=$(date +%s.%N)
+  cat "$1" >> "$work/mail.log"
+  while :; do
+    got=$(followed_lines) || { echo "metrics endpoint gone" >&2; cat "$work/policyd.log" >&2; return 1; }
+    [ "${got:-0}" -ge "$want" ] && break
+    kill -0 "$dpid" 2> /dev/null || { echo "retryguard-policyd exited" >&2; cat "$work/policyd.log" >&2; return 1; }
+    sleep 0.05
+  done
+  awk -v t0="$t0" -v t1="$(date +%s.%N)" -v c0="$c0" -v c1="$(proc_cpu "$dpid")" \
+    -v rss="$(awk '/^VmHWM:/ { print $2 }' "/proc/$dpid/status")" 'BEGIN { printf "%.2f %.2f %d\n", t1 - t0, c1 - c0, rss }'
+}
+followed=0
+
 tsv=$work/curve.tsv
 echo -e "chunk\tlines\tmessages\tdestinations\tcpu_us_per_line\twall_us_per_line\tserver_us_per_line\tledger_bytes\tbytes_per_message\tkeys\tprobe_ms\tpeak_rss_kib\tload1\tfixed_cpu_s" > "$tsv"
 n=0
@@ -195,7 +268,13 @@ for c in "$work"/chunk.*; do
   n=$((n + 1))
   lines=$(wc -l < "$c")
   [ "$redis" = 1 ] && r0=$(redis_cpu)
-  read -r wall cpu rss < <(measure "$cli" import -q --utc --year 2026 "${ledger_opts[@]}" "$c")
+  if [ "$follow" = 1 ]; then
+    read -r wall cpu rss < <(follow_chunk "$c" "$followed")
+    [ -n "$rss" ] || exit 1
+    followed=$((followed + lines))
+  else
+    read -r wall cpu rss < <(measure "$cli" import -q --utc --year 2026 "${ledger_opts[@]}" "$c")
+  fi
   srv_us="" keys=""
   if [ "$redis" = 1 ]; then
     srv_us=$(awk -v a="$(redis_cpu)" -v b="$r0" -v l="$lines" 'BEGIN { printf "%.1f", (a - b) * 1e6 / l }')
@@ -207,7 +286,9 @@ for c in "$work"/chunk.*; do
   fi
   # The same process on no lines: opening the ledger, restoring and saving the
   # engine state. A log follower pays this once, not per chunk.
-  read -r _ fixed_cpu _ < <(measure "$cli" import -q --utc --year 2026 "${ledger_opts[@]}" "$work/empty.log")
+  fixed_cpu=""
+  [ "$follow" = 0 ] &&
+    read -r _ fixed_cpu _ < <(measure "$cli" import -q --utc --year 2026 "${ledger_opts[@]}" "$work/empty.log")
   # status exits 1 when a destination is at "escalate": that is data, not an error.
   "$cli" status --json "${ledger_opts[@]}" > "$work/status.json" || [ $? = 1 ] ||
     { echo "retryguard status failed" >&2; exit 1; }
@@ -234,15 +315,15 @@ EOF
   mib=$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1048576 }')
   if [ "$redis" = 1 ]; then
     printf '%5s %9s %9s %8s %9s %9s %9s %9s %9s %9s %9s %9s\n' "$n" "$lines" "$messages" "$dests" \
-      "$cpu_us" "$wall_us" "$srv_us" "$mib" "$bpm" "$keys" "${probe_ms:--}" "$fixed_cpu"
+      "$cpu_us" "$wall_us" "$srv_us" "$mib" "$bpm" "$keys" "${probe_ms:--}" "${fixed_cpu:--}"
   else
     printf '%5s %9s %9s %8s %9s %9s %9s %9s %9s %9s %9s\n' "$n" "$lines" "$messages" "$dests" \
-      "$cpu_us" "$wall_us" "$((rss / 1024))" "$mib" "$bpm" "${probe_ms:--}" "$fixed_cpu"
+      "$cpu_us" "$wall_us" "$((rss / 1024))" "$mib" "$bpm" "${probe_ms:--}" "${fixed_cpu:--}"
   fi
-  echo -e "$n\t$lines\t$messages\t$dests\t$cpu_us\t$wall_us\t${srv_us:-NaN}\t$bytes\t$bpm\t${keys:-NaN}\t${probe_ms:-NaN}\t$rss\t$(cut -d' ' -f1 /proc/loadavg)\t$fixed_cpu" >> "$tsv"
+  echo -e "$n\t$lines\t$messages\t$dests\t$cpu_us\t$wall_us\t${srv_us:-NaN}\t$bytes\t$bpm\t${keys:-NaN}\t${probe_ms:-NaN}\t$rss\t$(cut -d' ' -f1 /proc/loadavg)\t${fixed_cpu:-NaN}" >> "$tsv"
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "cpu/wall us/l: the import's user+system CPU and wall time per line of the chunk;" \
+echo "cpu/wall us/l: the $who's user+system CPU and wall time per line of the chunk;" \
   "probe ms: wall ms per \`retryguard explain --json\` process (start, ledger open, lookup);" \
   "fixed s: CPU s of an import of no lines (ledger open, engine state restored and saved), included in each chunk's"
 

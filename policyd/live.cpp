@@ -267,10 +267,10 @@ void LiveIngest::publish() {
 
     std::array<std::uint64_t, 5> ladder{};
     std::uint64_t flagged = 0;
-    for (const auto& [name, d] : ingest_->engine().destinations()) {
+    ingest_->engine().for_each_active([&](const DestinationState& d) {
         if (d.open) ++ladder[static_cast<std::size_t>(d.open->ladder)];
         if (d.flagged_at) ++flagged;
-    }
+    });
     std::string o;
     auto out = std::back_inserter(o);
     const IngestStats& st = ingest_->stats();

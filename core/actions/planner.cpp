@@ -277,14 +277,15 @@ void Planner::on_verdict(const Verdict& v, const Engine& engine, bool replayed) 
 }
 
 void Planner::maybe_probe(TimePoint now, const Engine& engine) {
-    for (const auto& [name, d] : engine.destinations()) {
-        if (!d.open || d.open->ladder != Ladder::escalate) continue;
+    engine.for_each_active([&](const DestinationState& d) {
+        const std::string& name = d.name;
+        if (!d.open || d.open->ladder != Ladder::escalate) return;
         const config::Settings& s = settings_for_destination(*config_, name);
-        if (!s.flush.probe) continue;
+        if (!s.flush.probe) return;
         const Duration interval = std::chrono::duration_cast<Duration>(s.flush.probe_interval);
         auto it = last_probe_.find(name);
         const TimePoint last = it == last_probe_.end() ? d.open->escalated_at : it->second;
-        if (now - last < interval) continue;
+        if (now - last < interval) return;
         for (const auto& qid : d.open->messages) {
             if (const Origin* o = origin(qid); o && o->gone) continue;
             Flush f;
@@ -297,7 +298,7 @@ void Planner::maybe_probe(TimePoint now, const Engine& engine) {
             break;
         }
         last_probe_[name] = now;
-    }
+    });
 }
 
 void Planner::forget_old(TimePoint now) {

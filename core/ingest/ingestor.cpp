@@ -460,18 +460,19 @@ Status Ingestor::sync_flags(TimePoint now) {
     if (!active) return active.error();
     std::vector<std::string> entries;
     std::vector<EngineJournalRecord> records;
-    for (const auto& [name, d] : engine_.destinations()) {
-        if (!d.flagged_at) continue;
+    engine_.for_each_active([&](const DestinationState& d) {
+        const std::string& name = d.name;
+        if (!d.flagged_at) return;
         bool still = false;
         for (const auto& f : *active) still = still || f.destination == name;
-        if (still) continue;
+        if (still) return;
         entries.push_back(encode_journal_clear_flag(name, now));
         EngineJournalRecord r;
         r.kind = EngineJournalRecord::Kind::clear_flag;
         r.time = now;
         r.destination = name;
         records.push_back(std::move(r));
-    }
+    });
     if (entries.empty()) return {};
     return journal_and_feed(std::move(entries), std::move(records));
 }

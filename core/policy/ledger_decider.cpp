@@ -41,8 +41,10 @@ std::shared_ptr<PolicySnapshot> snapshot_from_engine(const Engine& engine) {
     auto snap = std::make_shared<PolicySnapshot>();
     snap->origin = "engine";
     snap->local_incident = engine.local_incident_open();
-    for (const auto& [name, d] : engine.destinations()) {
-        if (d.is_mx || !is_domain_destination(name)) continue;
+    // Only a destination with an open episode or a flag can be in the snapshot.
+    engine.for_each_active([&](const DestinationState& d) {
+        const std::string& name = d.name;
+        if (d.is_mx || !is_domain_destination(name)) return;
         DestinationView v;
         v.flagged = d.flagged_at.has_value();
         if (d.open) {
@@ -57,9 +59,9 @@ std::shared_ptr<PolicySnapshot> snapshot_from_engine(const Engine& engine) {
             v.relay = d.history.back().last_relay;
         }
         if (v.flagged && !d.open) v.since = *d.flagged_at;
-        if (!v.flagged && v.ladder != Ladder::watch && v.ladder != Ladder::escalate) continue;
+        if (!v.flagged && v.ladder != Ladder::watch && v.ladder != Ladder::escalate) return;
         snap->by_domain.emplace(lower_domain(name), std::move(v));
-    }
+    });
     return snap;
 }
 

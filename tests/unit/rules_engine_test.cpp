@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -414,6 +415,63 @@ TEST(RulesEngine, TimedChecksReachRestoredAndLongUntouchedDestinations) {
     // every flag set before the save (the domain's and its MX host's) expired
     EXPECT_EQ(restored.count("flag_expired"), feed.count("flagged"));
     EXPECT_GE(feed.count("flagged"), 1);
+}
+
+// What runs once per batch in the policy daemon (its snapshot, its metrics,
+// probes, the flag sync) walks for_each_active, not every destination: it
+// must still reach every destination with an open episode or a flag, through
+// advances, flag expiry and a restored state, and not the closed ones.
+TEST(RulesEngine, ActiveDestinationsAreEveryOpenOrFlaggedOneAndNoOther) {
+    EngineSettings s;
+    s.defaults.repeat_deferrals = 3;
+    Feed feed(s);
+    auto expected = [](const Engine& e) {
+        std::vector<std::string> out;
+        for (const auto& [name, d] : e.destinations())
+            if (d.open || d.flagged_at) out.push_back(name);
+        return out;
+    };
+    auto visited = [](const Engine& e) {
+        std::vector<std::string> out;
+        e.for_each_active([&](const DestinationState& d) { out.push_back(d.name); });
+        return out;
+    };
+    auto includes = [](const std::vector<std::string>& big, const std::vector<std::string>& small) {
+        return std::includes(big.begin(), big.end(), small.begin(), small.end());
+    };
+    for (int i = 0; i < 300; ++i) {
+        const std::string q = "A" + std::to_string(i), r = "u@d" + std::to_string(i) + ".example";
+        const TimePoint t = T0 + i * 2min;  // fewer than spread_min_destinations a window
+        // every third stays open, every seventh is flagged (three config deferrals), the rest recover
+        const int deferrals = i % 7 == 0 ? 3 : 1;
+        for (int k = 0; k < deferrals; ++k)
+            feed(deferred(t + k * 1s, q, r, "mx" + std::to_string(i) + ".example"),
+                 Category::receiver_config);
+        if (i % 3 != 0)
+            feed(delivery(t + 10s, q, r, DeliveryStatus::sent, "mx" + std::to_string(i) + ".example"),
+                 Category::unknown);
+    }
+    ASSERT_GE(feed.count("flagged"), 40);
+    const auto open_or_flagged = expected(feed.engine);
+    ASSERT_GT(open_or_flagged.size(), 100u);
+    ASSERT_LT(open_or_flagged.size(), feed.engine.destinations().size());
+    EXPECT_TRUE(includes(visited(feed.engine), open_or_flagged));
+    // An advance drops the destinations with nothing open or flagged.
+    feed.advance(T0 + 12h);
+    EXPECT_EQ(visited(feed.engine), expected(feed.engine));
+    // A restored engine walks the same set.
+    Engine restored;
+    ASSERT_TRUE(restored.load_state(feed.engine.save_state()).ok());
+    EXPECT_EQ(visited(restored), expected(feed.engine));
+    // Flags expire and open episodes recover: they leave the set at the next advance.
+    for (int i = 0; i < 300; i += 3)
+        feed(delivery(T0 + 13h, "A" + std::to_string(i), "u@d" + std::to_string(i) + ".example",
+                      DeliveryStatus::sent, "mx" + std::to_string(i) + ".example"),
+             Category::unknown);
+    feed.advance(T0 + 60 * 24h);
+    EXPECT_GE(feed.count("flag_expired"), feed.count("flagged") - 1);
+    EXPECT_EQ(visited(feed.engine), expected(feed.engine));
+    EXPECT_LT(visited(feed.engine).size(), 10u);
 }
 
 TEST(RulesEngine, ReportsRetriesSoonerThanTheMinimum) {

@@ -134,6 +134,16 @@ class Engine {
 
     const DestinationState* destination(std::string_view name) const;
     const std::map<std::string, DestinationState, std::less<>>& destinations() const { return dests_; }
+    // Calls f(const DestinationState&) for every destination with an open
+    // episode or a flag, in name order, and for those touched since the last
+    // advance (the set advance() walks). Its size follows the open episodes
+    // and flags, not every destination ever tracked: what runs once per
+    // batch (the policy snapshot, the metrics, probes) walks this instead.
+    template <class F>
+    void for_each_active(F&& f) const {
+        for (const auto& name : timed_)
+            if (auto it = dests_.find(name); it != dests_.end()) f(it->second);
+    }
     bool local_incident_open() const { return incident_.has_value(); }
     // Deferrals the open incident owns (0 when none is open).
     std::int64_t incident_deferrals() const { return incident_ ? incident_->deferrals : 0; }
