@@ -321,8 +321,10 @@ const std::vector<Entry>& table() {
                   "Where to start when no position is stored yet: the end (live) or the beginning.", start),
         RG_SOURCE("max_line_length", size, "64KiB", "bytes", kNone, 1 * kKiB, 16 * kMiB,
                   "Longer lines are cut and counted, never fatal.", max_line_length),
-        RG_GLOBAL("ingest.batch_max_events", integer, "512", "events", kNone, 1, 100000,
-                  "Events written to the ledger in one transaction at most.", ingest.batch_max_events),
+        RG_GLOBAL("ingest.batch_max_events", integer, "2000", "lines", kNone, 1, 100000,
+                  "Log lines written to the ledger in one transaction at most (a follower catching up "
+                  "fills them; on a live log batch_max_delay ends a batch first).",
+                  ingest.batch_max_events),
         RG_GLOBAL("ingest.batch_max_delay", duration, "200ms", "duration", kNone, kMs, 60 * kSec,
                   "A partial batch is written after this delay.", ingest.batch_max_delay),
 

@@ -58,6 +58,7 @@ Status Ingestor::restore() {
     std::uint64_t journal_seq = 0, verdict_seq = 0;
     if (saved->has_value()) {
         const std::string& bytes = **saved;
+        saved_state_bytes_ = bytes.size();  // what the next save will cost, about (SaveSchedule)
         try {
             std::string engine_bytes;
             if (!bytes.empty() && bytes.front() == '{') {
