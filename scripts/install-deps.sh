@@ -33,7 +33,7 @@ TEST_PKGS=(
   systemd-journal-remote              # writes journal files the journald follower tests read
   chromium                            # renders the HTML report headless in its test
 )
-BENCH_PKGS=(pflogsumm postfwd postgrey time gnuplot-nox)  # time: GNU time (peak memory) in bench/import-vs-pflogsumm.sh; gnuplot: bench/import-curve.sh plots
+BENCH_PKGS=(pflogsumm postfwd postgrey time gnuplot-nox curl)  # time: GNU time (peak memory) in bench/import-vs-pflogsumm.sh; gnuplot: bench/import-curve.sh plots; curl: its --follow reads the daemon's metrics
 PACKAGE_PKGS=(debhelper dpkg-dev fakeroot lintian rsync util-linux debootstrap)  # packaging/build-deb.sh, tests/packaging
 
 want=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}")
