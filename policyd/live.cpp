@@ -363,8 +363,7 @@ void LiveIngest::run() {
     // saves by (SaveSchedule). Saved every save_every while lines came, its
     // cost followed the destinations ever tracked, not the lines read: about
     // 13 MB written every 5 s at 300k destinations, on a live log too.
-    std::uint64_t lines_since_save = 0;
-    const std::uint64_t state_bytes_per_line = SaveSchedule::Settings{}.state_bytes_per_line;
+    SaveSchedule saves;
     std::chrono::milliseconds backoff{0};
     std::vector<std::string> lines;
     const auto cfg0 = config_->current();
@@ -421,7 +420,7 @@ void LiveIngest::run() {
                 s.line_source->commit();
                 run_actions();
                 s.lines += lines.size();
-                lines_since_save += lines.size();
+                saves.done(lines.size(), false);
                 ++s.batches;
                 got_lines = dirty = true;
             }
@@ -454,8 +453,8 @@ void LiveIngest::run() {
             }
             if (check_sources()) got_lines = true;
             if (got_lines) publish();
-            const bool save_worth = ticks_since_save >= kTicksBeforeSave ||
-                                    lines_since_save * state_bytes_per_line >= ingest_->saved_state_bytes();
+            const bool save_worth =
+                ticks_since_save >= kTicksBeforeSave || saves.size_reached(0, ingest_->saved_state_bytes());
             if (dirty && save_worth && now - last_save >= options_.save_every) {
                 save_actions();
                 if (auto st = ingest_->save(); !st) {
@@ -464,7 +463,7 @@ void LiveIngest::run() {
                 } else {
                     dirty = false;
                     ticks_since_save = 0;
-                    lines_since_save = 0;
+                    saves.done(0, true);
                 }
                 last_save = now;
             }

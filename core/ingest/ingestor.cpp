@@ -430,7 +430,11 @@ Status Ingestor::save() {
 bool SaveSchedule::due(std::uint64_t lines, std::size_t state_bytes) const noexcept {
     const std::uint64_t after = lines_ + lines;
     const bool interval = batches_ + 1 >= settings_.every_batches || after >= settings_.every_lines;
-    return interval && after * settings_.state_bytes_per_line >= state_bytes;
+    return interval && size_reached(lines, state_bytes);
+}
+
+bool SaveSchedule::size_reached(std::uint64_t lines, std::size_t state_bytes) const noexcept {
+    return (lines_ + lines) * settings_.state_bytes_per_line >= state_bytes;
 }
 
 void SaveSchedule::done(std::uint64_t lines, bool saved) noexcept {

@@ -603,5 +603,22 @@ TEST(SaveSchedule, FollowsTheIntervalAndTheSizeOfTheState) {
     EXPECT_FALSE(small.due(700, 35000 * 16 + 1));
 }
 
+// The size rule alone, as the log follower applies it on its own clock: the
+// lines since the last save against the saved state's size, reset by a save.
+TEST(SaveSchedule, TheSizeRuleAloneCountsLinesSinceTheLastSave) {
+    SaveSchedule s;  // the defaults the follower uses: 16 bytes per line
+    EXPECT_TRUE(s.size_reached(0, 0)) << "nothing saved yet";
+    EXPECT_FALSE(s.size_reached(0, 13000000));
+    for (int i = 0; i < 406; ++i) s.done(2000, false);
+    EXPECT_FALSE(s.size_reached(0, 13000000)) << "812,000 lines: 12,992,000 bytes";
+    EXPECT_TRUE(s.size_reached(500, 13000000));
+    s.done(500, false);
+    EXPECT_TRUE(s.size_reached(0, 13000000));
+    s.done(0, true);
+    EXPECT_FALSE(s.size_reached(0, 13000000));
+    EXPECT_FALSE(s.size_reached(2000, 32001));
+    EXPECT_TRUE(s.size_reached(2000, 32000));
+}
+
 }  // namespace
 }  // namespace retryguard

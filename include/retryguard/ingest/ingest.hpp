@@ -342,6 +342,10 @@ class SaveSchedule {
     // Whether the batch of `lines` about to be recorded should be followed by a
     // save, given the size of the state saved last.
     bool due(std::uint64_t lines, std::size_t state_bytes) const noexcept;
+    // The size half of due(): the lines since the last save, and `lines`
+    // more, reach state_bytes / state_bytes_per_line. The log follower saves
+    // on its own clock but by this rule too (policyd/live.cpp).
+    bool size_reached(std::uint64_t lines, std::size_t state_bytes) const noexcept;
     // The batch went in; `saved`: a save followed it.
     void done(std::uint64_t lines, bool saved) noexcept;
     std::uint64_t lines_since_save() const noexcept { return lines_; }
