@@ -325,7 +325,7 @@ done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "cpu/wall us/l: the $who's user+system CPU and wall time per line of the chunk;" \
   "probe ms: wall ms per \`retryguard explain --json\` process (start, ledger open, lookup);" \
-  "fixed s: CPU s of an import of no lines (ledger open, engine state restored and saved), included in each chunk's"
+  "fixed s: CPU s of an import of no lines (ledger open, engine state restored and saved), included in each chunk's (none with --follow: the daemon starts once)"
 
 summary
 [ -n "$data" ] && cp "$tsv" "$data"
