@@ -17,7 +17,8 @@
 #
 # With --follow the chunks are not imports: the policy daemon
 # (retryguard-policyd, the shipped defaults for its follower: transactions of
-# at most 512 lines, a 16 MiB page cache, a WAL checkpoint every 1,000 pages)
+# at most ingest.batch_max_events lines, a 16 MiB page cache, a WAL checkpoint
+# every 1,000 pages)
 # follows one log file, each chunk is appended to it in turn, and the
 # daemon's CPU per chunk is read from /proc between the moment the chunk is
 # appended and the moment its metrics endpoint counts the chunk's last line.
@@ -244,9 +245,9 @@ followed_lines() { # the lines the daemon's follower has recorded so far
   curl -fsS "http://127.0.0.1:$mport/metrics" | awk '$1 == "retryguard_ingest_lines_total" { print $2 }'
 }
 # Appends chunk $1 to the followed log and waits until the daemon has recorded
-# its last line ($2: the lines before it); prints "wall_s cpu_s peak_rss_kib".
+# $2 lines in all; prints "wall_s cpu_s peak_rss_kib".
 follow_chunk() {
-  local want=$(($2 + $(wc -l < "$1"))) c0 t0 got
+  local want=$2 c0 t0 got
   c0=$(proc_cpu "$dpid")
   t0=$(date +%s.%N)
   cat "$1" >> "$work/mail.log"
@@ -269,9 +270,9 @@ for c in "$work"/chunk.*; do
   lines=$(wc -l < "$c")
   [ "$redis" = 1 ] && r0=$(redis_cpu)
   if [ "$follow" = 1 ]; then
+    followed=$((followed + lines))
     read -r wall cpu rss < <(follow_chunk "$c" "$followed")
     [ -n "$rss" ] || exit 1
-    followed=$((followed + lines))
   else
     read -r wall cpu rss < <(measure "$cli" import -q --utc --year 2026 "${ledger_opts[@]}" "$c")
   fi
