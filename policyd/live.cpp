@@ -15,6 +15,7 @@
 
 #include "retryguard/config/config_engine.hpp"
 #include "retryguard/runtime/runtime.hpp"
+#include "retryguard/runtime/threads.hpp"
 #include "server.hpp"
 
 namespace retryguard::policyd {
@@ -184,7 +185,10 @@ Status LiveIngest::start() {
     refresh_flags(wall_now());
     check_sources();
     publish();
-    thread_ = std::thread([this] { run(); });
+    thread_ = std::thread([this] {
+        set_thread_name("rg-follow");
+        run();
+    });
     return {};
 }
 

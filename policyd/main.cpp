@@ -25,6 +25,7 @@
 #include "retryguard/runtime/daemon_guard.hpp"
 #include "retryguard/runtime/privileges.hpp"
 #include "retryguard/runtime/runtime.hpp"
+#include "retryguard/runtime/threads.hpp"
 #include "server.hpp"
 
 using namespace retryguard;
@@ -117,7 +118,10 @@ class Pruner {
         : config_(std::move(config)), log_(log) {}
     ~Pruner() { stop(); }
     void start() {
-        thread_ = std::thread([this] { run(); });
+        thread_ = std::thread([this] {
+            set_thread_name("rg-prune");
+            run();
+        });
     }
     void stop() {
         {

@@ -22,6 +22,7 @@
 #include "retryguard/rules/verdict_log.hpp"
 #include "retryguard/runtime/bulk_load.hpp"
 #include "retryguard/runtime/runtime.hpp"
+#include "retryguard/runtime/threads.hpp"
 
 namespace retryguard::cli {
 namespace {
@@ -179,6 +180,7 @@ int import_into(Runtime* rt, const ImportOptions& opt) {
     BatchPipe pipe;
     std::atomic<int> rc_reader{kExitOk};
     std::jthread reader_thread([&] {
+        set_thread_name("rg-import-read");
         const std::shared_ptr<const Classifier> classifier = rt->classifier;
         for (std::size_t f = 0; f < opt.files.size(); ++f) {
             const std::string& path = opt.files[f];

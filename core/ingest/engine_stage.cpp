@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "retryguard/ingest/ingest.hpp"
+#include "retryguard/runtime/threads.hpp"
 
 namespace retryguard {
 
@@ -21,6 +22,7 @@ Ingestor::~Ingestor() {
 }
 
 void Ingestor::engine_thread_main() {
+    set_thread_name("rg-engine");
     std::unique_lock lock(job_mutex_);
     for (;;) {
         job_cv_.wait(lock, [&] { return job_stop_ || (job_ && !job_->done); });

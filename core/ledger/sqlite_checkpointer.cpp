@@ -5,6 +5,8 @@
 
 #include <chrono>
 
+#include "retryguard/runtime/threads.hpp"
+
 namespace retryguard::ledger_detail {
 
 namespace {
@@ -61,6 +63,7 @@ int BackgroundCheckpointer::on_commit(void* self, sqlite3*, const char*, int fra
 }
 
 void BackgroundCheckpointer::run(std::stop_token stop) {
+    set_thread_name("rg-checkpoint");
     std::unique_lock lock(mutex_);
     for (;;) {
         cv_.wait(lock, stop, [&] { return requested_ > served_; });

@@ -36,6 +36,7 @@
 #include "retryguard/runtime/daemon_guard.hpp"
 #include "retryguard/runtime/privileges.hpp"
 #include "retryguard/runtime/runtime.hpp"
+#include "retryguard/runtime/threads.hpp"
 #include "retryguard/text/text.hpp"
 #include "retryguard/time.hpp"
 
