@@ -290,6 +290,21 @@ SqliteLedger::MessageRow& SqliteLedger::message_row(const std::string& queue_id,
     return row;
 }
 
+// The row id of `queue_id`'s message in the table; 0 when the table has
+// none. Every caller has touched the message's row in this batch first
+// (message_row), so this is a lookup in the batch's rows; the table is only
+// asked should one not have.
+std::int64_t SqliteLedger::stored_message_id(const std::string& queue_id) {
+    if (auto it = msg_index_.find(queue_id); it != msg_index_.end()) return msgs_[it->second].id;
+    if (qid_map_.active()) {
+        const auto* known = qid_map_.find(queue_id);
+        return known ? known->message : 0;
+    }
+    Query q = stmt("SELECT id FROM messages WHERE queue_id = ?");
+    q.text(queue_id);
+    return q.row() ? q.col(0) : 0;
+}
+
 // The row of (queue_id, address), loaded on first touch; nullptr when the
 // table has none.
 SqliteLedger::RecipientRow* SqliteLedger::recipient_row(const std::string& queue_id,
@@ -313,13 +328,20 @@ SqliteLedger::RecipientRow* SqliteLedger::recipient_row(const std::string& queue
             return nullptr;
         }
     }
+    // Without the map, by the message's row id (schema version 12): a message
+    // the table does not hold has no recipient rows there either.
+    const std::int64_t message = id != 0 ? 0 : stored_message_id(queue_id);
+    if (id == 0 && message == 0) {
+        rcpt_index_.emplace(std::move(key), kNoRow);
+        return nullptr;
+    }
     Query q =
         stmt(id != 0 ? "SELECT " RECIPIENT_ROW_COLUMNS " FROM recipients WHERE id = ?"
-                     : "SELECT " RECIPIENT_ROW_COLUMNS " FROM recipients WHERE queue_id = ? AND address = ?");
+                     : "SELECT " RECIPIENT_ROW_COLUMNS " FROM recipients WHERE message = ? AND address = ?");
     if (id != 0)
         q.i64(id);
     else
-        q.text(queue_id).text(address);
+        q.i64(message).text(address);
     if (!q.row()) {
         rcpt_index_.emplace(std::move(key), kNoRow);
         return nullptr;
@@ -372,9 +394,9 @@ std::vector<std::size_t> SqliteLedger::recipients_of(const std::string& queue_id
                     q.i64(id);
                     if (q.row()) take(read_recipient_row(q));
                 }
-        } else {
-            Query q = stmt("SELECT " RECIPIENT_ROW_COLUMNS " FROM recipients WHERE queue_id = ?");
-            q.text(queue_id);
+        } else if (const std::int64_t message = stored_message_id(queue_id); message != 0) {
+            Query q = stmt("SELECT " RECIPIENT_ROW_COLUMNS " FROM recipients WHERE message = ?");
+            q.i64(message);
             while (q.row()) take(read_recipient_row(q));
         }
     }
@@ -525,7 +547,12 @@ void SqliteLedger::flush_rows() {
     auto opt_int = [](Query& q, const std::optional<std::int64_t>& v) -> Query& {
         return v ? q.i64(*v) : q.null();
     };
-    for (const MessageRow& m : msgs_) {
+    // A new recipient's message row is in the batch (apply touches it
+    // first); should one not be, it is read (or made) now, so that every
+    // recipient row is inserted with its message's row id.
+    for (const RecipientRow& r : rcpts_)
+        if (r.dirty && r.id == 0 && !msg_index_.contains(r.queue_id)) (void)message_row(r.queue_id, 0);
+    for (MessageRow& m : msgs_) {
         if (!m.dirty) continue;
         Query q = stmt(
             m.id == 0 ? "INSERT INTO messages(first_queue_id, previous_queue_id, next_queue_id, "
@@ -548,7 +575,8 @@ void SqliteLedger::flush_rows() {
         q.text_ref(m.host);
         if (m.id == 0) {
             q.text_ref(m.queue_id).run();
-            qid_map_.stage_message(m.queue_id, sqlite3_last_insert_rowid(db_));
+            m.id = sqlite3_last_insert_rowid(db_);
+            qid_map_.stage_message(m.queue_id, m.id);
         } else {
             q.i64(m.id).run();
         }
@@ -559,7 +587,7 @@ void SqliteLedger::flush_rows() {
         Query q = stmt(
             r.id == 0 ? "INSERT INTO recipients(domain, state, attempts, first_attempt, last_attempt, "
                         "first_deferral, reply_code, enhanced, reply_text, stage, relay, category, "
-                        "queue_id, address) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                        "queue_id, address, message) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                       : "UPDATE recipients SET domain = ?, state = ?, attempts = ?, first_attempt = ?, "
                         "last_attempt = ?, first_deferral = ?, reply_code = ?, enhanced = ?, reply_text = "
                         "?, stage = ?, relay = ?, category = ? WHERE id = ?");
@@ -574,7 +602,7 @@ void SqliteLedger::flush_rows() {
             .text_ref(r.relay)
             .text_ref(r.category);
         if (r.id == 0) {
-            q.text_ref(r.queue_id).text_ref(r.address).run();
+            q.text_ref(r.queue_id).text_ref(r.address).i64(msgs_[msg_index_.at(r.queue_id)].id).run();
             qid_map_.stage_recipient(r.queue_id, r.address, sqlite3_last_insert_rowid(db_));
         } else {
             q.i64(r.id).run();

@@ -144,8 +144,8 @@ class SqliteLedger final : public Ledger {
     };
     static constexpr IndexDef kSecondaryIndexes[] = {
         {"messages_queue_id", "CREATE UNIQUE INDEX IF NOT EXISTS messages_queue_id ON messages(queue_id)"},
-        {"recipients_queue_address",
-         "CREATE UNIQUE INDEX IF NOT EXISTS recipients_queue_address ON recipients(queue_id, address)"},
+        {"recipients_message_address",
+         "CREATE UNIQUE INDEX IF NOT EXISTS recipients_message_address ON recipients(message, address)"},
         {"messages_message_id",
          "CREATE INDEX IF NOT EXISTS messages_message_id ON messages(message_id) WHERE message_id IS NOT "
          "NULL"},
@@ -166,6 +166,7 @@ class SqliteLedger final : public Ledger {
     std::int64_t data_version();
 
     void leave_queue_id_map(std::string_view why);
+    std::int64_t stored_message_id(const std::string& queue_id);
     void leave_map_if_retired(const std::string& queue_id);
 
     void ensure_indexes();

@@ -192,10 +192,14 @@ void SqliteLedger::store_identity(const MessageIdentity& id) {
     for (const auto& r : id.recipients) {
         auto address = normalize_address(r);
         if (address.empty()) continue;
-        Query q = stmt(unique_indexes
-                           ? "INSERT OR IGNORE INTO recipients(queue_id, address, domain) VALUES(?1, ?2, ?3)"
-                           : "INSERT INTO recipients(queue_id, address, domain) SELECT ?1, ?2, ?3 WHERE NOT "
-                             "EXISTS(SELECT 1 FROM recipients WHERE queue_id = ?1 AND address = ?2)");
+        // Keyed by the message's row id (schema version 12), which the upsert above made.
+        Query q =
+            stmt(unique_indexes
+                     ? "INSERT OR IGNORE INTO recipients(message, queue_id, address, domain) "
+                       "SELECT id, ?1, ?2, ?3 FROM messages WHERE queue_id = ?1"
+                     : "INSERT INTO recipients(message, queue_id, address, domain) SELECT m.id, ?1, ?2, ?3 "
+                       "FROM messages m WHERE m.queue_id = ?1 AND NOT EXISTS(SELECT 1 FROM recipients "
+                       "WHERE message = m.id AND address = ?2)");
         q.text(id.queue_id).text(address).text(domain_of(address)).run();
     }
 }
@@ -227,13 +231,13 @@ Result<std::vector<PendingCopy>> SqliteLedger::find_pending_copies(const Pending
         Query q = conn.stmt(
             "SELECT m.queue_id, m.first_queue_id, r.domain, r.relay, r.reply_text, r.first_deferral, "
             "r.last_attempt, m.arrival, r.attempts, m.state, r.address, 1, m.host "
-            "FROM messages m JOIN recipients r ON r.queue_id = m.queue_id WHERE m.message_id = ?1 AND "
+            "FROM messages m JOIN recipients r ON r.message = m.id WHERE m.message_id = ?1 AND "
             "m.queue_id <> ?3 "
             "AND m.state IN ('incoming','active','deferred','hold') AND r.state = 'pending' "
             "UNION ALL "
             "SELECT m.queue_id, m.first_queue_id, r.domain, r.relay, r.reply_text, r.first_deferral, "
             "r.last_attempt, m.arrival, r.attempts, m.state, r.address, 0, m.host "
-            "FROM messages m JOIN recipients r ON r.queue_id = m.queue_id WHERE m.fingerprint = ?2 AND "
+            "FROM messages m JOIN recipients r ON r.message = m.id WHERE m.fingerprint = ?2 AND "
             "m.queue_id <> ?3 "
             "AND m.state IN ('active','deferred','hold') AND r.state = 'pending' "
             "AND r.first_deferral IS NOT NULL");
@@ -310,7 +314,9 @@ Result<std::vector<MessageInfo>> SqliteLedger::find_messages_by_message_id(std::
 Result<std::vector<RecipientInfo>> SqliteLedger::get_recipients(std::string_view queue_id) {
     return read<std::vector<RecipientInfo>>([&] {
         std::vector<RecipientInfo> out;
-        Query q = stmt("SELECT " RECIPIENT_COLUMNS " FROM recipients WHERE queue_id = ? ORDER BY address");
+        Query q = stmt("SELECT " RECIPIENT_COLUMNS
+                       " FROM recipients WHERE message = (SELECT id FROM messages WHERE queue_id = ?) "
+                       "ORDER BY address");
         q.text(queue_id);
         while (q.row()) out.push_back(read_recipient(q));
         return out;
@@ -629,8 +635,10 @@ Result<PruneResult> SqliteLedger::prune(const RetentionPolicy& policy, TimePoint
                 "(finished IS NULL OR finished >= ?2) LIMIT ?3",
                 {stale_cut, finished_cut, kPruneMessages - n});
         if (n == 0) return false;
-        r.recipients +=
-            exec_bound("DELETE FROM recipients WHERE queue_id IN (SELECT queue_id FROM temp.doomed)", {});
+        r.recipients += exec_bound(
+            "DELETE FROM recipients WHERE message IN (SELECT id FROM messages WHERE queue_id IN "
+            "(SELECT queue_id FROM temp.doomed))",
+            {});
         r.messages +=
             exec_bound("DELETE FROM messages WHERE queue_id IN (SELECT queue_id FROM temp.doomed)", {});
         exec_bound("DELETE FROM episode_messages WHERE queue_id IN (SELECT queue_id FROM temp.doomed)", {});

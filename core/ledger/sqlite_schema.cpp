@@ -324,6 +324,24 @@ CREATE INDEX destinations_state ON destinations(state);
     R"sql(
 -- engine_journal.entry: 'B' batch entries may now be stored as 'Z' (zstd) entries
 )sql",
+    // version 12: recipients are found by their message's row id: the unique
+    // key (queue_id, address) becomes (message, address). Keyed by queue id
+    // (random), each new recipient's entry landed on a page of its own once the
+    // index outgrew a batch, the largest of the pages a follower's commit
+    // wrote (docs/performance.md, "Twelfth round"); message rows are numbered
+    // as they arrive, so a batch's new recipients now land on the last pages
+    // of the index. queue_id stays (readers, the Redis copy). A recipient row
+    // without a message row (none is made so) gets minus its own id, unique.
+    // messages_queue_id first: a bulk import killed before its end left it
+    // dropped, and the join needs it.
+    R"sql(
+CREATE UNIQUE INDEX IF NOT EXISTS messages_queue_id ON messages(queue_id);
+ALTER TABLE recipients ADD COLUMN message INTEGER NOT NULL DEFAULT 0;
+UPDATE recipients SET message = m.id FROM messages m WHERE m.queue_id = recipients.queue_id;
+UPDATE recipients SET message = -id WHERE message = 0;
+DROP INDEX IF EXISTS recipients_queue_address;
+CREATE UNIQUE INDEX IF NOT EXISTS recipients_message_address ON recipients(message, address);
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 

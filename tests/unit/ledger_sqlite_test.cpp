@@ -55,7 +55,7 @@ TEST(LedgerSqlite, SchemaVersionIsRecordedAndANewerFileIsRefused) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 11);
+        EXPECT_EQ(s->schema_version, 12);
     }
     {  // reopening does not migrate twice
         auto l = open_ledger(path);
@@ -116,7 +116,7 @@ TEST(LedgerSqlite, EventsSeenBeforeTheSeenEventsMigrationsStaySeen) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 11);
+        EXPECT_EQ(s->schema_version, 12);
         EXPECT_EQ(s->seen_events, static_cast<std::int64_t>(items.size()));
         // Version 8 gave messages a host column: old rows keep their data, with no host.
         auto old = (*l)->get_message("Q1");
@@ -242,7 +242,7 @@ int count_indexes(const std::string& path, const std::string& names) {
     return n;
 }
 
-constexpr const char* kQueueIdIndexes = "'messages_queue_id', 'recipients_queue_address'";
+constexpr const char* kQueueIdIndexes = "'messages_queue_id', 'recipients_message_address'";
 
 // Bulk mode into an empty ledger drops the queue-id indexes too and finds its
 // rows through its own map of queue ids: rows touched again in later batches,
@@ -749,7 +749,8 @@ CREATE TABLE r8(id INTEGER PRIMARY KEY, queue_id TEXT NOT NULL, address TEXT NOT
   last_attempt INTEGER, first_deferral INTEGER, reply_code INTEGER NOT NULL DEFAULT 0,
   enhanced TEXT NOT NULL DEFAULT '', reply_text TEXT NOT NULL DEFAULT '', stage TEXT NOT NULL DEFAULT '',
   relay TEXT NOT NULL DEFAULT '', category TEXT NOT NULL DEFAULT 'unknown', UNIQUE(queue_id, address));
-INSERT INTO r8 SELECT * FROM recipients;
+INSERT INTO r8 SELECT id, queue_id, address, domain, state, attempts, first_attempt, last_attempt,
+  first_deferral, reply_code, enhanced, reply_text, stage, relay, category FROM recipients;
 DROP TABLE recipients; ALTER TABLE r8 RENAME TO recipients;
 DELETE FROM schema_version WHERE version > 8;
 COMMIT;)sql";
@@ -759,7 +760,7 @@ COMMIT;)sql";
 
     auto l = open_ledger("sqlite:" + path);
     ASSERT_TRUE(l.ok()) << l.error().message;
-    EXPECT_EQ((*l)->stats()->schema_version, 11);
+    EXPECT_EQ((*l)->stats()->schema_version, 12);
     EXPECT_EQ(
         count_indexes(path, kQueueIdIndexes + std::string(", 'messages_message_id', 'recipients_address'")),
         4);
@@ -827,6 +828,9 @@ INSERT INTO d9 SELECT kind, name, state, state_changed, last_success, last_defer
   ep_attempts, ep_messages, ep_categories, ep_last_reply, ep_last_relay, updated FROM destinations;
 DROP TABLE destinations; ALTER TABLE d9 RENAME TO destinations;
 CREATE INDEX destinations_state ON destinations(state);
+DROP INDEX recipients_message_address;
+ALTER TABLE recipients DROP COLUMN message;
+CREATE UNIQUE INDEX recipients_queue_address ON recipients(queue_id, address);
 DELETE FROM schema_version WHERE version > 9;
 COMMIT;)sql";
     ASSERT_EQ(sqlite3_exec(db, v9, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
@@ -835,7 +839,7 @@ COMMIT;)sql";
 
     auto l = open_ledger("sqlite:" + path);
     ASSERT_TRUE(l.ok()) << l.error().message;
-    EXPECT_EQ((*l)->stats()->schema_version, 11);
+    EXPECT_EQ((*l)->stats()->schema_version, 12);
     EXPECT_EQ(count_indexes(path, "'destinations_key', 'destinations_state'"), 2);
     EXPECT_EQ(full_dump(**l, ids), before);
     EXPECT_EQ(states(**l), before_states);
@@ -853,6 +857,91 @@ COMMIT;)sql";
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
     EXPECT_NE(sqlite3_exec(db, "INSERT INTO destinations(kind, name) VALUES('domain', 'dest.test')", nullptr,
                            nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+}
+
+// Schema 12 keys recipients by their message's row id: a version 11 file
+// keeps its rows, each recipient gets its message's id (one without a
+// message row minus its own id), and (message, address) is unique and the
+// target of the milter's upsert and of later deliveries.
+TEST(LedgerSqlite, SchemaElevenFileMigratesRecipientsToMessageKeys) {
+    const std::string path = db_path("schema11");
+    const std::vector<IngestItem> items = {client("Q1", 100),
+                                           queue_active("Q1", 101, "a@src.test"),
+                                           deferred("Q1", 102, "u@dest.test"),
+                                           deferred("Q1", 103, "v@dest.test"),
+                                           client("Q2", 104),
+                                           sent("Q2", 105, "w@dest.test"),
+                                           removed("Q2", 106)};
+    const std::vector<std::string> ids = {"Q1", "Q2"};
+    std::string before;
+    {
+        auto l = open_ledger("sqlite:" + path);
+        ASSERT_TRUE(l.ok());
+        ASSERT_TRUE((*l)->ingest(items, std::nullopt).ok());
+        before = full_dump(**l, ids);
+    }
+    // As version 11 left the file: no message column, (queue_id, address) unique;
+    // and a recipient row whose message row is gone.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const char* v11 = R"sql(BEGIN;
+DROP INDEX recipients_message_address;
+ALTER TABLE recipients DROP COLUMN message;
+CREATE UNIQUE INDEX recipients_queue_address ON recipients(queue_id, address);
+INSERT INTO recipients(queue_id, address, domain) VALUES('Q9', 'u@dest.test', 'dest.test');
+INSERT INTO recipients(queue_id, address, domain) VALUES('Q8', 'u@dest.test', 'dest.test');
+DELETE FROM schema_version WHERE version > 11;
+COMMIT;)sql";
+    ASSERT_EQ(sqlite3_exec(db, v11, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+    ASSERT_EQ(count_indexes(path, "'recipients_message_address'"), 0);
+
+    auto l = open_ledger("sqlite:" + path);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    EXPECT_EQ((*l)->stats()->schema_version, 12);
+    EXPECT_EQ(count_indexes(path, "'recipients_message_address', 'recipients_queue_address'"), 1);
+    EXPECT_EQ(count_indexes(path, "'recipients_message_address'"), 1);
+    EXPECT_EQ(full_dump(**l, ids), before);
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    auto scalar = [&](const char* sql) {
+        sqlite3_stmt* st = nullptr;
+        EXPECT_EQ(sqlite3_prepare_v2(db, sql, -1, &st, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+        const std::int64_t v = st && sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -999;
+        sqlite3_finalize(st);
+        return v;
+    };
+    EXPECT_EQ(scalar("SELECT COUNT(*) FROM recipients r JOIN messages m ON m.id = r.message "
+                     "WHERE m.queue_id = r.queue_id"),
+              3);
+    EXPECT_EQ(scalar("SELECT COUNT(*) FROM recipients WHERE queue_id IN ('Q8', 'Q9') AND message = -id"), 2);
+    sqlite3_close(db);
+    // Still one row per message and address: the milter's identity and a
+    // later delivery update the rows; a new address is added once.
+    MessageIdentity id;
+    id.queue_id = "Q1";
+    id.message_id = "<q1@src.test>";
+    id.recipients = {"u@dest.test", "x@dest.test"};
+    id.time = at(200);
+    ASSERT_TRUE((*l)->record_identity(id).ok());
+    ASSERT_TRUE((*l)->record_identity(id).ok());
+    const std::vector<IngestItem> later = {sent("Q1", 210, "u@dest.test"), sent("Q1", 211, "x@dest.test")};
+    ASSERT_TRUE((*l)->ingest(later, std::nullopt).ok());
+    EXPECT_EQ((*l)->stats()->recipients, 6);  // 3 + x@dest.test + the two without a message
+    auto rs = (*l)->get_recipients("Q1");
+    ASSERT_TRUE(rs.ok());
+    ASSERT_EQ(rs->size(), 3u);
+    EXPECT_EQ((*rs)[0].address, "u@dest.test");
+    EXPECT_EQ((*rs)[0].state, RecipientState::sent);
+    EXPECT_EQ((*rs)[0].attempts, 2);
+    EXPECT_EQ((*rs)[2].address, "x@dest.test");
+    EXPECT_EQ((*rs)[2].state, RecipientState::sent);
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    EXPECT_NE(sqlite3_exec(db,
+                           "INSERT INTO recipients(message, queue_id, address, domain) SELECT id, 'Q1', "
+                           "'u@dest.test', 'dest.test' FROM messages WHERE queue_id = 'Q1'",
+                           nullptr, nullptr, nullptr),
               SQLITE_OK);
     sqlite3_close(db);
 }

@@ -21,7 +21,9 @@ std::string comm_of(long tid) {
     return name;
 }
 
-long this_tid() { return static_cast<long>(::syscall(SYS_gettid)); }
+long this_tid() {
+    return static_cast<long>(::syscall(SYS_gettid));
+}
 
 TEST(Threads, ANameIsTheThreadsOwnAndCutTo15Bytes) {
     const std::string before = comm_of(this_tid());
