@@ -715,10 +715,9 @@ TEST(LedgerSqlite, BulkModeDestinationRowsFollowVerdictEffectsAndPrune) {
     EXPECT_EQ(run("destcache-effects", true), expected);
 }
 
-// Schema 9 turned the UNIQUE constraints of messages and recipients into
-// unique indexes: a version 8 file keeps its rows, ids and uniqueness.
-TEST(LedgerSqlite, SchemaEightFileMigratesToUniqueIndexesKeepingItsRows) {
-    const std::string path = db_path("schema8");
+// A ledger at `path` holding two messages (Q1 deferred to two recipients of
+// dest.test, Q2 sent and removed); returns its full dump ("" on failure).
+std::string two_message_ledger(const std::string& path) {
     const std::vector<IngestItem> items = {client("Q1", 100),
                                            queue_active("Q1", 101, "a@src.test"),
                                            deferred("Q1", 102, "u@dest.test"),
@@ -726,14 +725,18 @@ TEST(LedgerSqlite, SchemaEightFileMigratesToUniqueIndexesKeepingItsRows) {
                                            client("Q2", 104),
                                            sent("Q2", 105, "w@dest.test"),
                                            removed("Q2", 106)};
+    auto l = open_ledger("sqlite:" + path);
+    if (!l.ok() || !(*l)->ingest(items, std::nullopt).ok()) return "";
+    return full_dump(**l, {"Q1", "Q2"});
+}
+
+// Schema 9 turned the UNIQUE constraints of messages and recipients into
+// unique indexes: a version 8 file keeps its rows, ids and uniqueness.
+TEST(LedgerSqlite, SchemaEightFileMigratesToUniqueIndexesKeepingItsRows) {
+    const std::string path = db_path("schema8");
     const std::vector<std::string> ids = {"Q1", "Q2"};
-    std::string before;
-    {
-        auto l = open_ledger("sqlite:" + path);
-        ASSERT_TRUE(l.ok());
-        ASSERT_TRUE((*l)->ingest(items, std::nullopt).ok());
-        before = full_dump(**l, ids);
-    }
+    const std::string before = two_message_ledger(path);
+    ASSERT_FALSE(before.empty());
     // As version 8 left the file: the keys as UNIQUE constraints of the tables.
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
@@ -867,21 +870,9 @@ COMMIT;)sql";
 // target of the milter's upsert and of later deliveries.
 TEST(LedgerSqlite, SchemaElevenFileMigratesRecipientsToMessageKeys) {
     const std::string path = db_path("schema11");
-    const std::vector<IngestItem> items = {client("Q1", 100),
-                                           queue_active("Q1", 101, "a@src.test"),
-                                           deferred("Q1", 102, "u@dest.test"),
-                                           deferred("Q1", 103, "v@dest.test"),
-                                           client("Q2", 104),
-                                           sent("Q2", 105, "w@dest.test"),
-                                           removed("Q2", 106)};
     const std::vector<std::string> ids = {"Q1", "Q2"};
-    std::string before;
-    {
-        auto l = open_ledger("sqlite:" + path);
-        ASSERT_TRUE(l.ok());
-        ASSERT_TRUE((*l)->ingest(items, std::nullopt).ok());
-        before = full_dump(**l, ids);
-    }
+    const std::string before = two_message_ledger(path);
+    ASSERT_FALSE(before.empty());
     // As version 11 left the file: no message column, (queue_id, address) unique;
     // and a recipient row whose message row is gone.
     sqlite3* db = nullptr;
