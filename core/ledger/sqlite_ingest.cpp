@@ -293,13 +293,10 @@ SqliteLedger::MessageRow& SqliteLedger::message_row(const std::string& queue_id,
 // The row id of `queue_id`'s message in the table; 0 when the table has
 // none. Every caller has touched the message's row in this batch first
 // (message_row), so this is a lookup in the batch's rows; the table is only
-// asked should one not have.
+// asked should one not have. Callers with the queue-id map use its row ids
+// instead.
 std::int64_t SqliteLedger::stored_message_id(const std::string& queue_id) {
     if (auto it = msg_index_.find(queue_id); it != msg_index_.end()) return msgs_[it->second].id;
-    if (qid_map_.active()) {
-        const auto* known = qid_map_.find(queue_id);
-        return known ? known->message : 0;
-    }
     Query q = stmt("SELECT id FROM messages WHERE queue_id = ?");
     q.text(queue_id);
     return q.row() ? q.col(0) : 0;
