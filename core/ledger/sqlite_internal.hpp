@@ -2,7 +2,8 @@
 // the SqliteLedger class (its schema and migrations in sqlite_schema.cpp, its
 // statement cache and read-only connections in sqlite_statements.cpp, its write
 // path for ingest batches in sqlite_ingest.cpp, the other operations in
-// sqlite_ledger.cpp), the statement wrapper (Query) and the error type its
+// sqlite_ledger.cpp, the lookups that rest on one index each in
+// sqlite_lookups.hpp), the statement wrapper (Query) and the error type its
 // methods throw inside and catch before returning. Never included outside
 // core/ledger/.
 #pragma once
@@ -27,6 +28,7 @@
 #include "ledger/internal.hpp"
 #include "ledger/prehashed_map.hpp"
 #include "ledger/sqlite_checkpointer.hpp"
+#include "ledger/sqlite_lookups.hpp"
 
 namespace retryguard::ledger_detail {
 
@@ -146,16 +148,22 @@ class SqliteLedger final : public Ledger {
         {"messages_queue_id", "CREATE UNIQUE INDEX IF NOT EXISTS messages_queue_id ON messages(queue_id)"},
         {"recipients_message_address",
          "CREATE UNIQUE INDEX IF NOT EXISTS recipients_message_address ON recipients(message, address)"},
-        {"messages_message_id",
-         "CREATE INDEX IF NOT EXISTS messages_message_id ON messages(message_id) WHERE message_id IS NOT "
-         "NULL"},
+        {"messages_message_id_queued",
+         "CREATE INDEX IF NOT EXISTS messages_message_id_queued ON messages(message_id) "
+         "WHERE message_id IS NOT NULL AND state IN ('incoming','active','deferred','hold')"},
+        {"messages_block_message_id",
+         "CREATE INDEX IF NOT EXISTS messages_block_message_id ON messages(id / " RG_HISTORY_BLOCK
+         ", message_id) "
+         "WHERE message_id IS NOT NULL"},
         {"messages_fingerprint_queued",
          "CREATE INDEX IF NOT EXISTS messages_fingerprint_queued ON messages(fingerprint) "
          "WHERE fingerprint IS NOT NULL AND state IN ('active','deferred','hold')"},
         {"messages_finished",
          "CREATE INDEX IF NOT EXISTS messages_finished ON messages(finished) WHERE finished IS NOT NULL"},
         {"messages_updated", "CREATE INDEX IF NOT EXISTS messages_updated ON messages(updated)"},
-        {"recipients_address", "CREATE INDEX IF NOT EXISTS recipients_address ON recipients(address)"},
+        {"recipients_block_address",
+         "CREATE INDEX IF NOT EXISTS recipients_block_address ON recipients(message / " RG_HISTORY_BLOCK
+         ", address)"},
         // Keyed by destination name: each ended episode's entry landed on a
         // random page. Only reports and prune read them, never the ingest path.
         {"episodes_destination",

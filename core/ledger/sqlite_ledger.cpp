@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "ledger/sqlite_internal.hpp"
+#include "ledger/sqlite_lookups.hpp"
 #include "ledger/sqlite_prune.hpp"
 
 namespace retryguard::ledger_detail {
@@ -34,11 +35,6 @@ MessageInfo read_message(const Query& q) {
     m.host = q.str(13);
     return m;
 }
-
-#define RECIPIENT_COLUMNS                                                                           \
-    "queue_id, address, state, attempts, first_attempt, last_attempt, first_deferral, reply_code, " \
-    "enhanced, "                                                                                    \
-    "reply_text, stage, relay, category"
 
 RecipientInfo read_recipient(const Query& q) {
     RecipientInfo r;
@@ -209,8 +205,9 @@ void SqliteLedger::store_identity(const MessageIdentity& id) {
 // the queued messages with this fingerprint (one index seek each); the
 // wanted addresses are picked out here. Copies by Message-ID are few
 // (usually none); copies by fingerprint can be many (identical alerts,
-// templates), so that half reads only what the queue may be retrying
-// (messages_fingerprint_queued): its cost follows the queue, not history.
+// templates). Both halves read only what the queue may be retrying
+// (messages_message_id_queued, messages_fingerprint_queued,
+// kPendingCopiesSql): their cost follows the queue, not history.
 // One statement is its own read transaction: no BEGIN/COMMIT on the
 // end-of-message path.
 Result<std::vector<PendingCopy>> SqliteLedger::find_pending_copies(const PendingCopyQuery& query) {
@@ -225,22 +222,7 @@ Result<std::vector<PendingCopy>> SqliteLedger::find_pending_copies(const Pending
         for (const auto& raw : query.recipients) wanted.push_back(normalize_address(raw));
         for (std::size_t i = 0; i < wanted.size(); ++i) index.emplace(wanted[i], i);
         std::vector<std::optional<PendingCopy>> best(wanted.size());
-        // UNION ALL of two single-index queries: SQLite's OR optimisation over both
-        // indexes builds a temporary table to drop duplicates and was slower (7.1 against
-        // 3.6-5.1 us per miss on a 100k-message ledger).
-        Query q = conn.stmt(
-            "SELECT m.queue_id, m.first_queue_id, r.domain, r.relay, r.reply_text, r.first_deferral, "
-            "r.last_attempt, m.arrival, r.attempts, m.state, r.address, 1, m.host "
-            "FROM messages m JOIN recipients r ON r.message = m.id WHERE m.message_id = ?1 AND "
-            "m.queue_id <> ?3 "
-            "AND m.state IN ('incoming','active','deferred','hold') AND r.state = 'pending' "
-            "UNION ALL "
-            "SELECT m.queue_id, m.first_queue_id, r.domain, r.relay, r.reply_text, r.first_deferral, "
-            "r.last_attempt, m.arrival, r.attempts, m.state, r.address, 0, m.host "
-            "FROM messages m JOIN recipients r ON r.message = m.id WHERE m.fingerprint = ?2 AND "
-            "m.queue_id <> ?3 "
-            "AND m.state IN ('active','deferred','hold') AND r.state = 'pending' "
-            "AND r.first_deferral IS NOT NULL");
+        Query q = conn.stmt(kPendingCopiesSql);
         q.text_or_null(message_id).text_or_null(query.fingerprint).text(query.exclude_queue_id);
         while (q.row()) {
             auto it = index.find(q.str(10));
@@ -288,10 +270,7 @@ Status SqliteLedger::for_each_open_identity(
 
 Result<std::optional<MessageInfo>> SqliteLedger::get_message(std::string_view queue_id) {
     return read<std::optional<MessageInfo>>([&]() -> std::optional<MessageInfo> {
-        Query q = stmt(
-            "SELECT queue_id, previous_queue_id, first_queue_id, next_queue_id, message_id, "
-            "fingerprint, sender, size, nrcpt, arrival, state, updated, finished, host FROM messages "
-            "WHERE queue_id = ?");
+        Query q = stmt("SELECT " RG_MESSAGE_COLUMNS " FROM messages WHERE queue_id = ?");
         q.text(queue_id);
         if (!q.row()) return std::nullopt;
         return read_message(q);
@@ -301,10 +280,7 @@ Result<std::optional<MessageInfo>> SqliteLedger::get_message(std::string_view qu
 Result<std::vector<MessageInfo>> SqliteLedger::find_messages_by_message_id(std::string_view message_id) {
     return read<std::vector<MessageInfo>>([&] {
         std::vector<MessageInfo> out;
-        Query q = stmt(
-            "SELECT queue_id, previous_queue_id, first_queue_id, next_queue_id, message_id, "
-            "fingerprint, sender, size, nrcpt, arrival, state, updated, finished, host FROM messages "
-            "WHERE message_id = ? ORDER BY arrival, queue_id");
+        Query q = stmt(kMessagesByMessageIdSql);
         q.text(normalize_message_id(message_id));
         while (q.row()) out.push_back(read_message(q));
         return out;
@@ -314,7 +290,7 @@ Result<std::vector<MessageInfo>> SqliteLedger::find_messages_by_message_id(std::
 Result<std::vector<RecipientInfo>> SqliteLedger::get_recipients(std::string_view queue_id) {
     return read<std::vector<RecipientInfo>>([&] {
         std::vector<RecipientInfo> out;
-        Query q = stmt("SELECT " RECIPIENT_COLUMNS
+        Query q = stmt("SELECT " RG_RECIPIENT_COLUMNS
                        " FROM recipients WHERE message = (SELECT id FROM messages WHERE queue_id = ?) "
                        "ORDER BY address");
         q.text(queue_id);
@@ -337,9 +313,7 @@ Result<std::vector<RecipientInfo>> SqliteLedger::find_recipients_by_address(std:
                                                                             std::size_t limit) {
     return read<std::vector<RecipientInfo>>([&] {
         std::vector<RecipientInfo> out;
-        Query q = stmt("SELECT " RECIPIENT_COLUMNS
-                       " FROM recipients WHERE address = ? ORDER BY COALESCE(last_attempt, 0) DESC, "
-                       "queue_id LIMIT ?");
+        Query q = stmt(kRecipientsByAddressSql);
         q.text(normalize_address(address))
             .i64(static_cast<std::int64_t>(std::min<std::size_t>(limit, 1u << 30)));
         while (q.row()) out.push_back(read_recipient(q));

@@ -342,6 +342,30 @@ UPDATE recipients SET message = -id WHERE message = 0;
 DROP INDEX IF EXISTS recipients_queue_address;
 CREATE UNIQUE INDEX IF NOT EXISTS recipients_message_address ON recipients(message, address);
 )sql",
+    // version 13: the two history lookups stop being keyed by random values.
+    // recipients(address) and messages(message_id) took a page of their own
+    // for each new row once they outgrew a batch, the largest and the fifth
+    // of the pages a follower's commit wrote (docs/performance.md, "Twelfth
+    // round"), and the pages read grew with them. Only `explain` and the
+    // milter read them:
+    //  - the milter asks for a Message-ID among the messages Postfix may still
+    //    retry: messages_message_id_queued holds those only, so its size
+    //    follows the queue, and a message that arrives and leaves within one
+    //    batch never enters it (as messages_fingerprint_queued);
+    //  - `explain` asks for an address or a Message-ID over the whole ledger:
+    //    recipients_block_address and messages_block_message_id put the
+    //    block of 4,096 message row ids first (RG_HISTORY_BLOCK), so a batch's new
+    //    entries land in the last block's few pages, and a lookup asks each
+    //    block in turn (a few milliseconds for a million messages).
+    R"sql(
+DROP INDEX IF EXISTS messages_message_id;
+CREATE INDEX IF NOT EXISTS messages_message_id_queued ON messages(message_id)
+  WHERE message_id IS NOT NULL AND state IN ('incoming','active','deferred','hold');
+CREATE INDEX IF NOT EXISTS messages_block_message_id ON messages(id / 4096, message_id)
+  WHERE message_id IS NOT NULL;
+DROP INDEX IF EXISTS recipients_address;
+CREATE INDEX IF NOT EXISTS recipients_block_address ON recipients(message / 4096, address);
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 

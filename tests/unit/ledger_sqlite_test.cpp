@@ -11,9 +11,11 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "../../core/ledger/sqlite_checkpointer.hpp"
+#include "../../core/ledger/sqlite_lookups.hpp"
 #include "../../core/ledger/sqlite_prune.hpp"
 #include "../../core/ledger/sqlite_wal_writes.hpp"
 #include "ledger/ledger_contract.hpp"
@@ -55,7 +57,7 @@ TEST(LedgerSqlite, SchemaVersionIsRecordedAndANewerFileIsRefused) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 12);
+        EXPECT_EQ(s->schema_version, 13);
     }
     {  // reopening does not migrate twice
         auto l = open_ledger(path);
@@ -116,7 +118,7 @@ TEST(LedgerSqlite, EventsSeenBeforeTheSeenEventsMigrationsStaySeen) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 12);
+        EXPECT_EQ(s->schema_version, 13);
         EXPECT_EQ(s->seen_events, static_cast<std::int64_t>(items.size()));
         // Version 8 gave messages a host column: old rows keep their data, with no host.
         auto old = (*l)->get_message("Q1");
@@ -215,15 +217,15 @@ TEST(LedgerSqlite, BulkModeIntoAnEmptyLedgerGivesTheSameLedgerDespiteAnotherWrit
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
     sqlite3_stmt* st = nullptr;
-    ASSERT_EQ(
-        sqlite3_prepare_v2(db,
-                           "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'index' AND name IN "
-                           "('messages_message_id', 'messages_fingerprint_queued', 'messages_finished', "
-                           "'messages_updated', 'recipients_address')",
-                           -1, &st, nullptr),
-        SQLITE_OK);
+    ASSERT_EQ(sqlite3_prepare_v2(db,
+                                 "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'index' AND name IN "
+                                 "('messages_message_id_queued', 'messages_block_message_id', "
+                                 "'messages_fingerprint_queued', 'messages_finished', 'messages_updated', "
+                                 "'recipients_block_address')",
+                                 -1, &st, nullptr),
+              SQLITE_OK);
     ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-    EXPECT_EQ(sqlite3_column_int(st, 0), 5) << "the deferred indexes are built when bulk mode ends";
+    EXPECT_EQ(sqlite3_column_int(st, 0), 6) << "the deferred indexes are built when bulk mode ends";
     sqlite3_finalize(st);
     sqlite3_close(db);
 }
@@ -763,10 +765,10 @@ COMMIT;)sql";
 
     auto l = open_ledger("sqlite:" + path);
     ASSERT_TRUE(l.ok()) << l.error().message;
-    EXPECT_EQ((*l)->stats()->schema_version, 12);
-    EXPECT_EQ(
-        count_indexes(path, kQueueIdIndexes + std::string(", 'messages_message_id', 'recipients_address'")),
-        4);
+    EXPECT_EQ((*l)->stats()->schema_version, 13);
+    EXPECT_EQ(count_indexes(path, kQueueIdIndexes + std::string(", 'messages_message_id_queued', "
+                                                                "'recipients_block_address'")),
+              4);
     EXPECT_EQ(full_dump(**l, ids), before);
     // Still unique: the same queue id and recipient are updated, not added.
     MessageIdentity id;
@@ -831,6 +833,11 @@ INSERT INTO d9 SELECT kind, name, state, state_changed, last_success, last_defer
   ep_attempts, ep_messages, ep_categories, ep_last_reply, ep_last_relay, updated FROM destinations;
 DROP TABLE destinations; ALTER TABLE d9 RENAME TO destinations;
 CREATE INDEX destinations_state ON destinations(state);
+DROP INDEX recipients_block_address;
+DROP INDEX messages_block_message_id;
+DROP INDEX messages_message_id_queued;
+CREATE INDEX recipients_address ON recipients(address);
+CREATE INDEX messages_message_id ON messages(message_id) WHERE message_id IS NOT NULL;
 DROP INDEX recipients_message_address;
 ALTER TABLE recipients DROP COLUMN message;
 CREATE UNIQUE INDEX recipients_queue_address ON recipients(queue_id, address);
@@ -842,7 +849,7 @@ COMMIT;)sql";
 
     auto l = open_ledger("sqlite:" + path);
     ASSERT_TRUE(l.ok()) << l.error().message;
-    EXPECT_EQ((*l)->stats()->schema_version, 12);
+    EXPECT_EQ((*l)->stats()->schema_version, 13);
     EXPECT_EQ(count_indexes(path, "'destinations_key', 'destinations_state'"), 2);
     EXPECT_EQ(full_dump(**l, ids), before);
     EXPECT_EQ(states(**l), before_states);
@@ -878,6 +885,11 @@ TEST(LedgerSqlite, SchemaElevenFileMigratesRecipientsToMessageKeys) {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
     const char* v11 = R"sql(BEGIN;
+DROP INDEX recipients_block_address;
+DROP INDEX messages_block_message_id;
+DROP INDEX messages_message_id_queued;
+CREATE INDEX recipients_address ON recipients(address);
+CREATE INDEX messages_message_id ON messages(message_id) WHERE message_id IS NOT NULL;
 DROP INDEX recipients_message_address;
 ALTER TABLE recipients DROP COLUMN message;
 CREATE UNIQUE INDEX recipients_queue_address ON recipients(queue_id, address);
@@ -891,7 +903,7 @@ COMMIT;)sql";
 
     auto l = open_ledger("sqlite:" + path);
     ASSERT_TRUE(l.ok()) << l.error().message;
-    EXPECT_EQ((*l)->stats()->schema_version, 12);
+    EXPECT_EQ((*l)->stats()->schema_version, 13);
     EXPECT_EQ(count_indexes(path, "'recipients_message_address', 'recipients_queue_address'"), 1);
     EXPECT_EQ(count_indexes(path, "'recipients_message_address'"), 1);
     EXPECT_EQ(full_dump(**l, ids), before);
@@ -937,6 +949,129 @@ COMMIT;)sql";
     sqlite3_close(db);
 }
 
+// The details of EXPLAIN QUERY PLAN for `sql` on the file at `path`, one line each.
+std::string query_plan(const std::string& path, const char* sql) {
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, (std::string("EXPLAIN QUERY PLAN ") + sql).c_str(), -1, &st, nullptr),
+              SQLITE_OK)
+        << sqlite3_errmsg(db);
+    std::string out;
+    while (st && sqlite3_step(st) == SQLITE_ROW)
+        out += std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 3))) + "\n";
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return out;
+}
+
+// Messages 0..n-1 (queue ids qid_for(i)), each with a Message-ID and one
+// recipient, delivered and removed; those in `same` share the Message-ID
+// <same@src.test> and the address same@dest.test.
+std::vector<IngestItem> history_stream(int n, const std::set<int>& same) {
+    std::vector<IngestItem> items;
+    for (int i = 0; i < n; ++i) {
+        const std::string q = qid_for(i);
+        const std::int64_t t = 1000 + i;
+        const bool s = same.count(i) > 0;
+        items.push_back(client(q, t));
+        items.push_back(message_id(q, t, s ? "<same@src.test>" : "<m" + std::to_string(i) + "@src.test>"));
+        items.push_back(queue_active(q, t, "a@src.test"));
+        items.push_back(sent(q, t, s ? "same@dest.test" : "r" + std::to_string(i) + "@dest.test"));
+        items.push_back(removed(q, t));
+    }
+    return items;
+}
+
+// Schema 13: the lookups by address and by Message-ID over the whole history
+// ask each block of 4,096 message row ids in turn (recipients_block_address,
+// messages_block_message_id), and the milter's lookup reads only the queued
+// messages. Rows in the first, a middle and the last block are all found, in
+// order, and SQLite uses the index each lookup is built on.
+TEST(LedgerSqlite, HistoryLookupsAskEveryBlockThroughTheirIndexes) {
+    const std::string path = db_path("history-blocks");
+    const std::set<int> same = {0, 4500, 8999};  // row ids 1, 4501, 9000: blocks 0, 1 and 2
+    auto l = open_ledger("sqlite:" + path);
+    ASSERT_TRUE(l.ok());
+    ASSERT_TRUE((*l)->ingest(history_stream(9000, same), std::nullopt).ok());
+
+    auto byid = (*l)->find_messages_by_message_id("<same@src.test>");
+    ASSERT_TRUE(byid.ok());
+    ASSERT_EQ(byid->size(), 3u);
+    EXPECT_EQ((*byid)[0].queue_id, qid_for(0));
+    EXPECT_EQ((*byid)[1].queue_id, qid_for(4500));
+    EXPECT_EQ((*byid)[2].queue_id, qid_for(8999));
+    auto one = (*l)->find_messages_by_message_id("<m8998@src.test>");
+    ASSERT_TRUE(one.ok());
+    ASSERT_EQ(one->size(), 1u);
+    EXPECT_EQ((*one)[0].queue_id, qid_for(8998));
+
+    auto byaddr = (*l)->find_recipients_by_address("same@dest.test", 10);
+    ASSERT_TRUE(byaddr.ok());
+    ASSERT_EQ(byaddr->size(), 3u);
+    EXPECT_EQ((*byaddr)[0].queue_id, qid_for(8999)) << "the newest attempt first";
+    EXPECT_EQ((*byaddr)[2].queue_id, qid_for(0));
+    auto two = (*l)->find_recipients_by_address("same@dest.test", 2);
+    ASSERT_TRUE(two.ok());
+    ASSERT_EQ(two->size(), 2u);
+    EXPECT_EQ((*two)[1].queue_id, qid_for(4500));
+    auto none = (*l)->find_recipients_by_address("nobody@dest.test", 10);
+    ASSERT_TRUE(none.ok());
+    EXPECT_TRUE(none->empty());
+
+    const std::string by_address = query_plan(path, ledger_detail::kRecipientsByAddressSql);
+    EXPECT_NE(by_address.find("USING INDEX recipients_block_address"), std::string::npos) << by_address;
+    EXPECT_EQ(by_address.find("SCAN recipients"), std::string::npos) << by_address;
+    const std::string by_message_id = query_plan(path, ledger_detail::kMessagesByMessageIdSql);
+    EXPECT_NE(by_message_id.find("USING INDEX messages_block_message_id"), std::string::npos)
+        << by_message_id;
+    EXPECT_EQ(by_message_id.find("SCAN m\n"), std::string::npos) << by_message_id;
+    const std::string pending = query_plan(path, ledger_detail::kPendingCopiesSql);
+    EXPECT_NE(pending.find("USING INDEX messages_message_id_queued"), std::string::npos) << pending;
+    EXPECT_NE(pending.find("USING INDEX messages_fingerprint_queued"), std::string::npos) << pending;
+    EXPECT_EQ(pending.find("SCAN"), std::string::npos) << pending;
+}
+
+// A version 12 file, with its Message-ID and address indexes over the whole
+// history, gets the queued and block indexes instead, and keeps its answers.
+TEST(LedgerSqlite, SchemaTwelveFileMovesTheHistoryLookupsToBlockIndexes) {
+    const std::string path = db_path("schema12");
+    {
+        auto l = open_ledger("sqlite:" + path);
+        ASSERT_TRUE(l.ok());
+        ASSERT_TRUE((*l)->ingest(history_stream(1200, {3, 1150}), std::nullopt).ok());
+    }
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const char* v12 = R"sql(BEGIN;
+DROP INDEX messages_message_id_queued;
+DROP INDEX messages_block_message_id;
+DROP INDEX recipients_block_address;
+CREATE INDEX messages_message_id ON messages(message_id) WHERE message_id IS NOT NULL;
+CREATE INDEX recipients_address ON recipients(address);
+DELETE FROM schema_version WHERE version > 12;
+COMMIT;)sql";
+    ASSERT_EQ(sqlite3_exec(db, v12, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+
+    auto l = open_ledger("sqlite:" + path);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    EXPECT_EQ((*l)->stats()->schema_version, 13);
+    EXPECT_EQ(count_indexes(path, "'messages_message_id', 'recipients_address'"), 0);
+    EXPECT_EQ(count_indexes(path,
+                            "'messages_message_id_queued', 'messages_block_message_id', "
+                            "'recipients_block_address'"),
+              3);
+    auto byid = (*l)->find_messages_by_message_id("<same@src.test>");
+    ASSERT_TRUE(byid.ok());
+    ASSERT_EQ(byid->size(), 2u);
+    EXPECT_EQ((*byid)[1].queue_id, qid_for(1150));
+    auto byaddr = (*l)->find_recipients_by_address("same@dest.test", 10);
+    ASSERT_TRUE(byaddr.ok());
+    ASSERT_EQ(byaddr->size(), 2u);
+    EXPECT_EQ((*byaddr)[0].queue_id, qid_for(1150));
+}
+
 // An import killed while bulk mode had dropped the indexes: the next opening builds them.
 TEST(LedgerSqlite, IndexesDroppedByAnInterruptedBulkImportAreBuiltAtOpening) {
     const std::string path = db_path("bulk-killed");
@@ -946,8 +1081,8 @@ TEST(LedgerSqlite, IndexesDroppedByAnInterruptedBulkImportAreBuiltAtOpening) {
     }
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "DROP INDEX recipients_address; DROP INDEX messages_message_id", nullptr,
-                           nullptr, nullptr),
+    ASSERT_EQ(sqlite3_exec(db, "DROP INDEX recipients_block_address; DROP INDEX messages_message_id_queued",
+                           nullptr, nullptr, nullptr),
               SQLITE_OK);
     sqlite3_close(db);
     auto l = open_ledger("sqlite:" + path);
@@ -956,7 +1091,7 @@ TEST(LedgerSqlite, IndexesDroppedByAnInterruptedBulkImportAreBuiltAtOpening) {
     sqlite3_stmt* st = nullptr;
     ASSERT_EQ(sqlite3_prepare_v2(db,
                                  "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'index' AND name IN "
-                                 "('messages_message_id', 'recipients_address')",
+                                 "('messages_message_id_queued', 'recipients_block_address')",
                                  -1, &st, nullptr),
               SQLITE_OK);
     ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
