@@ -19,7 +19,7 @@
     "enhanced, reply_text, stage, relay, category"
 
 // The columns read_message reads, in its order.
-#define RG_MESSAGE_COLUMNS                                                                      \
+#define RG_MESSAGE_COLUMNS                                                                          \
     "queue_id, previous_queue_id, first_queue_id, next_queue_id, message_id, fingerprint, sender, " \
     "size, nrcpt, arrival, state, updated, finished, host"
 
@@ -28,8 +28,9 @@ namespace retryguard::ledger_detail {
 // The blocks of a history index, oldest to newest: `b(k)` from the block of
 // the smallest row id to that of the largest (each a lookup in the rowid or
 // (message, address) index), in the lookup's own statement (one snapshot).
-#define RG_HISTORY_BLOCKS(MIN_ID, MAX_ID)                                                   \
-    "WITH RECURSIVE b(k) AS (SELECT (" MIN_ID ") / " RG_HISTORY_BLOCK " UNION ALL SELECT k + 1 " \
+#define RG_HISTORY_BLOCKS(MIN_ID, MAX_ID)                             \
+    "WITH RECURSIVE b(k) AS (SELECT (" MIN_ID ") / " RG_HISTORY_BLOCK \
+    " UNION ALL SELECT k + 1 "                                        \
     "FROM b WHERE k < (" MAX_ID ") / " RG_HISTORY_BLOCK ") "
 
 // `explain ADDRESS`: ?1 the normalised address, ?2 the most rows. CROSS JOIN
