@@ -23,8 +23,6 @@
     "queue_id, previous_queue_id, first_queue_id, next_queue_id, message_id, fingerprint, sender, " \
     "size, nrcpt, arrival, state, updated, finished, host"
 
-namespace retryguard::ledger_detail {
-
 // The blocks of a history index, oldest to newest: `b(k)` from the block of
 // the smallest row id to that of the largest (each a lookup in the rowid or
 // (message, address) index), in the lookup's own statement (one snapshot).
@@ -32,6 +30,8 @@ namespace retryguard::ledger_detail {
     "WITH RECURSIVE b(k) AS (SELECT (" MIN_ID ") / " RG_HISTORY_BLOCK \
     " UNION ALL SELECT k + 1 "                                        \
     "FROM b WHERE k < (" MAX_ID ") / " RG_HISTORY_BLOCK ") "
+
+namespace retryguard::ledger_detail {
 
 // `explain ADDRESS`: ?1 the normalised address, ?2 the most rows. CROSS JOIN
 // keeps the blocks the outer loop.

@@ -356,7 +356,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS recipients_message_address ON recipients(messa
     //    recipients_block_address and messages_block_message_id put the
     //    block of 4,096 message row ids first (RG_HISTORY_BLOCK), so a batch's new
     //    entries land in the last block's few pages, and a lookup asks each
-    //    block in turn (a few milliseconds for a million messages).
+    //    block in turn (about 10 ms for 1.35 million messages).
     R"sql(
 DROP INDEX IF EXISTS messages_message_id;
 CREATE INDEX IF NOT EXISTS messages_message_id_queued ON messages(message_id)
@@ -371,7 +371,7 @@ CREATE INDEX IF NOT EXISTS recipients_block_address ON recipients(message / 4096
     // and SQLite reads a record whole (every overflow page) to compare a key
     // against it: finding the small `actions` row read the whole `engine` row
     // beside it, 16.5 MB for a month of a busy relay, for every `explain` and
-    // every state save. Now the key index holds the keys only.
+    // every save of another state whose search passed it. Now the key index holds the keys only.
     R"sql(
 CREATE TABLE engine_state_v14(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 INSERT INTO engine_state_v14(key, value) SELECT key, value FROM engine_state;
