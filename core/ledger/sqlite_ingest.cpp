@@ -242,6 +242,17 @@ void SqliteLedger::leave_map_if_retired(const std::string& queue_id) {
 
 // The row of `queue_id`, created (as the first INSERT of one of its events
 // would) when the table has none; `updated` raised to t.
+//
+// Without the queue-id map, the row Postfix still holds is one lookup in the
+// small index of unfinished rows (messages_queue_id_live). Should there be
+// none, the queue id is either new (nearly always: the first line of each
+// message) or that of a finished message logged again, such as an expired
+// message's bounce notice and removal after its expiry: queue_ids_ tells
+// the two apart without asking every block of messages_block_queue_id for
+// each new message. It holds a hash of every queue id the table held when it
+// was built, and of each row this connection makes or reads since. Only a
+// finished row another process wrote since escapes it: a line of that queue
+// id logged later still (rare) then starts a row of its own.
 SqliteLedger::MessageRow& SqliteLedger::message_row(const std::string& queue_id, std::int64_t t) {
     auto it = msg_index_.find(queue_id);
     if (it == msg_index_.end()) {
@@ -250,19 +261,16 @@ SqliteLedger::MessageRow& SqliteLedger::message_row(const std::string& queue_id,
         const QueueIdMap::Entry* known = nullptr;
         leave_map_if_retired(queue_id);
         if (qid_map_.active()) known = qid_map_.find(queue_id);
-        const bool by_id = known && known->message != 0;
-        Query q = stmt(by_id ? "SELECT id, first_queue_id, previous_queue_id, next_queue_id, message_id, "
-                               "fingerprint, sender, size, nrcpt, arrival, state, updated, finished, host "
-                               "FROM messages WHERE id = ?"
-                             : "SELECT id, first_queue_id, previous_queue_id, next_queue_id, message_id, "
-                               "fingerprint, sender, size, nrcpt, arrival, state, updated, finished, host "
-                               "FROM messages WHERE queue_id = ?");
-        if (by_id)
-            q.i64(known->message);
-        else
-            q.text(queue_id);
-        row.queue_id = queue_id;
-        if ((by_id || !qid_map_.active()) && q.row()) {
+#define RG_INGEST_MESSAGE_COLUMNS                                                             \
+    "id, first_queue_id, previous_queue_id, next_queue_id, message_id, fingerprint, sender, " \
+    "size, nrcpt, arrival, state, updated, finished, host"
+        auto load = [&](const char* sql, bool by_id) {
+            Query q = stmt(sql);
+            if (by_id)
+                q.i64(known->message);
+            else
+                q.text(queue_id);
+            if (!q.row()) return false;
             row.id = q.col(0);
             row.first_queue_id = q.str(1);
             row.previous_queue_id = opt_str(q, 2);
@@ -277,7 +285,20 @@ SqliteLedger::MessageRow& SqliteLedger::message_row(const std::string& queue_id,
             row.updated = q.col(11);
             row.finished = opt_i64(q, 12);
             row.host = q.str(13);
-        } else {
+            return true;
+        };
+        row.queue_id = queue_id;
+        bool found = false;
+        if (known && known->message != 0) {
+            found = load("SELECT " RG_INGEST_MESSAGE_COLUMNS " FROM messages WHERE id = ?", true);
+        } else if (!qid_map_.active()) {
+            found =
+                load(RG_MESSAGE_LIVE(RG_INGEST_MESSAGE_COLUMNS), false) ||
+                (queue_id_ever_seen(queue_id) && load(RG_MESSAGE_NEWEST(RG_INGEST_MESSAGE_COLUMNS), false));
+            queue_ids_.insert(hash32(queue_id));  // read, or about to be made
+        }
+#undef RG_INGEST_MESSAGE_COLUMNS
+        if (!found) {
             row.first_queue_id = queue_id;
             row.updated = t;
         }
@@ -290,6 +311,19 @@ SqliteLedger::MessageRow& SqliteLedger::message_row(const std::string& queue_id,
     return row;
 }
 
+// Whether the table may hold a row of `queue_id` (see message_row): false
+// only when it holds none. The first call reads every queue id of the table
+// once (a scan of messages_block_queue_id: 0.2-0.7 s for 1.35 million
+// messages) and keeps their hashes (queue_ids_).
+bool SqliteLedger::queue_id_ever_seen(const std::string& queue_id) {
+    if (!queue_ids_built_) {
+        Query q = stmt("SELECT queue_id FROM messages");
+        while (q.row()) queue_ids_.insert(hash32(q.text_view(0)));
+        queue_ids_built_ = true;
+    }
+    return queue_ids_.contains(hash32(queue_id));
+}
+
 // The row id of `queue_id`'s message in the table; 0 when the table has
 // none. Every caller has touched the message's row in this batch first
 // (message_row), so this is a lookup in the batch's rows; the table is only
@@ -297,7 +331,7 @@ SqliteLedger::MessageRow& SqliteLedger::message_row(const std::string& queue_id,
 // instead.
 std::int64_t SqliteLedger::stored_message_id(const std::string& queue_id) {
     if (auto it = msg_index_.find(queue_id); it != msg_index_.end()) return msgs_[it->second].id;
-    Query q = stmt("SELECT id FROM messages WHERE queue_id = ?");
+    Query q = stmt(RG_MESSAGE_BY_QUEUE_ID("id"));
     q.text(queue_id);
     return q.row() ? q.col(0) : 0;
 }

@@ -91,6 +91,12 @@ class Query {
         return p ? std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(s_, i))) : std::string();
     }
     // Bytes as stored, whatever the column's type (engine state, journal entries).
+    // Valid until the next step or the end of the statement.
+    std::string_view text_view(int i) const {
+        auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, i));
+        return p ? std::string_view(p, static_cast<std::size_t>(sqlite3_column_bytes(s_, i)))
+                 : std::string_view();
+    }
     std::string bytes(int i) const {
         auto* p = static_cast<const char*>(sqlite3_column_blob(s_, i));
         return p ? std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(s_, i))) : std::string();
@@ -126,6 +132,62 @@ struct ReadConn {
     Query stmt(const char* sql) { return cached_statement(db, cache, sql); }
 };
 
+inline std::uint64_t hash64(std::string_view s) noexcept {
+    const std::uint64_t h = std::hash<std::string_view>{}(s);
+    return h == 0 ? 1 : h;
+}
+inline std::uint32_t hash32(std::string_view s) noexcept {
+    const std::uint64_t h = std::hash<std::string_view>{}(s);
+    const auto f = static_cast<std::uint32_t>(h ^ (h >> 32));
+    return f == 0 ? 1 : f;
+}
+
+// A set of hashes (0 stands for an empty slot: hash64 and hash32 never give
+// it), open addressing, at most half full: 2-4 slots per member, and half
+// again while it grows.
+template <typename Slot>
+class HashSet {
+  public:
+    bool contains(Slot h) const noexcept {
+        if (slots_.empty()) return false;
+        const std::size_t mask = slots_.size() - 1;
+        for (std::size_t i = h & mask;; i = (i + 1) & mask) {
+            if (slots_[i] == h) return true;
+            if (slots_[i] == 0) return false;
+        }
+    }
+    void insert(Slot h) {
+        if ((size_ + 1) * 2 > slots_.size()) grow();
+        place(h);
+    }
+    void clear() {
+        slots_ = {};
+        size_ = 0;
+    }
+
+  private:
+    void place(Slot h) {
+        const std::size_t mask = slots_.size() - 1;
+        for (std::size_t i = h & mask;; i = (i + 1) & mask) {
+            if (slots_[i] == h) return;
+            if (slots_[i] == 0) {
+                slots_[i] = h;
+                ++size_;
+                return;
+            }
+        }
+    }
+    void grow() {
+        std::vector<Slot> old = std::move(slots_);
+        slots_.assign(std::max<std::size_t>(1024, old.size() * 2), 0);
+        size_ = 0;
+        for (Slot h : old)
+            if (h != 0) place(h);
+    }
+    std::vector<Slot> slots_;
+    std::size_t size_ = 0;
+};
+
 class SqliteLedger final : public Ledger {
   public:
     SqliteLedger(std::string path, LedgerOptions options);
@@ -145,9 +207,15 @@ class SqliteLedger final : public Ledger {
         const char* create;
     };
     static constexpr IndexDef kSecondaryIndexes[] = {
-        {"messages_queue_id", "CREATE UNIQUE INDEX IF NOT EXISTS messages_queue_id ON messages(queue_id)"},
+        // The first two are the ingest path's (leave_queue_id_map builds them).
+        {"messages_queue_id_live",
+         "CREATE UNIQUE INDEX IF NOT EXISTS messages_queue_id_live ON messages(queue_id) WHERE finished IS "
+         "NULL"},
         {"recipients_message_address",
          "CREATE UNIQUE INDEX IF NOT EXISTS recipients_message_address ON recipients(message, address)"},
+        {"messages_block_queue_id",
+         "CREATE INDEX IF NOT EXISTS messages_block_queue_id ON messages(id / " RG_HISTORY_BLOCK
+         ", queue_id)"},
         {"messages_message_id_queued",
          "CREATE INDEX IF NOT EXISTS messages_message_id_queued ON messages(message_id) "
          "WHERE message_id IS NOT NULL AND state IN ('incoming','active','deferred','hold')"},
@@ -175,6 +243,7 @@ class SqliteLedger final : public Ledger {
 
     void leave_queue_id_map(std::string_view why);
     std::int64_t stored_message_id(const std::string& queue_id);
+    bool queue_id_ever_seen(const std::string& queue_id);
     void leave_map_if_retired(const std::string& queue_id);
 
     void ensure_indexes();
@@ -593,52 +662,7 @@ class SqliteLedger final : public Ledger {
 
       private:
         static constexpr std::int64_t kLinger = 3600LL * 1000000;  // microseconds of log time
-        static std::uint64_t hash(std::string_view s) noexcept {
-            const std::uint64_t h = std::hash<std::string_view>{}(s);
-            return h == 0 ? 1 : h;  // 0 marks an empty slot
-        }
-        // Open addressing over 64-bit hashes (0: empty), at most half full.
-        class HashSet {
-          public:
-            bool contains(std::uint64_t h) const noexcept {
-                if (slots_.empty()) return false;
-                const std::size_t mask = slots_.size() - 1;
-                for (std::size_t i = h & mask;; i = (i + 1) & mask) {
-                    if (slots_[i] == h) return true;
-                    if (slots_[i] == 0) return false;
-                }
-            }
-            void insert(std::uint64_t h) {
-                if ((size_ + 1) * 2 > slots_.size()) grow();
-                place(h);
-            }
-            void clear() {
-                slots_ = {};
-                size_ = 0;
-            }
-
-          private:
-            void place(std::uint64_t h) {
-                const std::size_t mask = slots_.size() - 1;
-                for (std::size_t i = h & mask;; i = (i + 1) & mask) {
-                    if (slots_[i] == h) return;
-                    if (slots_[i] == 0) {
-                        slots_[i] = h;
-                        ++size_;
-                        return;
-                    }
-                }
-            }
-            void grow() {
-                std::vector<std::uint64_t> old = std::move(slots_);
-                slots_.assign(std::max<std::size_t>(1024, old.size() * 2), 0);
-                size_ = 0;
-                for (std::uint64_t h : old)
-                    if (h != 0) place(h);
-            }
-            std::vector<std::uint64_t> slots_;
-            std::size_t size_ = 0;
-        };
+        static std::uint64_t hash(std::string_view s) noexcept { return hash64(s); }
         struct StagedRecipient {
             std::string queue_id, address;
             std::int64_t id = 0;
@@ -646,7 +670,7 @@ class SqliteLedger final : public Ledger {
         bool active_ = false;
         std::int64_t version_ = 0;
         std::unordered_map<std::string, Entry> live_;
-        HashSet retired_;
+        HashSet<std::uint64_t> retired_;
         std::vector<std::pair<std::string, std::int64_t>> staged_messages_;
         std::vector<StagedRecipient> staged_recipients_;
         std::vector<std::pair<std::int64_t, std::string>> staged_finished_;  // finished at, queue id
@@ -774,6 +798,12 @@ class SqliteLedger final : public Ledger {
     std::string seen_blob_;
     bool indexes_deferred_ = false;  // bulk mode dropped kSecondaryIndexes (see set_bulk_mode)
     QueueIdMap qid_map_;             // active while the two queue-id indexes are deferred
+    // Every queue id the table holds a row of, as far as this connection
+    // knows (see message_row); built on the first lookup that needs it. 32-bit
+    // hashes: a false "seen" costs one lookup in the block index, about one
+    // in 3,000 new queue ids at a million messages; 8-16 bytes each.
+    HashSet<std::uint32_t> queue_ids_;
+    bool queue_ids_built_ = false;
     std::unique_ptr<BackgroundCheckpointer> checkpointer_;  // in bulk mode (see set_bulk_mode)
     std::mutex mutex_;
     Counters counters_;

@@ -143,8 +143,10 @@ Status SqliteLedger::record_identities(std::span<const MessageIdentity> identiti
     }));
 }
 
-// An upsert on the queue-id indexes. While an import in bulk mode (in
-// another process) has them dropped (set_bulk_mode), the upsert has no
+// An upsert on the queue-id indexes: the message's unfinished row
+// (messages_queue_id_live); a finished one of the same queue id, long gone
+// from the queue, is another message. While an import in bulk mode (in
+// another process) has the indexes dropped (set_bulk_mode), the upsert has no
 // conflict target and fails to prepare: the same change is then made by
 // an UPDATE, and an INSERT when it found no row (the same outcome under
 // the write lock; the lookups scan until the indexes are back).
@@ -157,8 +159,8 @@ void SqliteLedger::store_identity(const MessageIdentity& id) {
     try {
         Query q = stmt(
             "INSERT INTO messages(queue_id, first_queue_id, message_id, fingerprint, sender, "
-            "arrival, updated, host) VALUES(?1, ?1, ?2, ?3, ?4, ?5, ?5, ?6) ON CONFLICT(queue_id) DO "
-            "UPDATE SET "
+            "arrival, updated, host) VALUES(?1, ?1, ?2, ?3, ?4, ?5, ?5, ?6) "
+            "ON CONFLICT(queue_id) WHERE finished IS NULL DO UPDATE SET "
             "message_id = COALESCE(excluded.message_id, message_id), "
             "host = CASE WHEN host = '' THEN excluded.host ELSE host END, "
             "fingerprint = COALESCE(excluded.fingerprint, fingerprint), "
@@ -174,7 +176,7 @@ void SqliteLedger::store_identity(const MessageIdentity& id) {
             "UPDATE messages SET message_id = COALESCE(?2, message_id), "
             "host = CASE WHEN host = '' THEN ?6 ELSE host END, fingerprint = COALESCE(?3, fingerprint), "
             "sender = COALESCE(?4, sender), arrival = MIN(COALESCE(arrival, ?5), ?5), "
-            "updated = MAX(updated, ?5) WHERE queue_id = ?1");
+            "updated = MAX(updated, ?5) WHERE queue_id = ?1 AND finished IS NULL");
         u.text(id.queue_id).text_or_null(message_id).text_or_null(id.fingerprint).text_or_null(sender);
         u.i64(t).text(host).run();
         if (sqlite3_changes(db_) == 0) {
@@ -192,9 +194,10 @@ void SqliteLedger::store_identity(const MessageIdentity& id) {
         Query q =
             stmt(unique_indexes
                      ? "INSERT OR IGNORE INTO recipients(message, queue_id, address, domain) "
-                       "SELECT id, ?1, ?2, ?3 FROM messages WHERE queue_id = ?1"
+                       "SELECT id, ?1, ?2, ?3 FROM messages WHERE queue_id = ?1 AND finished IS NULL"
                      : "INSERT INTO recipients(message, queue_id, address, domain) SELECT m.id, ?1, ?2, ?3 "
-                       "FROM messages m WHERE m.queue_id = ?1 AND NOT EXISTS(SELECT 1 FROM recipients "
+                       "FROM messages m WHERE m.queue_id = ?1 AND m.finished IS NULL AND NOT EXISTS(SELECT 1 "
+                       "FROM recipients "
                        "WHERE message = m.id AND address = ?2)");
         q.text(id.queue_id).text(address).text(domain_of(address)).run();
     }
@@ -270,7 +273,7 @@ Status SqliteLedger::for_each_open_identity(
 
 Result<std::optional<MessageInfo>> SqliteLedger::get_message(std::string_view queue_id) {
     return read<std::optional<MessageInfo>>([&]() -> std::optional<MessageInfo> {
-        Query q = stmt("SELECT " RG_MESSAGE_COLUMNS " FROM messages WHERE queue_id = ?");
+        Query q = stmt(kMessageByQueueIdSql);
         q.text(queue_id);
         if (!q.row()) return std::nullopt;
         return read_message(q);
@@ -290,9 +293,7 @@ Result<std::vector<MessageInfo>> SqliteLedger::find_messages_by_message_id(std::
 Result<std::vector<RecipientInfo>> SqliteLedger::get_recipients(std::string_view queue_id) {
     return read<std::vector<RecipientInfo>>([&] {
         std::vector<RecipientInfo> out;
-        Query q = stmt("SELECT " RG_RECIPIENT_COLUMNS
-                       " FROM recipients WHERE message = (SELECT id FROM messages WHERE queue_id = ?) "
-                       "ORDER BY address");
+        Query q = stmt(kRecipientsByQueueIdSql);
         q.text(queue_id);
         while (q.row()) out.push_back(read_recipient(q));
         return out;
@@ -598,25 +599,28 @@ Result<PruneResult> SqliteLedger::prune(const RetentionPolicy& policy, TimePoint
     // The candidates come from the indexes messages_finished and messages_updated
     // (a range scan each, never the whole table), at most kPruneMessages per pass.
     auto st = passes([&] {
-        exec_bound("CREATE TEMP TABLE IF NOT EXISTS doomed(queue_id TEXT PRIMARY KEY) WITHOUT ROWID", {});
-        exec_bound("DELETE FROM temp.doomed", {});
+        // By row id: a queue id may name a finished message and, long after,
+        // another one still queued (schema version 15).
+        exec_bound(
+            "CREATE TEMP TABLE IF NOT EXISTS doomed_rows(id INTEGER PRIMARY KEY, queue_id TEXT NOT NULL)",
+            {});
+        exec_bound("DELETE FROM temp.doomed_rows", {});
         std::int64_t n = exec_bound(
-            "INSERT OR IGNORE INTO temp.doomed SELECT queue_id FROM messages WHERE finished < ?1 LIMIT ?2",
+            "INSERT OR IGNORE INTO temp.doomed_rows SELECT id, queue_id FROM messages WHERE finished < ?1 "
+            "LIMIT ?2",
             {finished_cut, kPruneMessages});
         if (n < kPruneMessages)
             n += exec_bound(
-                "INSERT OR IGNORE INTO temp.doomed SELECT queue_id FROM messages WHERE updated < ?1 AND "
-                "(finished IS NULL OR finished >= ?2) LIMIT ?3",
+                "INSERT OR IGNORE INTO temp.doomed_rows SELECT id, queue_id FROM messages WHERE updated < ?1 "
+                "AND (finished IS NULL OR finished >= ?2) LIMIT ?3",
                 {stale_cut, finished_cut, kPruneMessages - n});
         if (n == 0) return false;
-        r.recipients += exec_bound(
-            "DELETE FROM recipients WHERE message IN (SELECT id FROM messages WHERE queue_id IN "
-            "(SELECT queue_id FROM temp.doomed))",
-            {});
-        r.messages +=
-            exec_bound("DELETE FROM messages WHERE queue_id IN (SELECT queue_id FROM temp.doomed)", {});
-        exec_bound("DELETE FROM episode_messages WHERE queue_id IN (SELECT queue_id FROM temp.doomed)", {});
-        exec_bound("DELETE FROM temp.doomed", {});
+        r.recipients +=
+            exec_bound("DELETE FROM recipients WHERE message IN (SELECT id FROM temp.doomed_rows)", {});
+        r.messages += exec_bound("DELETE FROM messages WHERE id IN (SELECT id FROM temp.doomed_rows)", {});
+        exec_bound("DELETE FROM episode_messages WHERE queue_id IN (SELECT queue_id FROM temp.doomed_rows)",
+                   {});
+        exec_bound("DELETE FROM temp.doomed_rows", {});
         return n == kPruneMessages;  // fewer: both candidate queries ran dry
     });
     // Episodes, flags, destinations: at most kPruneRows of one table per pass.

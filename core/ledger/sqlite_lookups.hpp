@@ -6,7 +6,8 @@
 #pragma once
 
 // Message row ids per block of the history indexes (schema version 13:
-// messages_block_message_id, recipients_block_address): their key starts with
+// messages_block_message_id, recipients_block_address; 15:
+// messages_block_queue_id): their key starts with
 // `id / RG_HISTORY_BLOCK` (messages) or `message / RG_HISTORY_BLOCK`
 // (recipients), so that new entries land in the last block, and a lookup asks
 // each block in turn. The lookups spell the same expression, or SQLite cannot
@@ -31,7 +32,35 @@
     " UNION ALL SELECT k + 1 "                                        \
     "FROM b WHERE k < (" MAX_ID ") / " RG_HISTORY_BLOCK ") "
 
+// The message row of a queue id (schema version 15), in two parts. Postfix
+// reuses a queue id only long after its message left the queue, so a queue id
+// has at most one row Postfix still holds (finished IS NULL: the unique
+// partial index messages_queue_id_live, whose size follows the queue), and
+// may have finished rows before it (messages_block_queue_id, asked block by
+// block). The row of a queue id is its unfinished one, else its newest.
+//  - RG_MESSAGE_LIVE(COLUMNS): the unfinished row; ?1 the queue id.
+//  - RG_MESSAGE_NEWEST(COLUMNS): the newest row of any state, each block asked.
+#define RG_MESSAGE_LIVE(COLUMNS) "SELECT " COLUMNS " FROM messages WHERE queue_id = ?1 AND finished IS NULL"
+#define RG_MESSAGE_NEWEST(COLUMNS)                                                    \
+    RG_HISTORY_BLOCKS("SELECT MIN(id) FROM messages", "SELECT MAX(id) FROM messages") \
+    "SELECT " COLUMNS " FROM b CROSS JOIN messages WHERE id / " RG_HISTORY_BLOCK      \
+    " = b.k AND queue_id = "                                                          \
+    "?1 ORDER BY id DESC LIMIT 1"
+// Both in one statement (one snapshot): the second part runs only when the
+// first finds nothing.
+#define RG_MESSAGE_BY_QUEUE_ID(COLUMNS) \
+    RG_MESSAGE_LIVE(COLUMNS) " UNION ALL SELECT * FROM (" RG_MESSAGE_NEWEST(COLUMNS) ") LIMIT 1"
+
 namespace retryguard::ledger_detail {
+
+// `explain QUEUE_ID` and the readers by queue id.
+inline constexpr const char* kMessageByQueueIdSql = RG_MESSAGE_BY_QUEUE_ID(RG_MESSAGE_COLUMNS);
+
+// The recipients of a queue id's message (its row as kMessageByQueueIdSql
+// finds it), in address order.
+inline constexpr const char* kRecipientsByQueueIdSql =
+    "SELECT " RG_RECIPIENT_COLUMNS
+    " FROM recipients WHERE message = (" RG_MESSAGE_BY_QUEUE_ID("id") ") ORDER BY address";
 
 // `explain ADDRESS`: ?1 the normalised address, ?2 the most rows. CROSS JOIN
 // keeps the blocks the outer loop.

@@ -378,6 +378,26 @@ INSERT INTO engine_state_v14(key, value) SELECT key, value FROM engine_state;
 DROP TABLE engine_state;
 ALTER TABLE engine_state_v14 RENAME TO engine_state;
 )sql",
+    // version 15: messages are found by queue id through two indexes instead
+    // of one unique index over all of history. Keyed by queue id (random), each
+    // new message's entry in messages_queue_id landed on a page of its own
+    // once the index outgrew a batch: the largest share of the pages a
+    // follower's commit wrote at a million messages (docs/performance.md,
+    // "The queue id off the random key"). Postfix reuses a queue id only long
+    // after its message left the queue, so:
+    //  - messages_queue_id_live: unique, the unfinished rows only; its size
+    //    follows the queue, and a message leaves it when it finishes;
+    //  - messages_block_queue_id: every row, keyed by the block of 4,096 row
+    //    ids first (RG_HISTORY_BLOCK), so new entries land in the last block,
+    //    as the other history indexes (version 13).
+    // The row of a queue id is its unfinished one, else its newest
+    // (sqlite_lookups.hpp, RG_MESSAGE_BY_QUEUE_ID). A queue id logged again
+    // after its message finished still finds that message (message_row).
+    R"sql(
+DROP INDEX IF EXISTS messages_queue_id;
+CREATE UNIQUE INDEX IF NOT EXISTS messages_queue_id_live ON messages(queue_id) WHERE finished IS NULL;
+CREATE INDEX IF NOT EXISTS messages_block_queue_id ON messages(id / 4096, queue_id);
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -493,7 +513,13 @@ void SqliteLedger::set_bulk_mode(bool on) noexcept {
                 const std::int64_t version = data_version();
                 exec("COMMIT");
                 indexes_deferred_ = empty;
-                if (empty) qid_map_.start(version);
+                if (empty) {
+                    qid_map_.start(version);
+                    // The map finds rows meanwhile and does not keep queue_ids_
+                    // (message_row): it is read again after the map ends.
+                    queue_ids_.clear();
+                    queue_ids_built_ = false;
+                }
             } catch (...) {
                 sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
                 throw;

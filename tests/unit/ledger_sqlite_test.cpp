@@ -57,7 +57,7 @@ TEST(LedgerSqlite, SchemaVersionIsRecordedAndANewerFileIsRefused) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 14);
+        EXPECT_EQ(s->schema_version, 15);
     }
     {  // reopening does not migrate twice
         auto l = open_ledger(path);
@@ -118,7 +118,7 @@ TEST(LedgerSqlite, EventsSeenBeforeTheSeenEventsMigrationsStaySeen) {
         ASSERT_TRUE(l.ok()) << l.error().message;
         auto s = (*l)->stats();
         ASSERT_TRUE(s.ok());
-        EXPECT_EQ(s->schema_version, 14);
+        EXPECT_EQ(s->schema_version, 15);
         EXPECT_EQ(s->seen_events, static_cast<std::int64_t>(items.size()));
         // Version 8 gave messages a host column: old rows keep their data, with no host.
         auto old = (*l)->get_message("Q1");
@@ -244,7 +244,7 @@ int count_indexes(const std::string& path, const std::string& names) {
     return n;
 }
 
-constexpr const char* kQueueIdIndexes = "'messages_queue_id', 'recipients_message_address'";
+constexpr const char* kQueueIdIndexes = "'messages_queue_id_live', 'recipients_message_address'";
 
 // Bulk mode into an empty ledger drops the queue-id indexes too and finds its
 // rows through its own map of queue ids: rows touched again in later batches,
@@ -298,7 +298,9 @@ TEST(LedgerSqlite, BulkModeQueueIdMapGivesTheSameLedger) {
         (*bulk)->set_bulk_mode(false);
         EXPECT_EQ(count_indexes(path, kQueueIdIndexes), 2);
         EXPECT_EQ(full_dump(**bulk, ids), expected);
-        // The same events again are all replays, and the milter's upsert finds the rows.
+        // The same events again are all replays, and the milter's upsert finds
+        // the unfinished row: A1 finished (requeued as A2), so the first
+        // identity of A1 is a new message, which the second one updates.
         std::size_t n = 0;
         for (const auto& b : use) {
             auto again = (*bulk)->ingest(b, std::nullopt);
@@ -311,12 +313,16 @@ TEST(LedgerSqlite, BulkModeQueueIdMapGivesTheSameLedger) {
         id.message_id = "<m1@x.test>";
         id.time = at(60);
         ASSERT_TRUE((*bulk)->record_identity(id).ok());
+        id.fingerprint = "fp-a1";
+        ASSERT_TRUE((*bulk)->record_identity(id).ok());
         auto m = (*bulk)->get_message("A1");
         ASSERT_TRUE(m.ok() && m->has_value());
-        EXPECT_FALSE((*m)->message_id.empty());
-        EXPECT_EQ((*bulk)->stats()->messages, static_cast<std::int64_t>(retired_again == 3   ? 4
-                                                                        : retired_again == 5 ? 5
-                                                                                             : 6));
+        EXPECT_EQ((*m)->message_id, "m1@x.test");
+        EXPECT_EQ((*m)->fingerprint, "fp-a1");
+        EXPECT_FALSE((*m)->finished.has_value()) << "the new message, not the finished A1";
+        EXPECT_EQ((*bulk)->stats()->messages, static_cast<std::int64_t>(retired_again == 3   ? 5
+                                                                        : retired_again == 5 ? 6
+                                                                                             : 7));
     }
 }
 
@@ -765,7 +771,7 @@ COMMIT;)sql";
 
     auto l = open_ledger("sqlite:" + path);
     ASSERT_TRUE(l.ok()) << l.error().message;
-    EXPECT_EQ((*l)->stats()->schema_version, 14);
+    EXPECT_EQ((*l)->stats()->schema_version, 15);
     EXPECT_EQ(count_indexes(path, kQueueIdIndexes + std::string(", 'messages_message_id_queued', "
                                                                 "'recipients_block_address'")),
               4);
@@ -779,8 +785,14 @@ COMMIT;)sql";
     ASSERT_TRUE((*l)->record_identity(id).ok());
     EXPECT_EQ((*l)->stats()->messages, 2);
     EXPECT_EQ((*l)->stats()->recipients, 4);
+    // A queue id has one unfinished row at most (schema 15): Q1 is still
+    // queued; Q2 finished, so a new message may take its queue id.
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
     EXPECT_NE(
+        sqlite3_exec(db, "INSERT INTO messages(queue_id, first_queue_id, updated) VALUES('Q1', 'Q1', 1)",
+                     nullptr, nullptr, nullptr),
+        SQLITE_OK);
+    EXPECT_EQ(
         sqlite3_exec(db, "INSERT INTO messages(queue_id, first_queue_id, updated) VALUES('Q2', 'Q2', 1)",
                      nullptr, nullptr, nullptr),
         SQLITE_OK);
@@ -834,6 +846,9 @@ INSERT INTO d9 SELECT kind, name, state, state_changed, last_success, last_defer
 DROP TABLE destinations; ALTER TABLE d9 RENAME TO destinations;
 CREATE INDEX destinations_state ON destinations(state);
 DROP INDEX recipients_block_address;
+DROP INDEX messages_queue_id_live;
+DROP INDEX messages_block_queue_id;
+CREATE UNIQUE INDEX messages_queue_id ON messages(queue_id);
 DROP INDEX messages_block_message_id;
 DROP INDEX messages_message_id_queued;
 CREATE INDEX recipients_address ON recipients(address);
@@ -849,7 +864,7 @@ COMMIT;)sql";
 
     auto l = open_ledger("sqlite:" + path);
     ASSERT_TRUE(l.ok()) << l.error().message;
-    EXPECT_EQ((*l)->stats()->schema_version, 14);
+    EXPECT_EQ((*l)->stats()->schema_version, 15);
     EXPECT_EQ(count_indexes(path, "'destinations_key', 'destinations_state'"), 2);
     EXPECT_EQ(full_dump(**l, ids), before);
     EXPECT_EQ(states(**l), before_states);
@@ -885,6 +900,9 @@ TEST(LedgerSqlite, SchemaElevenFileMigratesRecipientsToMessageKeys) {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
     const char* v11 = R"sql(BEGIN;
+DROP INDEX messages_queue_id_live;
+DROP INDEX messages_block_queue_id;
+CREATE UNIQUE INDEX messages_queue_id ON messages(queue_id);
 DROP INDEX recipients_block_address;
 DROP INDEX messages_block_message_id;
 DROP INDEX messages_message_id_queued;
@@ -903,7 +921,7 @@ COMMIT;)sql";
 
     auto l = open_ledger("sqlite:" + path);
     ASSERT_TRUE(l.ok()) << l.error().message;
-    EXPECT_EQ((*l)->stats()->schema_version, 14);
+    EXPECT_EQ((*l)->stats()->schema_version, 15);
     EXPECT_EQ(count_indexes(path, "'recipients_message_address', 'recipients_queue_address'"), 1);
     EXPECT_EQ(count_indexes(path, "'recipients_message_address'"), 1);
     EXPECT_EQ(full_dump(**l, ids), before);
@@ -1032,6 +1050,79 @@ TEST(LedgerSqlite, HistoryLookupsAskEveryBlockThroughTheirIndexes) {
     EXPECT_EQ(pending.find("SCAN"), std::string::npos) << pending;
 }
 
+// Schema 15: a queue id is found in the small index of unfinished rows
+// (messages_queue_id_live), else in the block index of all rows
+// (messages_block_queue_id), newest first. A finished message's queue id
+// logged again (an expired message's bounce notice and removal, after its
+// expiry was written) still finds that message, in the connection that wrote
+// it and in a new one; the milter's identity of a new message under a
+// finished queue id makes a row of its own, which the readers then return.
+TEST(LedgerSqlite, QueueIdsAreFoundAmongQueuedMessagesThenInHistory) {
+    const std::string path = db_path("queue-id-live");
+    const std::string early = qid_for(10), middle = qid_for(4500), last = qid_for(8999);
+    {
+        auto l = open_ledger("sqlite:" + path);
+        ASSERT_TRUE(l.ok());
+        auto items = history_stream(9000, {});
+        // `early` (block 0) is still queued: its removal is not logged.
+        std::erase_if(items, [&](const IngestItem& i) {
+            return i.event.queue_id == early && i.event.kind == EventKind::queue_removed;
+        });
+        ASSERT_TRUE((*l)->ingest(items, std::nullopt).ok());
+        EXPECT_EQ((*l)->stats()->pending_messages, 1);
+        // The same connection: a line of the finished `middle` after its removal.
+        const std::vector<IngestItem> late = {deferred(middle, 20000, "late@dest.test")};
+        ASSERT_TRUE((*l)->ingest(late, std::nullopt).ok());
+        EXPECT_EQ((*l)->stats()->messages, 9000);
+    }
+    auto l = open_ledger("sqlite:" + path);
+    ASSERT_TRUE(l.ok());
+    // A new connection: a line of the finished `last`, and one of the queued `early`.
+    const std::vector<IngestItem> later = {deferred(last, 20001, "late@dest.test"),
+                                           sent(early, 20002, "r10@dest.test")};
+    ASSERT_TRUE((*l)->ingest(later, std::nullopt).ok());
+    EXPECT_EQ((*l)->stats()->messages, 9000) << "no row of its own for a finished queue id logged again";
+    for (const std::string& q : {middle, last}) {
+        auto r = (*l)->get_recipients(q);
+        ASSERT_TRUE(r.ok());
+        ASSERT_EQ(r->size(), 2u) << q;
+        EXPECT_EQ((*r)[0].address, "late@dest.test") << q;
+    }
+    // A new message under the finished `middle`'s queue id (Postfix reuses
+    // queue ids long after): the milter's identity makes its row.
+    MessageIdentity id;
+    id.queue_id = middle;
+    id.message_id = "<reused@src.test>";
+    id.recipients = {"new@dest.test"};
+    id.time = at(30000);
+    ASSERT_TRUE((*l)->record_identity(id).ok());
+    EXPECT_EQ((*l)->stats()->messages, 9001);
+    auto m = (*l)->get_message(middle);
+    ASSERT_TRUE(m.ok() && m->has_value());
+    EXPECT_EQ((*m)->message_id, "reused@src.test");
+    EXPECT_FALSE((*m)->finished.has_value());
+    auto r = (*l)->get_recipients(middle);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->size(), 1u);
+    EXPECT_EQ((*r)[0].address, "new@dest.test");
+    auto old = (*l)->find_messages_by_message_id("<m4500@src.test>");
+    ASSERT_TRUE(old.ok());
+    ASSERT_EQ(old->size(), 1u);
+    EXPECT_TRUE((*old)[0].finished.has_value()) << "the finished message keeps its row";
+    auto none = (*l)->get_message("NOSUCHQ");
+    ASSERT_TRUE(none.ok());
+    EXPECT_FALSE(none->has_value());
+
+    const std::string by_queue_id = query_plan(path, ledger_detail::kMessageByQueueIdSql);
+    EXPECT_NE(by_queue_id.find("USING INDEX messages_queue_id_live"), std::string::npos) << by_queue_id;
+    EXPECT_NE(by_queue_id.find("USING INDEX messages_block_queue_id"), std::string::npos) << by_queue_id;
+    EXPECT_EQ(by_queue_id.find("SCAN messages"), std::string::npos) << by_queue_id;
+    const std::string recipients = query_plan(path, ledger_detail::kRecipientsByQueueIdSql);
+    EXPECT_NE(recipients.find("USING INDEX messages_queue_id_live"), std::string::npos) << recipients;
+    EXPECT_EQ(recipients.find("SCAN messages"), std::string::npos) << recipients;
+    EXPECT_EQ(count_indexes(path, "'messages_queue_id'"), 0);
+}
+
 // A version 12 file, with its Message-ID and address indexes over the whole
 // history, gets the queued and block indexes instead, and keeps its answers.
 TEST(LedgerSqlite, SchemaTwelveFileMovesTheHistoryLookupsToBlockIndexes) {
@@ -1049,6 +1140,9 @@ DROP INDEX messages_block_message_id;
 DROP INDEX recipients_block_address;
 CREATE INDEX messages_message_id ON messages(message_id) WHERE message_id IS NOT NULL;
 CREATE INDEX recipients_address ON recipients(address);
+DROP INDEX messages_queue_id_live;
+DROP INDEX messages_block_queue_id;
+CREATE UNIQUE INDEX messages_queue_id ON messages(queue_id);
 DELETE FROM schema_version WHERE version > 12;
 COMMIT;)sql";
     ASSERT_EQ(sqlite3_exec(db, v12, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
@@ -1056,8 +1150,12 @@ COMMIT;)sql";
 
     auto l = open_ledger("sqlite:" + path);
     ASSERT_TRUE(l.ok()) << l.error().message;
-    EXPECT_EQ((*l)->stats()->schema_version, 14);
-    EXPECT_EQ(count_indexes(path, "'messages_message_id', 'recipients_address'"), 0);
+    EXPECT_EQ((*l)->stats()->schema_version, 15);
+    EXPECT_EQ(count_indexes(path, "'messages_message_id', 'recipients_address', 'messages_queue_id'"), 0);
+    EXPECT_EQ(count_indexes(path, "'messages_queue_id_live', 'messages_block_queue_id'"), 2) << "schema 15";
+    auto m = (*l)->get_message(qid_for(1150));
+    ASSERT_TRUE(m.ok() && m->has_value());
+    EXPECT_EQ((*m)->message_id, "same@src.test");
     EXPECT_EQ(count_indexes(path,
                             "'messages_message_id_queued', 'messages_block_message_id', "
                             "'recipients_block_address'"),
