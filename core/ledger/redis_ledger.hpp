@@ -178,6 +178,8 @@ class RedisLedger final : public Ledger {
 
     Result<std::vector<DestinationInfo>> list_destinations(const DestinationFilter& filter) override;
 
+    Result<std::map<std::string, std::int64_t>> count_destinations_by_state() override;
+
     Result<std::vector<Episode>> episode_history(DestinationKind kind, std::string_view name, TimePoint from,
                                                  TimePoint to) override;
 
@@ -243,6 +245,9 @@ class RedisLedger final : public Ledger {
     static std::string ttl(std::chrono::seconds s);
 
     std::string dest_key(DestinationKind kind, std::string_view name) const;
+
+    std::vector<std::pair<DestinationKind, std::string>> destination_members(
+        const std::string& key, std::optional<DestinationKind> only);
 
     static std::pair<std::string, std::uint64_t> stream_entry(const redisReply* entry, StreamEntry* e);
 

@@ -272,22 +272,31 @@ Result<std::optional<DestinationInfo>> RedisLedger::get_destination(DestinationK
     });
 }
 
+// The members of a sorted set of destinations ("kind\tname": `dests`,
+// `epsidx`), in list_destinations' order (kind, name); members of an unknown
+// kind are left out. Runs under the connection lock.
+std::vector<std::pair<DestinationKind, std::string>> RedisLedger::destination_members(
+    const std::string& key, std::optional<DestinationKind> only) {
+    std::vector<std::pair<DestinationKind, std::string>> names;
+    auto r = call({"ZRANGE", key, "0", "-1"});
+    for (std::size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
+        auto m = str(r->element[i]);
+        auto tab = m.find('\t');
+        if (tab == std::string::npos) continue;
+        auto kind = destination_kind_from_string(m.substr(0, tab));
+        if (!kind || (only && *kind != *only)) continue;
+        names.emplace_back(*kind, m.substr(tab + 1));
+    }
+    std::sort(names.begin(), names.end(), [](const auto& a, const auto& b) {
+        auto ka = to_string(a.first), kb = to_string(b.first);
+        return ka != kb ? ka < kb : a.second < b.second;
+    });
+    return names;
+}
+
 Result<std::vector<DestinationInfo>> RedisLedger::list_destinations(const DestinationFilter& filter) {
     return run<std::vector<DestinationInfo>>([&] {
-        std::vector<std::pair<DestinationKind, std::string>> names;
-        auto r = call({"ZRANGE", P_ + "dests", "0", "-1"});
-        for (std::size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
-            auto m = str(r->element[i]);
-            auto tab = m.find('\t');
-            if (tab == std::string::npos) continue;
-            auto kind = destination_kind_from_string(m.substr(0, tab));
-            if (!kind || (filter.kind && *kind != *filter.kind)) continue;
-            names.emplace_back(*kind, m.substr(tab + 1));
-        }
-        std::sort(names.begin(), names.end(), [](const auto& a, const auto& b) {
-            auto ka = to_string(a.first), kb = to_string(b.first);
-            return ka != kb ? ka < kb : a.second < b.second;
-        });
+        const auto names = destination_members(P_ + "dests", filter.kind);
         // Filtered first, then paged, like the SQLite ledger's query.
         std::vector<DestinationInfo> out;
         std::size_t skipped = 0;
@@ -304,6 +313,26 @@ Result<std::vector<DestinationInfo>> RedisLedger::list_destinations(const Destin
             }
             out.push_back(std::move(d));
         }
+        return out;
+    });
+}
+
+Result<std::map<std::string, std::int64_t>> RedisLedger::count_destinations_by_state() {
+    return run<std::map<std::string, std::int64_t>>([&] {
+        const auto names = destination_members(P_ + "dests", std::nullopt);
+        // Two fields of each hash, pipelined. Every writer of a destination's
+        // hash sets `kind`: without it the hash is gone, and list_destinations
+        // would skip it too.
+        std::map<std::string, std::int64_t> out;
+        std::vector<std::vector<std::string>> reads;
+        reads.reserve(names.size());
+        for (const auto& [kind, name] : names)
+            reads.push_back({"HMGET", dest_key(kind, name), "kind", "state"});
+        call_pipelined(reads, [&](const redisReply* r) {
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type == REDIS_REPLY_NIL)
+                return;
+            ++out[str(r->element[1])];
+        });
         return out;
     });
 }

@@ -3,9 +3,9 @@
 // statement cache and read-only connections in sqlite_statements.cpp, its write
 // path for ingest batches in sqlite_ingest.cpp, the other operations in
 // sqlite_ledger.cpp, the lookups that rest on one index each in
-// sqlite_lookups.hpp), the statement wrapper (Query) and the error type its
-// methods throw inside and catch before returning. Never included outside
-// core/ledger/.
+// sqlite_lookups.hpp, the reports' reads in sqlite_listings.hpp), the
+// statement wrapper (Query) and the error type its methods throw inside and
+// catch before returning. Never included outside core/ledger/.
 #pragma once
 
 #include <sqlite3.h>
@@ -218,6 +218,8 @@ class SqliteLedger final : public Ledger {
                                                            std::string_view name) override;
 
     Result<std::vector<DestinationInfo>> list_destinations(const DestinationFilter& f) override;
+
+    Result<std::map<std::string, std::int64_t>> count_destinations_by_state() override;
 
     Result<std::vector<Episode>> episode_history(DestinationKind kind, std::string_view name, TimePoint from,
                                                  TimePoint to) override;

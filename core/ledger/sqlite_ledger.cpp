@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "ledger/sqlite_internal.hpp"
+#include "ledger/sqlite_listings.hpp"
 #include "ledger/sqlite_lookups.hpp"
 #include "ledger/sqlite_prune.hpp"
 
@@ -378,6 +379,15 @@ Result<std::vector<Episode>> SqliteLedger::episode_history(DestinationKind kind,
             e.last_relay = q.str(7);
             out.push_back(std::move(e));
         }
+        return out;
+    });
+}
+
+Result<std::map<std::string, std::int64_t>> SqliteLedger::count_destinations_by_state() {
+    return read<std::map<std::string, std::int64_t>>([&] {
+        std::map<std::string, std::int64_t> out;
+        Query q = stmt(kCountDestinationsByStateSql);
+        while (q.row()) out[q.str(0)] += q.col(1);
         return out;
     });
 }

@@ -1036,6 +1036,43 @@ TEST_P(LedgerContract, DestinationPagesAreTakenAfterTheFilter) {
     EXPECT_EQ((*page)[1].name, "p21.test");
 }
 
+// The counts by ladder state are those of the listing, without reading it:
+// more destinations than one round trip of the Redis backend reads (1000).
+TEST_P(LedgerContract, DestinationsAreCountedByStateAsTheListingHasThem) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    auto empty = l->count_destinations_by_state();
+    ASSERT_TRUE(empty.ok()) << empty.error().message;
+    EXPECT_TRUE(empty->empty());
+    std::vector<IngestItem> batch;
+    for (int i = 0; i < 1100; ++i) {
+        batch.push_back(deferred(qid_for(i), 10, "u@c" + std::to_string(i) + ".test",
+                                 "mx" + std::to_string(i % 7) + ".test"));
+        if (batch.size() == 250) {
+            ingest(*l, std::move(batch));
+            batch.clear();
+        }
+    }
+    ingest(*l, std::move(batch));
+    for (int i : {3, 500, 1099})
+        ASSERT_TRUE(l->set_destination_state(DestinationKind::domain, "c" + std::to_string(i) + ".test",
+                                             "watch", at(20))
+                        .ok());
+    ASSERT_TRUE(l->set_destination_state(DestinationKind::relay, "mx2.test", "escalate", at(21)).ok());
+    ASSERT_TRUE(l->set_destination_state(DestinationKind::domain, "c7.test", "recovered", at(22)).ok());
+    ASSERT_TRUE(l->set_destination_state(DestinationKind::domain, "never-seen.test", "noted", at(23)).ok());
+    auto counts = l->count_destinations_by_state();
+    ASSERT_TRUE(counts.ok()) << counts.error().message;
+    const std::map<std::string, std::int64_t> expected{
+        {"", 1100 + 7 - 3 - 1 - 1}, {"watch", 3}, {"escalate", 1}, {"recovered", 1}, {"noted", 1}};
+    EXPECT_EQ(*counts, expected);
+    auto all = l->list_destinations(DestinationFilter{});
+    ASSERT_TRUE(all.ok());
+    std::map<std::string, std::int64_t> listed;
+    for (const auto& d : *all) ++listed[d.state];
+    EXPECT_EQ(*counts, listed);
+}
+
 TEST_P(LedgerContract, FlagsExpireAndClear) {
     auto l = open();
     ASSERT_TRUE(l);

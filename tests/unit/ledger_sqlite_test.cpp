@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "../../core/ledger/sqlite_checkpointer.hpp"
+#include "../../core/ledger/sqlite_listings.hpp"
 #include "../../core/ledger/sqlite_lookups.hpp"
 #include "../../core/ledger/sqlite_prune.hpp"
 #include "../../core/ledger/sqlite_wal_writes.hpp"
@@ -1030,6 +1031,20 @@ TEST(LedgerSqlite, HistoryLookupsAskEveryBlockThroughTheirIndexes) {
     EXPECT_NE(pending.find("USING INDEX messages_message_id_queued"), std::string::npos) << pending;
     EXPECT_NE(pending.find("USING INDEX messages_fingerprint_queued"), std::string::npos) << pending;
     EXPECT_EQ(pending.find("SCAN"), std::string::npos) << pending;
+}
+
+// The reports' reads (sqlite_listings.hpp) read what they need: the counts by
+// state the state index alone.
+TEST(LedgerSqlite, ReportReadsUseTheirIndexes) {
+    const std::string path = db_path("report-plans");
+    {
+        auto l = open_ledger("sqlite:" + path);
+        ASSERT_TRUE(l.ok());
+        ASSERT_TRUE((*l)->ingest(synthetic_stream(200), std::nullopt).ok());
+    }
+    using namespace ledger_detail;
+    const std::string by_state = query_plan(path, kCountDestinationsByStateSql);
+    EXPECT_NE(by_state.find("COVERING INDEX destinations_state"), std::string::npos) << by_state;
 }
 
 // A version 12 file, with its Message-ID and address indexes over the whole

@@ -644,6 +644,10 @@ class LedgerReports {
     virtual Result<std::optional<DestinationInfo>> get_destination(DestinationKind kind,
                                                                    std::string_view name) = 0;
     virtual Result<std::vector<DestinationInfo>> list_destinations(const DestinationFilter& filter) = 0;
+    // How many destinations are in each ladder state ("" for those the engine
+    // set none): the rows of list_destinations(DestinationFilter{}) counted by
+    // `state`, without reading them. A state no destination is in is absent.
+    virtual Result<std::map<std::string, std::int64_t>> count_destinations_by_state() = 0;
     // Ended episodes whose first deferral lies in [from, to], oldest first.
     virtual Result<std::vector<Episode>> episode_history(DestinationKind kind, std::string_view name,
                                                          TimePoint from, TimePoint to) = 0;
