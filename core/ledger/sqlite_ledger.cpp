@@ -55,9 +55,7 @@ RecipientInfo read_recipient(const Query& q) {
     return r;
 }
 
-#define DESTINATION_COLUMNS                                                                           \
-    "kind, name, state, state_changed, last_success, last_deferral, ep_first, ep_last, ep_attempts, " \
-    "ep_messages, ep_categories, ep_last_reply, ep_last_relay"
+#define DESTINATION_COLUMNS RG_DESTINATION_COLUMNS  // sqlite_listings.hpp
 
 DestinationInfo read_destination(const Query& q) {
     DestinationInfo d;
@@ -335,9 +333,15 @@ Result<std::optional<DestinationInfo>> SqliteLedger::get_destination(Destination
 Result<std::vector<DestinationInfo>> SqliteLedger::list_destinations(const DestinationFilter& f) {
     return read<std::vector<DestinationInfo>>([&] {
         std::vector<DestinationInfo> out;
-        Query q = stmt("SELECT " DESTINATION_COLUMNS
-                       " FROM destinations WHERE (?1 IS NULL OR kind = ?1) AND (?2 IS NULL OR state = ?2) "
-                       "AND (?3 = 0 OR ep_first IS NOT NULL) ORDER BY kind, name LIMIT ?4 OFFSET ?5");
+        // One statement per kind of filter (sqlite_listings.hpp), each with
+        // the same parameters and order: a few rows of a state or with an
+        // open episode are not found by seeking every row in (kind, name) order.
+        const char* sql = kListDestinationsSql;
+        if (f.state)
+            sql = kListDestinationsInStateSql;
+        else if (f.open_episode_only)
+            sql = kListOpenDestinationsSql;
+        Query q = stmt(sql);
         if (f.kind)
             q.text(to_string(*f.kind));
         else

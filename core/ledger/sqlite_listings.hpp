@@ -7,7 +7,38 @@
 // tests and sqlite_ledger.cpp only.
 #pragma once
 
+// The columns read_destination reads, in its order.
+#define RG_DESTINATION_COLUMNS                                                                        \
+    "kind, name, state, state_changed, last_success, last_deferral, ep_first, ep_last, ep_attempts, " \
+    "ep_messages, ep_categories, ep_last_reply, ep_last_relay"
+
+// list_destinations' filter; every statement below takes its parameters:
+// ?1 kind, ?2 state (each NULL: any), ?3 1 for open episodes only, ?4 limit
+// (-1: none), ?5 offset.
+#define RG_DESTINATION_FILTER \
+    "(?1 IS NULL OR kind = ?1) AND (?2 IS NULL OR state = ?2) AND (?3 = 0 OR ep_first IS NOT NULL)"
+
 namespace retryguard::ledger_detail {
+
+// Every row, or those of one kind: in (kind, name) order through
+// destinations_key, nothing sorted (each row a seek of its own).
+inline constexpr const char* kListDestinationsSql =
+    "SELECT " RG_DESTINATION_COLUMNS " FROM destinations WHERE " RG_DESTINATION_FILTER
+    " ORDER BY kind, name LIMIT ?4 OFFSET ?5";
+
+// A state: its rows found through destinations_state, then sorted. (The
+// filter's `?2 IS NULL OR` form alone hides the index from SQLite.)
+inline constexpr const char* kListDestinationsInStateSql =
+    "SELECT " RG_DESTINATION_COLUMNS " FROM destinations WHERE state = ?2 AND " RG_DESTINATION_FILTER
+    " ORDER BY kind, name LIMIT ?4 OFFSET ?5";
+
+// Open episodes (no index holds them): one pass over the table in its own
+// order, then the few that match sorted. `+kind` keeps SQLite from reading
+// every row through destinations_key for the order's sake.
+inline constexpr const char* kListOpenDestinationsSql =
+    "SELECT " RG_DESTINATION_COLUMNS
+    " FROM destinations WHERE ep_first IS NOT NULL AND " RG_DESTINATION_FILTER
+    " ORDER BY +kind, name LIMIT ?4 OFFSET ?5";
 
 // The index destinations_state alone.
 inline constexpr const char* kCountDestinationsByStateSql =

@@ -1034,7 +1034,9 @@ TEST(LedgerSqlite, HistoryLookupsAskEveryBlockThroughTheirIndexes) {
 }
 
 // The reports' reads (sqlite_listings.hpp) read what they need: the counts by
-// state the state index alone.
+// state the state index alone, a state's rows through that index, the open
+// episodes one pass over the table rather than a seek per row through the
+// key index. On a relay's month each of the others costs seconds.
 TEST(LedgerSqlite, ReportReadsUseTheirIndexes) {
     const std::string path = db_path("report-plans");
     {
@@ -1045,6 +1047,14 @@ TEST(LedgerSqlite, ReportReadsUseTheirIndexes) {
     using namespace ledger_detail;
     const std::string by_state = query_plan(path, kCountDestinationsByStateSql);
     EXPECT_NE(by_state.find("COVERING INDEX destinations_state"), std::string::npos) << by_state;
+    const std::string in_state = query_plan(path, kListDestinationsInStateSql);
+    EXPECT_NE(in_state.find("USING INDEX destinations_state"), std::string::npos) << in_state;
+    const std::string open = query_plan(path, kListOpenDestinationsSql);
+    EXPECT_NE(open.find("SCAN destinations\n"), std::string::npos) << open;
+    EXPECT_EQ(open.find("destinations_key"), std::string::npos) << open;
+    const std::string all = query_plan(path, kListDestinationsSql);
+    EXPECT_NE(all.find("destinations_key"), std::string::npos) << "every row in order, none sorted: " << all;
+    EXPECT_EQ(all.find("TEMP B-TREE"), std::string::npos) << all;
 }
 
 // A version 12 file, with its Message-ID and address indexes over the whole
