@@ -297,21 +297,32 @@ std::vector<std::pair<DestinationKind, std::string>> RedisLedger::destination_me
 Result<std::vector<DestinationInfo>> RedisLedger::list_destinations(const DestinationFilter& filter) {
     return run<std::vector<DestinationInfo>>([&] {
         const auto names = destination_members(P_ + "dests", filter.kind);
-        // Filtered first, then paged, like the SQLite ledger's query.
+        // Filtered first, then paged, like the SQLite ledger's query. The
+        // hashes are read pipelined, a chunk per round trip, until the page is full.
+        constexpr std::size_t kChunk = 1000;
         std::vector<DestinationInfo> out;
+        std::vector<std::vector<std::string>> reads;
         std::size_t skipped = 0;
-        for (const auto& [kind, name] : names) {
-            if (out.size() >= filter.limit) break;
-            auto f = to_fields(call({"HGETALL", dest_key(kind, name)}).get());
-            if (f.empty()) continue;
-            auto d = to_destination(kind, name, f);
-            if (filter.state && d.state != *filter.state) continue;
-            if (filter.open_episode_only && !d.episode) continue;
-            if (skipped < filter.offset) {
-                ++skipped;
-                continue;
-            }
-            out.push_back(std::move(d));
+        for (std::size_t next = 0; next < names.size() && out.size() < filter.limit; next += kChunk) {
+            const std::size_t end = std::min(names.size(), next + kChunk);
+            reads.clear();
+            for (std::size_t i = next; i < end; ++i)
+                reads.push_back({"HGETALL", dest_key(names[i].first, names[i].second)});
+            std::size_t i = next;
+            call_pipelined(reads, [&](const redisReply* r) {
+                const auto& [kind, name] = names[i++];
+                if (out.size() >= filter.limit) return;
+                auto f = to_fields(r);
+                if (f.empty()) return;
+                auto d = to_destination(kind, name, f);
+                if (filter.state && d.state != *filter.state) return;
+                if (filter.open_episode_only && !d.episode) return;
+                if (skipped < filter.offset) {
+                    ++skipped;
+                    return;
+                }
+                out.push_back(std::move(d));
+            });
         }
         return out;
     });
