@@ -135,14 +135,19 @@ json categories_json(CategorySet set) {
 // Rows offset.. (at most limit of them) into doc[key], with what a reader
 // needs to know what was left out.
 void put_page(json& doc, const char* key, json rows, const Page& p) {
-    const std::size_t total = rows.size();
-    std::size_t end = total;
-    if (p.offset >= total)
-        end = p.offset;
-    else if (p.limit && *p.limit < total - p.offset)
-        end = p.offset + *p.limit;
+    const auto [first, end] = page_range(rows.size(), p);
     json shown = json::array();
-    for (std::size_t i = p.offset; i < end; ++i) shown.push_back(std::move(rows[i]));
+    for (std::size_t i = first; i < end; ++i) shown.push_back(std::move(rows[i]));
+    put_page_rows(doc, key, std::move(shown), rows.size(), p);
+}
+
+std::pair<std::size_t, std::size_t> page_range(std::size_t total, const Page& p) {
+    if (p.offset >= total) return {total, total};
+    if (p.limit && *p.limit < total - p.offset) return {p.offset, p.offset + *p.limit};
+    return {p.offset, total};
+}
+
+void put_page_rows(json& doc, const char* key, json shown, std::size_t total, const Page& p) {
     doc["total"] = total;
     doc["offset"] = p.offset;
     doc["limit"] = p.limit ? json(*p.limit) : json(nullptr);

@@ -4,7 +4,8 @@
 // destinations folded in, greylisting that delivered and single deferrals
 // become counts, escalations (open and closed) come with their notes, the
 // timelines are worst first and capped with the rest counted, and the page is
-// one file with no script and nothing loaded from outside.
+// one file with no script and nothing loaded from outside. `destinations`
+// pages are slices of its whole listing in every order.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -409,6 +410,100 @@ TEST_F(ReportPeriod, AnOutageWithoutDeliveriesEndsAfterTheQuietPeriod) {
     // The last deferral (11:04:20) plus spread.quiet_period (2 h).
     EXPECT_EQ(i.at("ended"), "2026-11-15T13:04:20Z");
     EXPECT_TRUE(doc.at("timelines").at("rows").empty()) << "its open episodes are the incident's";
+}
+
+// `destinations` sorts only the rows up to its page's end and renders only the
+// page: every page is the slice of the whole listing, whose total and count of
+// escalated rows it keeps, in every order and under every filter; and the
+// whole listing is in the order the documentation gives.
+TEST_F(ReportPeriod, DestinationPagesAreSlicesOfTheWholeListingInEveryOrder) {
+    const TimePoint mid = at("2026-11-15T10:45:00Z");
+    import(month(), mid);
+    // A watched, an escalated and two flagged destinations among the open episodes.
+    ASSERT_TRUE(ledger_->set_destination_state(DestinationKind::domain, "o05.test", "watch", mid).ok());
+    ASSERT_TRUE(ledger_->set_destination_state(DestinationKind::domain, "o09.test", "escalate", mid).ok());
+    ASSERT_TRUE(ledger_->set_flag(Flag{0, "o02.test", "test", mid, std::nullopt, std::nullopt}).ok());
+    ASSERT_TRUE(ledger_->set_flag(Flag{0, "mx:mx.o07.test", "test", mid, std::nullopt, std::nullopt}).ok());
+
+    auto first_deferral = [](const json& d) {
+        return d.at("first_deferral").is_string()
+                   ? std::optional<TimePoint>(at(d["first_deferral"].get<std::string>().c_str()))
+                   : std::nullopt;
+    };
+    auto by_name = [](const json& a, const json& b) {
+        const auto ka = std::make_pair(a.at("kind") != "domain", a.at("name").get<std::string>());
+        const auto kb = std::make_pair(b.at("kind") != "domain", b.at("name").get<std::string>());
+        return ka < kb;
+    };
+    // The documented orders (docs/cli.md), each ending with kind and name.
+    auto before = [&](report::DestinationSort sort, const json& a, const json& b) {
+        auto rank = [](const json& d) {
+            const std::string s = d.at("state");
+            return s == "escalate" ? 0 : d.at("flagged").get<bool>() ? 1 : s == "watch" ? 2 : 3;
+        };
+        auto fa = first_deferral(a), fb = first_deferral(b);
+        switch (sort) {
+            case report::DestinationSort::worst:
+                if (rank(a) != rank(b)) return rank(a) < rank(b);
+                [[fallthrough]];
+            case report::DestinationSort::age:
+                if (fa.has_value() != fb.has_value()) return fa.has_value();
+                if (fa && *fa != *fb) return *fa < *fb;
+                break;
+            case report::DestinationSort::deferrals:
+                if (a.at("attempts") != b.at("attempts"))
+                    return a.at("attempts").get<std::int64_t>() > b.at("attempts").get<std::int64_t>();
+                break;
+            case report::DestinationSort::name: break;
+        }
+        return by_name(a, b);
+    };
+
+    std::vector<report::DestinationQuery> filters(4);
+    filters[1].kind = DestinationKind::relay;
+    filters[2].state = "none";
+    filters[3].category = Category::network;
+    std::size_t pages = 0;
+    for (auto sort : {report::DestinationSort::worst, report::DestinationSort::name,
+                      report::DestinationSort::age, report::DestinationSort::deferrals})
+        for (auto q : filters) {
+            q.sort = sort;
+            q.page = {};
+            auto whole = report::destinations(*ledger_, q, mid);
+            ASSERT_TRUE(whole.ok());
+            const json& all = whole->at("destinations");
+            const std::size_t n = all.size();
+            ASSERT_GE(n, 10u) << whole->dump();
+            ASSERT_EQ(whole->at("total"), n);
+            for (std::size_t i = 1; i < n; ++i)
+                EXPECT_TRUE(before(sort, all[i - 1], all[i]))
+                    << report::to_string(sort) << " row " << i << ": " << all[i - 1].dump() << " then "
+                    << all[i].dump();
+            for (std::size_t offset :
+                 {std::size_t{0}, std::size_t{1}, std::size_t{2}, n / 2, n - 1, n, n + 3})
+                for (std::size_t limit : {std::size_t{1}, std::size_t{2}, std::size_t{5}, n + 1}) {
+                    q.page.offset = offset;
+                    q.page.limit = limit;
+                    auto page = report::destinations(*ledger_, q, mid);
+                    ASSERT_TRUE(page.ok());
+                    json slice = json::array();
+                    for (std::size_t i = offset; i < std::min(n, offset + limit); ++i)
+                        slice.push_back(all[i]);
+                    EXPECT_EQ(page->at("destinations"), slice)
+                        << report::to_string(sort) << " offset " << offset << " limit " << limit;
+                    EXPECT_EQ(page->at("total"), n);
+                    EXPECT_EQ(page->at("offset"), offset);
+                    EXPECT_EQ(page->at("limit"), limit);
+                    EXPECT_EQ(page->at("escalated"), whole->at("escalated"));
+                    ++pages;
+                }
+        }
+    EXPECT_EQ(pages, 4u * 4u * 7u * 4u);
+    auto escalated = report::destinations(*ledger_, report::DestinationQuery{}, mid);
+    ASSERT_TRUE(escalated.ok());
+    EXPECT_EQ(escalated->at("escalated"), 1);
+    EXPECT_EQ(escalated->at("destinations")[0].at("name"), "o09.test");
+    EXPECT_EQ(escalated->at("destinations")[1].at("name"), "o02.test") << "flagged next";
 }
 
 }  // namespace
