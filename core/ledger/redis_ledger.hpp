@@ -183,6 +183,8 @@ class RedisLedger final : public Ledger {
     Result<std::vector<Episode>> episode_history(DestinationKind kind, std::string_view name, TimePoint from,
                                                  TimePoint to) override;
 
+    Result<std::vector<Episode>> episodes_between(TimePoint from, TimePoint to) override;
+
     Status set_destination_state(DestinationKind kind, std::string_view name, std::string_view state,
                                  TimePoint at) override;
 

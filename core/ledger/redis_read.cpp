@@ -381,6 +381,57 @@ Result<std::vector<Episode>> RedisLedger::episode_history(DestinationKind kind, 
     });
 }
 
+// Redis keeps no index of episodes by time across destinations: each
+// destination's history is a sorted set of its own, scored by the time an
+// episode ended, and an episode may end before its first deferral (a success
+// logged out of order), so the score cannot bound the first deferral either.
+// The destinations with a history are the members of `epsidx` (retention's
+// index: ingest and the bulk load add every destination whose history they
+// write, prune removes one only with its last episode); their sets are read
+// whole, pipelined, a chunk of destinations per round trip, and filtered
+// here. The cost follows the history kept, as episode_history's does.
+Result<std::vector<Episode>> RedisLedger::episodes_between(TimePoint from, TimePoint to) {
+    return run<std::vector<Episode>>([&] {
+        const auto names = destination_members(P_ + "epsidx", std::nullopt);
+        std::vector<Episode> out;
+        std::vector<std::pair<std::int64_t, Episode>> eps;  // one destination's, with their ids
+        std::vector<std::vector<std::string>> reads;
+        reads.reserve(names.size());
+        for (const auto& [kind, name] : names)
+            reads.push_back({"ZRANGE", P_ + "eps:" + std::string(to_string(kind)) + ":" + name, "0", "-1"});
+        std::size_t at = 0;
+        call_pipelined(reads, [&](const redisReply* r) {
+            const auto& [kind, name] = names[at++];
+            eps.clear();
+            for (std::size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
+                auto j = nlohmann::json::parse(str(r->element[i]));
+                const TimePoint first = from_micros(to_int(jget(j, "first")));
+                if (first < from || first > to) continue;
+                Episode e;
+                e.kind = kind;
+                e.destination = name;
+                e.first_deferral = first;
+                e.last_deferral = from_micros(to_int(jget(j, "last")));
+                e.ended = from_micros(to_int(jget(j, "ended")));
+                e.attempts = to_int(jget(j, "attempts"));
+                e.messages = to_int(jget(j, "messages"));
+                e.categories = static_cast<CategorySet>(to_int(jget(j, "categories")));
+                e.last_reply = jget(j, "last_reply");
+                e.last_relay = jget(j, "last_relay");
+                eps.emplace_back(to_int(jget(j, "id")), std::move(e));
+            }
+            // episode_history's order within the destination.
+            std::sort(eps.begin(), eps.end(), [](const auto& a, const auto& b) {
+                return a.second.first_deferral != b.second.first_deferral
+                           ? a.second.first_deferral < b.second.first_deferral
+                           : a.first < b.first;
+            });
+            for (auto& [id, e] : eps) out.push_back(std::move(e));
+        });
+        return out;
+    });
+}
+
 Result<std::vector<Flag>> RedisLedger::list_flags(std::optional<std::string_view> destination, TimePoint now,
                                                   bool include_inactive) {
     return run<std::vector<Flag>>([&] {

@@ -396,6 +396,36 @@ Result<std::map<std::string, std::int64_t>> SqliteLedger::count_destinations_by_
     });
 }
 
+Result<std::vector<Episode>> SqliteLedger::episodes_between(TimePoint from, TimePoint to) {
+    return read<std::vector<Episode>>([&] {
+        std::vector<Episode> out;
+        {
+            // Room for them all up front (a walk of the same index entries):
+            // a month's hundreds of thousands are not moved again and again as
+            // the vector grows. A count only: a write in between costs nothing.
+            Query n = stmt(kCountEpisodesBetweenSql);
+            n.i64(to_micros(from)).i64(to_micros(to));
+            if (n.row()) out.reserve(static_cast<std::size_t>(std::max<std::int64_t>(n.col(0), 0)));
+        }
+        Query q = stmt(kEpisodesBetweenSql);
+        q.i64(to_micros(from)).i64(to_micros(to));
+        while (q.row()) {
+            Episode& e = out.emplace_back();
+            e.kind = destination_kind_from_string(q.str(0)).value_or(DestinationKind::domain);
+            e.destination = q.str(1);
+            e.first_deferral = from_micros(q.col(2));
+            e.last_deferral = from_micros(q.col(3));
+            e.ended = from_micros(q.col(4));
+            e.attempts = q.col(5);
+            e.messages = q.col(6);
+            e.categories = static_cast<CategorySet>(q.col(7));
+            e.last_reply = q.str(8);
+            e.last_relay = q.str(9);
+        }
+        return out;
+    });
+}
+
 Status SqliteLedger::set_destination_state(DestinationKind kind, std::string_view name,
                                            std::string_view state, TimePoint at) {
     return counters_.count(write([&] {

@@ -3,7 +3,7 @@
 // report_explain.cpp, report_queue.cpp; the incidents in incidents.cpp, the HTML
 // page in html_report.cpp; the helpers themselves in report.cpp), so each reads
 // the ledger and the engine's saved state and renders cells the same way. Not part of the public API: nothing
-// outside core/report includes it.
+// outside core/report includes it but the reports' tests.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -1073,6 +1073,90 @@ TEST_P(LedgerContract, DestinationsAreCountedByStateAsTheListingHasThem) {
     EXPECT_EQ(*counts, listed);
 }
 
+inline std::string episode_line(const Episode& e) {
+    std::ostringstream out;
+    out << to_string(e.kind) << ":" << e.destination << " " << to_micros(e.first_deferral) << "-"
+        << to_micros(e.last_deferral) << " ended " << (e.ended ? to_micros(*e.ended) : -1) << " "
+        << e.attempts << "/" << e.messages << " " << e.categories << " " << e.last_relay << " "
+        << e.last_reply;
+    return out.str();
+}
+
+// The episodes of a period in one read are each destination's history of that
+// period, in listing order, each destination's oldest first: across more
+// destinations than one round trip of the Redis backend reads, with the
+// bounds included, and an episode that ended before its first deferral (a
+// success logged out of order) in the period its first deferral lies in.
+TEST_P(LedgerContract, EpisodesOfAPeriodAreEachDestinationsHistoryInOneRead) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    std::vector<IngestItem> batch;
+    auto flush = [&] {
+        ingest(*l, std::move(batch));
+        batch.clear();
+    };
+    for (int i = 0; i < 1100; ++i) {
+        char rcpt[32];
+        std::snprintf(rcpt, sizeof rcpt, "u@e%04d.test", i);
+        const std::string mx = "mx" + std::to_string(i % 5) + ".test";
+        batch.push_back(deferred(qid_for(2 * i), 1000 + i, rcpt, mx));
+        batch.push_back(sent(qid_for(2 * i + 1), 1050 + i, rcpt, mx));
+        if (batch.size() >= 250) flush();
+    }
+    flush();
+    // Three ended episodes and an open one.
+    for (int k = 0; k < 4; ++k) {
+        batch.push_back(deferred(qid_for(5000 + k), 100 + 200 * k, "u@multi.test", "mx.multi.test"));
+        if (k < 3) batch.push_back(sent(qid_for(5100 + k), 200 + 200 * k, "v@multi.test", "mx.multi.test"));
+    }
+    flush();
+    batch.push_back(deferred(qid_for(6000), 3000, "u@skew.test", "mx.skew.test"));
+    batch.push_back(sent(qid_for(6001), 2990, "v@skew.test", "mx.skew.test"));
+    flush();
+
+    auto all = l->list_destinations(DestinationFilter{});
+    ASSERT_TRUE(all.ok());
+    ASSERT_GT(all->size(), 1100u);
+    const std::pair<std::int64_t, std::int64_t> periods[] = {{0, 1'000'000}, {1000, 1000}, {1000, 1099},
+                                                             {1500, 2000},   {2995, 4000}, {3000, 3000},
+                                                             {101, 500},     {2100, 2099}};
+    for (auto [from, to] : periods) {
+        auto got = l->episodes_between(at(from), at(to));
+        ASSERT_TRUE(got.ok()) << got.error().message;
+        std::vector<std::string> want, have;
+        for (const auto& d : *all) {
+            auto h = l->episode_history(d.kind, d.name, at(from), at(to));
+            ASSERT_TRUE(h.ok());
+            for (const auto& e : *h) want.push_back(episode_line(e));
+        }
+        for (const auto& e : *got) have.push_back(episode_line(e));
+        EXPECT_EQ(have, want) << "period " << from << "-" << to;
+    }
+    auto whole = l->episodes_between(at(0), at(1'000'000));
+    ASSERT_TRUE(whole.ok());
+    EXPECT_EQ(whole->size(), 1100u + 1100u + 3 + 3 + 1 + 1) << "domains, MX hosts, multi.test's, skew.test's";
+    auto one = l->episodes_between(at(1000), at(1000));
+    ASSERT_TRUE(one.ok());
+    ASSERT_EQ(one->size(), 2u);
+    EXPECT_EQ(episode_line((*one)[0]).substr(0, 30), "domain:e0000.test 1000000000-1");
+    EXPECT_EQ((*one)[1].kind, DestinationKind::relay);
+    EXPECT_EQ((*one)[1].destination, "mx0.test");
+    auto skew = l->episodes_between(at(2995), at(4000));
+    ASSERT_TRUE(skew.ok());
+    ASSERT_EQ(skew->size(), 2u) << "skew.test and its MX host";
+    EXPECT_EQ((*skew)[0].destination, "skew.test");
+    EXPECT_EQ((*skew)[0].first_deferral, at(3000));
+    EXPECT_EQ((*skew)[0].ended, at(2990));
+    auto multi = l->episodes_between(at(101), at(500));
+    ASSERT_TRUE(multi.ok());
+    ASSERT_EQ(multi->size(), 4u) << "multi.test's episodes from 300 and 500, and its MX host's";
+    EXPECT_EQ((*multi)[0].first_deferral, at(300));
+    EXPECT_EQ((*multi)[1].first_deferral, at(500));
+    auto none = l->episodes_between(at(2100), at(2099));
+    ASSERT_TRUE(none.ok());
+    EXPECT_TRUE(none->empty());
+}
+
 TEST_P(LedgerContract, FlagsExpireAndClear) {
     auto l = open();
     ASSERT_TRUE(l);

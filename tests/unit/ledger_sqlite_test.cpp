@@ -1036,7 +1036,8 @@ TEST(LedgerSqlite, HistoryLookupsAskEveryBlockThroughTheirIndexes) {
 // The reports' reads (sqlite_listings.hpp) read what they need: the counts by
 // state the state index alone, a state's rows through that index, the open
 // episodes one pass over the table rather than a seek per row through the
-// key index. On a relay's month each of the others costs seconds.
+// key index, and a period's episodes in the order of their destination index
+// with nothing to sort. On a relay's month each of the others costs seconds.
 TEST(LedgerSqlite, ReportReadsUseTheirIndexes) {
     const std::string path = db_path("report-plans");
     {
@@ -1055,6 +1056,11 @@ TEST(LedgerSqlite, ReportReadsUseTheirIndexes) {
     const std::string all = query_plan(path, kListDestinationsSql);
     EXPECT_NE(all.find("destinations_key"), std::string::npos) << "every row in order, none sorted: " << all;
     EXPECT_EQ(all.find("TEMP B-TREE"), std::string::npos) << all;
+    const std::string episodes = query_plan(path, kEpisodesBetweenSql);
+    EXPECT_NE(episodes.find("USING INDEX episodes_destination"), std::string::npos) << episodes;
+    EXPECT_EQ(episodes.find("TEMP B-TREE"), std::string::npos) << episodes;
+    const std::string count = query_plan(path, kCountEpisodesBetweenSql);
+    EXPECT_NE(count.find("COVERING INDEX episodes_destination"), std::string::npos) << count;
 }
 
 // A version 12 file, with its Message-ID and address indexes over the whole

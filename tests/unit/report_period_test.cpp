@@ -4,10 +4,12 @@
 // destinations folded in, greylisting that delivered and single deferrals
 // become counts, escalations (open and closed) come with their notes, the
 // timelines are worst first and capped with the rest counted, and the page is
-// one file with no script and nothing loaded from outside. `destinations`
-// pages are slices of its whole listing in every order.
+// one file with no script and nothing loaded from outside. The period is read
+// in one go, with what reading it destination by destination gave;
+// `destinations` pages are slices of its whole listing in every order.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../core/report/report_internal.hpp"
 #include "retryguard/config/config_engine.hpp"
 #include "retryguard/ingest/ingest.hpp"
 #include "retryguard/report/report.hpp"
@@ -410,6 +413,94 @@ TEST_F(ReportPeriod, AnOutageWithoutDeliveriesEndsAfterTheQuietPeriod) {
     // The last deferral (11:04:20) plus spread.quiet_period (2 h).
     EXPECT_EQ(i.at("ended"), "2026-11-15T13:04:20Z");
     EXPECT_TRUE(doc.at("timelines").at("rows").empty()) << "its open episodes are the incident's";
+}
+
+class ReportReads : public ReportPeriod {};
+
+// One destination of a period as text: its row and its episodes.
+std::string period_text(const report::detail::DestinationEpisodes& de) {
+    const auto& d = de.destination;
+    auto t = [](const std::optional<TimePoint>& x) { return x ? format_rfc3339(*x) : std::string("-"); };
+    std::string out =
+        fmt::format("{}:{} state={} changed={} success={} deferral={} open={}\n", to_string(d.kind), d.name,
+                    d.state, t(d.state_changed), t(d.last_success), t(d.last_deferral),
+                    d.episode ? format_rfc3339(d.episode->first_deferral) : "-");
+    for (const auto& e : de.episodes)
+        out += fmt::format("  {}:{} {} {} ended={} {}/{} {} {} {}\n", to_string(e.kind), e.destination,
+                           format_rfc3339(e.first_deferral), format_rfc3339(e.last_deferral), t(e.ended),
+                           e.attempts, e.messages, e.categories, e.last_relay, e.last_reply);
+    return out;
+}
+
+// The period as the reports read it before: every destination listed, then
+// each one's history of the period and its open episode.
+std::vector<std::string> period_destination_by_destination(LedgerReports& ledger, TimePoint from,
+                                                           TimePoint to) {
+    std::vector<std::string> out;
+    auto all = ledger.list_destinations(DestinationFilter{});
+    EXPECT_TRUE(all.ok());
+    for (auto& d : *all) {
+        auto h = ledger.episode_history(d.kind, d.name, from, to);
+        EXPECT_TRUE(h.ok());
+        report::detail::DestinationEpisodes de{d, *h};
+        if (d.episode) de.episodes.push_back(*d.episode);
+        if (!de.episodes.empty()) out.push_back(period_text(de));
+    }
+    return out;
+}
+
+std::vector<std::string> period_in_one_go(LedgerReports& ledger, TimePoint from, TimePoint to) {
+    std::vector<std::string> out;
+    auto period = report::detail::read_period(ledger, from, to);
+    EXPECT_TRUE(period.ok()) << period.error().message;
+    if (period)
+        for (const auto& de : *period) out.push_back(period_text(de));
+    return out;
+}
+
+// read_period merges the period's ended episodes (one read) with the
+// destinations that have an open episode, in listing order, and reads the
+// other rows it needs one by one: the same destinations, rows and episodes as
+// reading every destination's history. A destination whose row retention
+// removed while its episodes stay is in neither.
+TEST_F(ReportReads, ThePeriodIsEveryDestinationsHistoryAndOpenEpisode) {
+    const TimePoint mid = at("2026-11-15T10:45:00Z");
+    import(month(), mid);
+    auto check = [&](TimePoint from, TimePoint to) {
+        const auto want = period_destination_by_destination(*ledger_, from, to);
+        EXPECT_EQ(period_in_one_go(*ledger_, from, to), want)
+            << format_rfc3339(from) << " " << format_rfc3339(to);
+        return want.size();
+    };
+    EXPECT_GT(check(mid - 24h * 30, mid), 14u) << "the outage's open episodes and the ended ones";
+    EXPECT_GT(check(at("2026-11-12T09:00:00Z"), at("2026-11-12T09:10:00Z")), 14u)
+        << "greylisting and the open";
+    EXPECT_EQ(check(mid + 24h, mid + 48h), 28u) << "only the outage's open episodes, domains and MX hosts";
+    ledger_.reset();
+    {
+        // Retention removed g1.test's row; its episode stays.
+        sqlite3* db = nullptr;
+        ASSERT_EQ(sqlite3_open((dir_ / "ledger.db").string().c_str(), &db), SQLITE_OK);
+        EXPECT_EQ(
+            sqlite3_exec(db, "DELETE FROM destinations WHERE name = 'g1.test'", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+        sqlite3_close(db);
+    }
+    auto l = open_ledger("sqlite:" + (dir_ / "ledger.db").string());
+    ASSERT_TRUE(l.ok());
+    ledger_ = std::move(*l);
+    auto kept = ledger_->episode_history(DestinationKind::domain, "g1.test", mid - 24h * 30, mid);
+    ASSERT_TRUE(kept.ok());
+    EXPECT_EQ(kept->size(), 1u);
+    const auto without = period_in_one_go(*ledger_, mid - 24h * 30, mid);
+    EXPECT_EQ(without, period_destination_by_destination(*ledger_, mid - 24h * 30, mid));
+    bool mx_kept = false;
+    for (const auto& text : without) {
+        EXPECT_NE(text.rfind("domain:g1.test ", 0), 0u) << text;
+        mx_kept |= text.rfind("relay:mx.g1.test ", 0) == 0;
+    }
+    EXPECT_TRUE(mx_kept) << "its MX host's row is still there";
+    check(mid - 24h * 30, mid);
 }
 
 // `destinations` sorts only the rows up to its page's end and renders only the
