@@ -180,6 +180,8 @@ class RedisLedger final : public Ledger {
 
     Result<std::map<std::string, std::int64_t>> count_destinations_by_state() override;
 
+    Result<std::int64_t> count_destinations_delivered(DestinationKind kind, TimePoint since) override;
+
     Result<std::vector<Episode>> episode_history(DestinationKind kind, std::string_view name, TimePoint from,
                                                  TimePoint to) override;
 

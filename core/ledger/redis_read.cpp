@@ -348,6 +348,33 @@ Result<std::map<std::string, std::int64_t>> RedisLedger::count_destinations_by_s
     });
 }
 
+// A destination's score in `dests` is its `updated`, which every writer
+// raises to at least the time it writes (ingest.lua, verdict_effects.lua,
+// set_destination_state.lua, the bulk load's copy of SQLite's column), so a
+// destination delivered to since `since` has a score at or after it: only
+// those are read, two fields each, pipelined.
+Result<std::int64_t> RedisLedger::count_destinations_delivered(DestinationKind kind, TimePoint since) {
+    return run<std::int64_t>([&] {
+        auto r = call({"ZRANGEBYSCORE", P_ + "dests", std::to_string(to_micros(since)), "+inf"});
+        const std::string prefix = std::string(to_string(kind)) + "\t";
+        std::vector<std::vector<std::string>> reads;
+        for (std::size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
+            auto m = str(r->element[i]);
+            if (m.starts_with(prefix))
+                reads.push_back({"HMGET", dest_key(kind, std::string_view(m).substr(prefix.size())), "kind",
+                                 "last_success"});
+        }
+        std::int64_t n = 0;
+        call_pipelined(reads, [&](const redisReply* h) {
+            if (h->type != REDIS_REPLY_ARRAY || h->elements != 2 || h->element[0]->type == REDIS_REPLY_NIL)
+                return;
+            auto t = opt_time(str(h->element[1]));
+            if (t && *t >= since) ++n;
+        });
+        return n;
+    });
+}
+
 Result<std::vector<Episode>> RedisLedger::episode_history(DestinationKind kind, std::string_view name,
                                                           TimePoint from, TimePoint to) {
     return run<std::vector<Episode>>([&] {

@@ -221,6 +221,8 @@ class SqliteLedger final : public Ledger {
 
     Result<std::map<std::string, std::int64_t>> count_destinations_by_state() override;
 
+    Result<std::int64_t> count_destinations_delivered(DestinationKind kind, TimePoint since) override;
+
     Result<std::vector<Episode>> episode_history(DestinationKind kind, std::string_view name, TimePoint from,
                                                  TimePoint to) override;
 

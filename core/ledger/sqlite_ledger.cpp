@@ -396,6 +396,14 @@ Result<std::map<std::string, std::int64_t>> SqliteLedger::count_destinations_by_
     });
 }
 
+Result<std::int64_t> SqliteLedger::count_destinations_delivered(DestinationKind kind, TimePoint since) {
+    return read<std::int64_t>([&] {
+        Query q = stmt(kCountDestinationsDeliveredSql);
+        q.text(to_string(kind)).i64(to_micros(since));
+        return q.row() ? q.col(0) : std::int64_t{0};
+    });
+}
+
 Result<std::vector<Episode>> SqliteLedger::episodes_between(TimePoint from, TimePoint to) {
     return read<std::vector<Episode>>([&] {
         std::vector<Episode> out;

@@ -44,6 +44,10 @@ inline constexpr const char* kListOpenDestinationsSql =
 inline constexpr const char* kCountDestinationsByStateSql =
     "SELECT state, COUNT(*) FROM destinations GROUP BY state";
 
+// No index on last_success: one pass over the table (`+kind`, as above).
+inline constexpr const char* kCountDestinationsDeliveredSql =
+    "SELECT COUNT(*) FROM destinations WHERE +kind = ?1 AND last_success >= ?2";
+
 // The ended episodes whose first deferral lies in [?1, ?2], in the order of
 // episodes_destination (kind, name, first_deferral, then the row id it
 // holds), so nothing is sorted: every entry of the index is compared (a walk

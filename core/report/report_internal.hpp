@@ -84,6 +84,12 @@ struct DestinationEpisodes {
 // Every destination of the ledger that had an episode in [from, to].
 Result<std::vector<DestinationEpisodes>> read_period(LedgerReports& ledger, TimePoint from, TimePoint to);
 
+// report::escalations with the engine's saved state already read
+// (saved_engine), for a report that needs it for more than that.
+Result<nlohmann::json> escalations_with(LedgerReports& ledger, const config::Config& config, TimePoint now,
+                                        const EscalationQuery& query,
+                                        const std::optional<nlohmann::json>& engine);
+
 // The incidents of [from, now] (see report::incidents) from episodes already
 // read, the engine's saved state and its count of incidents ever opened.
 nlohmann::json incidents_from(const std::vector<DestinationEpisodes>& period, const config::Config& config,

@@ -1073,6 +1073,51 @@ TEST_P(LedgerContract, DestinationsAreCountedByStateAsTheListingHasThem) {
     EXPECT_EQ(*counts, listed);
 }
 
+// Destinations delivered to since a time, by kind, as the listing has them:
+// the bound is included, a later state change is no delivery, and a
+// destination only deferred never counts.
+TEST_P(LedgerContract, DestinationsDeliveredSinceAreCountedByKind) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    std::vector<IngestItem> batch;
+    for (int i = 0; i < 1200; ++i) {
+        const std::string rcpt = "u@s" + std::to_string(i) + ".test";
+        batch.push_back(sent(qid_for(i), 100 + 10 * i, rcpt, "mx" + std::to_string(i % 3) + ".test"));
+        if (batch.size() == 250) {
+            ingest(*l, std::move(batch));
+            batch.clear();
+        }
+    }
+    batch.push_back(deferred(qid_for(5000), 50000, "u@late.test", "mx.late.test"));
+    ingest(*l, std::move(batch));
+    // A state set long after the last delivery raises nothing but the state.
+    ASSERT_TRUE(l->set_destination_state(DestinationKind::domain, "s0.test", "watch", at(90000)).ok());
+    auto all = l->list_destinations(DestinationFilter{});
+    ASSERT_TRUE(all.ok());
+    auto listed = [&](DestinationKind kind, std::int64_t since) {
+        std::int64_t n = 0;
+        for (const auto& d : *all) n += d.kind == kind && d.last_success && *d.last_success >= at(since);
+        return n;
+    };
+    auto count = [&](DestinationKind kind, std::int64_t since) {
+        auto n = l->count_destinations_delivered(kind, at(since));
+        EXPECT_TRUE(n.ok()) << n.error().message;
+        return n.ok() ? *n : -1;
+    };
+    EXPECT_EQ(count(DestinationKind::domain, 0), 1200);
+    EXPECT_EQ(count(DestinationKind::domain, 100), 1200);
+    EXPECT_EQ(count(DestinationKind::domain, 101), 1199);
+    EXPECT_EQ(count(DestinationKind::domain, 110), 1199) << "the bound itself is included";
+    EXPECT_EQ(count(DestinationKind::domain, 100 + 10 * 1199), 1);
+    EXPECT_EQ(count(DestinationKind::domain, 100 + 10 * 1199 + 1), 0);
+    EXPECT_EQ(count(DestinationKind::domain, 80000), 0) << "s0.test's state changed, not its deliveries";
+    EXPECT_EQ(count(DestinationKind::relay, 0), 3) << "mx.late.test was only deferred";
+    EXPECT_EQ(count(DestinationKind::relay, 100 + 10 * 1198), 2);
+    for (std::int64_t since : {0, 1, 100, 5555, 12000, 12090, 12091, 50000})
+        for (auto kind : {DestinationKind::domain, DestinationKind::relay})
+            EXPECT_EQ(count(kind, since), listed(kind, since)) << to_string(kind) << " since " << since;
+}
+
 inline std::string episode_line(const Episode& e) {
     std::ostringstream out;
     out << to_string(e.kind) << ":" << e.destination << " " << to_micros(e.first_deferral) << "-"

@@ -4,9 +4,9 @@
 // destinations folded in, greylisting that delivered and single deferrals
 // become counts, escalations (open and closed) come with their notes, the
 // timelines are worst first and capped with the rest counted, and the page is
-// one file with no script and nothing loaded from outside. The period is read
-// in one go, with what reading it destination by destination gave;
-// `destinations` pages are slices of its whole listing in every order.
+// one file with no script and nothing loaded from outside. The reports read in
+// one go what they used to read destination by destination, and give the same
+// answers; `destinations` pages are slices of its whole listing in every order.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -415,7 +415,108 @@ TEST_F(ReportPeriod, AnOutageWithoutDeliveriesEndsAfterTheQuietPeriod) {
     EXPECT_TRUE(doc.at("timelines").at("rows").empty()) << "its open episodes are the incident's";
 }
 
-class ReportReads : public ReportPeriod {};
+// A ledger whose reads for many destinations at once are answered as the
+// reports used to read them: every destination listed, then each one's
+// history asked for in turn. Everything else is the ledger's own.
+class PerDestinationReads final : public LedgerReports {
+  public:
+    explicit PerDestinationReads(LedgerReports& inner) : inner_(inner) {}
+
+    Result<std::map<std::string, std::int64_t>> count_destinations_by_state() override {
+        auto all = inner_.list_destinations(DestinationFilter{});
+        if (!all) return all.error();
+        std::map<std::string, std::int64_t> out;
+        for (const auto& d : *all) ++out[d.state];
+        return out;
+    }
+    Result<std::int64_t> count_destinations_delivered(DestinationKind kind, TimePoint since) override {
+        auto all = inner_.list_destinations(DestinationFilter{});
+        if (!all) return all.error();
+        std::int64_t n = 0;
+        for (const auto& d : *all) n += d.kind == kind && d.last_success && *d.last_success >= since;
+        return n;
+    }
+    Result<std::vector<Episode>> episodes_between(TimePoint from, TimePoint to) override {
+        auto all = inner_.list_destinations(DestinationFilter{});
+        if (!all) return all.error();
+        std::vector<Episode> out;
+        for (const auto& d : *all) {
+            auto h = inner_.episode_history(d.kind, d.name, from, to);
+            if (!h) return h.error();
+            out.insert(out.end(), h->begin(), h->end());
+        }
+        return out;
+    }
+
+    Result<std::optional<MessageInfo>> get_message(std::string_view q) override {
+        return inner_.get_message(q);
+    }
+    Result<std::vector<MessageInfo>> find_messages_by_message_id(std::string_view m) override {
+        return inner_.find_messages_by_message_id(m);
+    }
+    Result<std::vector<RecipientInfo>> get_recipients(std::string_view q) override {
+        return inner_.get_recipients(q);
+    }
+    Result<std::int64_t> count_deliveries(TimePoint from, TimePoint to) override {
+        return inner_.count_deliveries(from, to);
+    }
+    Result<std::vector<RecipientInfo>> find_recipients_by_address(std::string_view a,
+                                                                  std::size_t limit) override {
+        return inner_.find_recipients_by_address(a, limit);
+    }
+    Result<std::optional<DestinationInfo>> get_destination(DestinationKind kind,
+                                                           std::string_view name) override {
+        return inner_.get_destination(kind, name);
+    }
+    Result<std::vector<DestinationInfo>> list_destinations(const DestinationFilter& f) override {
+        return inner_.list_destinations(f);
+    }
+    Result<std::vector<Episode>> episode_history(DestinationKind kind, std::string_view name, TimePoint from,
+                                                 TimePoint to) override {
+        return inner_.episode_history(kind, name, from, to);
+    }
+    Result<std::vector<Flag>> list_flags(std::optional<std::string_view> destination, TimePoint now,
+                                         bool include_inactive) override {
+        return inner_.list_flags(destination, now, include_inactive);
+    }
+    Result<std::map<std::string, std::int64_t>> verdict_counts() override { return inner_.verdict_counts(); }
+    Result<std::optional<std::string>> get_state(std::string_view key) override {
+        return inner_.get_state(key);
+    }
+    Result<std::optional<FollowerPosition>> load_position(std::string_view source) override {
+        return inner_.load_position(source);
+    }
+    Result<LedgerStats> stats() override { return inner_.stats(); }
+    LedgerCounters counters() const noexcept override { return inner_.counters(); }
+
+  private:
+    LedgerReports& inner_;
+};
+
+class ReportReads : public ReportPeriod {
+  protected:
+    // The period report, the incidents and the status's counts by state, read
+    // both ways at `now`.
+    void expect_same_answers(TimePoint now) {
+        PerDestinationReads old_way(*ledger_);
+        for (int days : {30, 5, 1}) {
+            auto fresh = report::period_report(*ledger_, *config_, now, days);
+            auto before = report::period_report(old_way, *config_, now, days);
+            ASSERT_TRUE(fresh.ok() && before.ok());
+            EXPECT_EQ(*fresh, *before) << days << " days";
+            EXPECT_EQ(report::render_html_report(*fresh), report::render_html_report(*before));
+        }
+        auto fresh = report::incidents(*ledger_, *config_, now, 24h * 30);
+        auto before = report::incidents(old_way, *config_, now, 24h * 30);
+        ASSERT_TRUE(fresh.ok() && before.ok());
+        EXPECT_EQ(*fresh, *before);
+        const report::StatusInputs in{config_.get(), ""};
+        auto status = report::status(*ledger_, in, now);
+        auto status_before = report::status(old_way, in, now);
+        ASSERT_TRUE(status.ok() && status_before.ok());
+        EXPECT_EQ(status->at("destinations_by_state"), status_before->at("destinations_by_state"));
+    }
+};
 
 // One destination of a period as text: its row and its episodes.
 std::string period_text(const report::detail::DestinationEpisodes& de) {
@@ -501,6 +602,26 @@ TEST_F(ReportReads, ThePeriodIsEveryDestinationsHistoryAndOpenEpisode) {
     }
     EXPECT_TRUE(mx_kept) << "its MX host's row is still there";
     check(mid - 24h * 30, mid);
+}
+
+TEST_F(ReportReads, AnOpenOutageReadsTheSameInOneGo) {
+    const TimePoint mid = at("2026-11-15T10:45:00Z");
+    import(month(), mid);
+    ASSERT_TRUE(ledger_->set_destination_state(DestinationKind::domain, "o05.test", "watch", mid).ok());
+    expect_same_answers(mid);
+    const json doc = period(mid);
+    EXPECT_EQ(doc.at("incidents").size(), 1u);
+    EXPECT_FALSE(doc.at("timelines").at("rows").empty());
+}
+
+TEST_F(ReportReads, AMonthReadsTheSameInOneGo) {
+    import(month(), kNow);
+    expect_same_answers(kNow);
+    // Later, with the month's first episodes out of a 5-day period.
+    expect_same_answers(kNow + 24h * 3);
+    const json doc = period(kNow);
+    EXPECT_GT(doc.at("summary").at("destinations_delivered").get<int>(), 0);
+    EXPECT_GT(doc.at("summary").at("episodes").get<int>(), 0);
 }
 
 // `destinations` sorts only the rows up to its page's end and renders only the

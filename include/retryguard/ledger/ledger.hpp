@@ -648,6 +648,10 @@ class LedgerReports {
     // set none): the rows of list_destinations(DestinationFilter{}) counted by
     // `state`, without reading them. A state no destination is in is absent.
     virtual Result<std::map<std::string, std::int64_t>> count_destinations_by_state() = 0;
+    // How many destinations of `kind` had their last success at or after
+    // `since`: the rows of list_destinations that say so, counted without
+    // reading them.
+    virtual Result<std::int64_t> count_destinations_delivered(DestinationKind kind, TimePoint since) = 0;
     // Ended episodes whose first deferral lies in [from, to], oldest first.
     virtual Result<std::vector<Episode>> episode_history(DestinationKind kind, std::string_view name,
                                                          TimePoint from, TimePoint to) = 0;
