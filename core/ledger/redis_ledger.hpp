@@ -178,8 +178,14 @@ class RedisLedger final : public Ledger {
 
     Result<std::vector<DestinationInfo>> list_destinations(const DestinationFilter& filter) override;
 
+    Result<std::map<std::string, std::int64_t>> count_destinations_by_state() override;
+
+    Result<std::int64_t> count_destinations_delivered(DestinationKind kind, TimePoint since) override;
+
     Result<std::vector<Episode>> episode_history(DestinationKind kind, std::string_view name, TimePoint from,
                                                  TimePoint to) override;
+
+    Result<std::vector<Episode>> episodes_between(TimePoint from, TimePoint to) override;
 
     Status set_destination_state(DestinationKind kind, std::string_view name, std::string_view state,
                                  TimePoint at) override;
@@ -243,6 +249,9 @@ class RedisLedger final : public Ledger {
     static std::string ttl(std::chrono::seconds s);
 
     std::string dest_key(DestinationKind kind, std::string_view name) const;
+
+    std::vector<std::pair<DestinationKind, std::string>> destination_members(
+        const std::string& key, std::optional<DestinationKind> only);
 
     static std::pair<std::string, std::uint64_t> stream_entry(const redisReply* entry, StreamEntry* e);
 

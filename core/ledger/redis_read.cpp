@@ -272,39 +272,106 @@ Result<std::optional<DestinationInfo>> RedisLedger::get_destination(DestinationK
     });
 }
 
+// The members of a sorted set of destinations ("kind\tname": `dests`,
+// `epsidx`), in list_destinations' order (kind, name); members of an unknown
+// kind are left out. Runs under the connection lock.
+std::vector<std::pair<DestinationKind, std::string>> RedisLedger::destination_members(
+    const std::string& key, std::optional<DestinationKind> only) {
+    std::vector<std::pair<DestinationKind, std::string>> names;
+    auto r = call({"ZRANGE", key, "0", "-1"});
+    for (std::size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
+        auto m = str(r->element[i]);
+        auto tab = m.find('\t');
+        if (tab == std::string::npos) continue;
+        auto kind = destination_kind_from_string(m.substr(0, tab));
+        if (!kind || (only && *kind != *only)) continue;
+        names.emplace_back(*kind, m.substr(tab + 1));
+    }
+    std::sort(names.begin(), names.end(), [](const auto& a, const auto& b) {
+        auto ka = to_string(a.first), kb = to_string(b.first);
+        return ka != kb ? ka < kb : a.second < b.second;
+    });
+    return names;
+}
+
 Result<std::vector<DestinationInfo>> RedisLedger::list_destinations(const DestinationFilter& filter) {
     return run<std::vector<DestinationInfo>>([&] {
-        std::vector<std::pair<DestinationKind, std::string>> names;
-        auto r = call({"ZRANGE", P_ + "dests", "0", "-1"});
-        for (std::size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
-            auto m = str(r->element[i]);
-            auto tab = m.find('\t');
-            if (tab == std::string::npos) continue;
-            auto kind = destination_kind_from_string(m.substr(0, tab));
-            if (!kind || (filter.kind && *kind != *filter.kind)) continue;
-            names.emplace_back(*kind, m.substr(tab + 1));
-        }
-        std::sort(names.begin(), names.end(), [](const auto& a, const auto& b) {
-            auto ka = to_string(a.first), kb = to_string(b.first);
-            return ka != kb ? ka < kb : a.second < b.second;
-        });
-        // Filtered first, then paged, like the SQLite ledger's query.
+        const auto names = destination_members(P_ + "dests", filter.kind);
+        // Filtered first, then paged, like the SQLite ledger's query. The
+        // hashes are read pipelined, a chunk per round trip, until the page is full.
+        constexpr std::size_t kChunk = 1000;
         std::vector<DestinationInfo> out;
+        std::vector<std::vector<std::string>> reads;
         std::size_t skipped = 0;
-        for (const auto& [kind, name] : names) {
-            if (out.size() >= filter.limit) break;
-            auto f = to_fields(call({"HGETALL", dest_key(kind, name)}).get());
-            if (f.empty()) continue;
-            auto d = to_destination(kind, name, f);
-            if (filter.state && d.state != *filter.state) continue;
-            if (filter.open_episode_only && !d.episode) continue;
-            if (skipped < filter.offset) {
-                ++skipped;
-                continue;
-            }
-            out.push_back(std::move(d));
+        for (std::size_t next = 0; next < names.size() && out.size() < filter.limit; next += kChunk) {
+            const std::size_t end = std::min(names.size(), next + kChunk);
+            reads.clear();
+            for (std::size_t i = next; i < end; ++i)
+                reads.push_back({"HGETALL", dest_key(names[i].first, names[i].second)});
+            std::size_t i = next;
+            call_pipelined(reads, [&](const redisReply* r) {
+                const auto& [kind, name] = names[i++];
+                if (out.size() >= filter.limit) return;
+                auto f = to_fields(r);
+                if (f.empty()) return;
+                auto d = to_destination(kind, name, f);
+                if (filter.state && d.state != *filter.state) return;
+                if (filter.open_episode_only && !d.episode) return;
+                if (skipped < filter.offset) {
+                    ++skipped;
+                    return;
+                }
+                out.push_back(std::move(d));
+            });
         }
         return out;
+    });
+}
+
+Result<std::map<std::string, std::int64_t>> RedisLedger::count_destinations_by_state() {
+    return run<std::map<std::string, std::int64_t>>([&] {
+        const auto names = destination_members(P_ + "dests", std::nullopt);
+        // Two fields of each hash, pipelined. Every writer of a destination's
+        // hash sets `kind`: without it the hash is gone, and list_destinations
+        // would skip it too.
+        std::map<std::string, std::int64_t> out;
+        std::vector<std::vector<std::string>> reads;
+        reads.reserve(names.size());
+        for (const auto& [kind, name] : names)
+            reads.push_back({"HMGET", dest_key(kind, name), "kind", "state"});
+        call_pipelined(reads, [&](const redisReply* r) {
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type == REDIS_REPLY_NIL)
+                return;
+            ++out[str(r->element[1])];
+        });
+        return out;
+    });
+}
+
+// A destination's score in `dests` is its `updated`, which every writer
+// raises to at least the time it writes (ingest.lua, verdict_effects.lua,
+// set_destination_state.lua, the bulk load's copy of SQLite's column), so a
+// destination delivered to since `since` has a score at or after it: only
+// those are read, two fields each, pipelined.
+Result<std::int64_t> RedisLedger::count_destinations_delivered(DestinationKind kind, TimePoint since) {
+    return run<std::int64_t>([&] {
+        auto r = call({"ZRANGEBYSCORE", P_ + "dests", std::to_string(to_micros(since)), "+inf"});
+        const std::string prefix = std::string(to_string(kind)) + "\t";
+        std::vector<std::vector<std::string>> reads;
+        for (std::size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
+            auto m = str(r->element[i]);
+            if (m.starts_with(prefix))
+                reads.push_back({"HMGET", dest_key(kind, std::string_view(m).substr(prefix.size())), "kind",
+                                 "last_success"});
+        }
+        std::int64_t n = 0;
+        call_pipelined(reads, [&](const redisReply* h) {
+            if (h->type != REDIS_REPLY_ARRAY || h->elements != 2 || h->element[0]->type == REDIS_REPLY_NIL)
+                return;
+            auto t = opt_time(str(h->element[1]));
+            if (t && *t >= since) ++n;
+        });
+        return n;
     });
 }
 
@@ -337,6 +404,57 @@ Result<std::vector<Episode>> RedisLedger::episode_history(DestinationKind kind, 
         });
         std::vector<Episode> out;
         for (auto& [id, e] : eps) out.push_back(std::move(e));
+        return out;
+    });
+}
+
+// Redis keeps no index of episodes by time across destinations: each
+// destination's history is a sorted set of its own, scored by the time an
+// episode ended, and an episode may end before its first deferral (a success
+// logged out of order), so the score cannot bound the first deferral either.
+// The destinations with a history are the members of `epsidx` (retention's
+// index: ingest and the bulk load add every destination whose history they
+// write, prune removes one only with its last episode); their sets are read
+// whole, pipelined, a chunk of destinations per round trip, and filtered
+// here. The cost follows the history kept, as episode_history's does.
+Result<std::vector<Episode>> RedisLedger::episodes_between(TimePoint from, TimePoint to) {
+    return run<std::vector<Episode>>([&] {
+        const auto names = destination_members(P_ + "epsidx", std::nullopt);
+        std::vector<Episode> out;
+        std::vector<std::pair<std::int64_t, Episode>> eps;  // one destination's, with their ids
+        std::vector<std::vector<std::string>> reads;
+        reads.reserve(names.size());
+        for (const auto& [kind, name] : names)
+            reads.push_back({"ZRANGE", P_ + "eps:" + std::string(to_string(kind)) + ":" + name, "0", "-1"});
+        std::size_t at = 0;
+        call_pipelined(reads, [&](const redisReply* r) {
+            const auto& [kind, name] = names[at++];
+            eps.clear();
+            for (std::size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
+                auto j = nlohmann::json::parse(str(r->element[i]));
+                const TimePoint first = from_micros(to_int(jget(j, "first")));
+                if (first < from || first > to) continue;
+                Episode e;
+                e.kind = kind;
+                e.destination = name;
+                e.first_deferral = first;
+                e.last_deferral = from_micros(to_int(jget(j, "last")));
+                e.ended = from_micros(to_int(jget(j, "ended")));
+                e.attempts = to_int(jget(j, "attempts"));
+                e.messages = to_int(jget(j, "messages"));
+                e.categories = static_cast<CategorySet>(to_int(jget(j, "categories")));
+                e.last_reply = jget(j, "last_reply");
+                e.last_relay = jget(j, "last_relay");
+                eps.emplace_back(to_int(jget(j, "id")), std::move(e));
+            }
+            // episode_history's order within the destination.
+            std::sort(eps.begin(), eps.end(), [](const auto& a, const auto& b) {
+                return a.second.first_deferral != b.second.first_deferral
+                           ? a.second.first_deferral < b.second.first_deferral
+                           : a.first < b.first;
+            });
+            for (auto& [id, e] : eps) out.push_back(std::move(e));
+        });
         return out;
     });
 }

@@ -3,9 +3,9 @@
 // statement cache and read-only connections in sqlite_statements.cpp, its write
 // path for ingest batches in sqlite_ingest.cpp, the other operations in
 // sqlite_ledger.cpp, the lookups that rest on one index each in
-// sqlite_lookups.hpp), the statement wrapper (Query) and the error type its
-// methods throw inside and catch before returning. Never included outside
-// core/ledger/.
+// sqlite_lookups.hpp, the reports' reads in sqlite_listings.hpp), the
+// statement wrapper (Query) and the error type its methods throw inside and
+// catch before returning. Never included outside core/ledger/.
 #pragma once
 
 #include <sqlite3.h>
@@ -288,8 +288,14 @@ class SqliteLedger final : public Ledger {
 
     Result<std::vector<DestinationInfo>> list_destinations(const DestinationFilter& f) override;
 
+    Result<std::map<std::string, std::int64_t>> count_destinations_by_state() override;
+
+    Result<std::int64_t> count_destinations_delivered(DestinationKind kind, TimePoint since) override;
+
     Result<std::vector<Episode>> episode_history(DestinationKind kind, std::string_view name, TimePoint from,
                                                  TimePoint to) override;
+
+    Result<std::vector<Episode>> episodes_between(TimePoint from, TimePoint to) override;
 
     Status set_destination_state(DestinationKind kind, std::string_view name, std::string_view state,
                                  TimePoint at) override;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "ledger/sqlite_internal.hpp"
+#include "ledger/sqlite_listings.hpp"
 #include "ledger/sqlite_lookups.hpp"
 #include "ledger/sqlite_prune.hpp"
 
@@ -54,9 +55,7 @@ RecipientInfo read_recipient(const Query& q) {
     return r;
 }
 
-#define DESTINATION_COLUMNS                                                                           \
-    "kind, name, state, state_changed, last_success, last_deferral, ep_first, ep_last, ep_attempts, " \
-    "ep_messages, ep_categories, ep_last_reply, ep_last_relay"
+#define DESTINATION_COLUMNS RG_DESTINATION_COLUMNS  // sqlite_listings.hpp
 
 DestinationInfo read_destination(const Query& q) {
     DestinationInfo d;
@@ -335,9 +334,15 @@ Result<std::optional<DestinationInfo>> SqliteLedger::get_destination(Destination
 Result<std::vector<DestinationInfo>> SqliteLedger::list_destinations(const DestinationFilter& f) {
     return read<std::vector<DestinationInfo>>([&] {
         std::vector<DestinationInfo> out;
-        Query q = stmt("SELECT " DESTINATION_COLUMNS
-                       " FROM destinations WHERE (?1 IS NULL OR kind = ?1) AND (?2 IS NULL OR state = ?2) "
-                       "AND (?3 = 0 OR ep_first IS NOT NULL) ORDER BY kind, name LIMIT ?4 OFFSET ?5");
+        // One statement per kind of filter (sqlite_listings.hpp), each with
+        // the same parameters and order: a few rows of a state or with an
+        // open episode are not found by seeking every row in (kind, name) order.
+        const char* sql = kListDestinationsSql;
+        if (f.state)
+            sql = kListDestinationsInStateSql;
+        else if (f.open_episode_only)
+            sql = kListOpenDestinationsSql;
+        Query q = stmt(sql);
         if (f.kind)
             q.text(to_string(*f.kind));
         else
@@ -378,6 +383,53 @@ Result<std::vector<Episode>> SqliteLedger::episode_history(DestinationKind kind,
             e.last_reply = q.str(6);
             e.last_relay = q.str(7);
             out.push_back(std::move(e));
+        }
+        return out;
+    });
+}
+
+Result<std::map<std::string, std::int64_t>> SqliteLedger::count_destinations_by_state() {
+    return read<std::map<std::string, std::int64_t>>([&] {
+        std::map<std::string, std::int64_t> out;
+        Query q = stmt(kCountDestinationsByStateSql);
+        while (q.row()) out[q.str(0)] += q.col(1);
+        return out;
+    });
+}
+
+Result<std::int64_t> SqliteLedger::count_destinations_delivered(DestinationKind kind, TimePoint since) {
+    return read<std::int64_t>([&] {
+        Query q = stmt(kCountDestinationsDeliveredSql);
+        q.text(to_string(kind)).i64(to_micros(since));
+        return q.row() ? q.col(0) : std::int64_t{0};
+    });
+}
+
+Result<std::vector<Episode>> SqliteLedger::episodes_between(TimePoint from, TimePoint to) {
+    return read<std::vector<Episode>>([&] {
+        std::vector<Episode> out;
+        {
+            // Room for them all up front (a walk of the same index entries):
+            // a month's hundreds of thousands are not moved again and again as
+            // the vector grows. A count only: a write in between costs nothing.
+            Query n = stmt(kCountEpisodesBetweenSql);
+            n.i64(to_micros(from)).i64(to_micros(to));
+            if (n.row()) out.reserve(static_cast<std::size_t>(std::max<std::int64_t>(n.col(0), 0)));
+        }
+        Query q = stmt(kEpisodesBetweenSql);
+        q.i64(to_micros(from)).i64(to_micros(to));
+        while (q.row()) {
+            Episode& e = out.emplace_back();
+            e.kind = destination_kind_from_string(q.str(0)).value_or(DestinationKind::domain);
+            e.destination = q.str(1);
+            e.first_deferral = from_micros(q.col(2));
+            e.last_deferral = from_micros(q.col(3));
+            e.ended = from_micros(q.col(4));
+            e.attempts = q.col(5);
+            e.messages = q.col(6);
+            e.categories = static_cast<CategorySet>(q.col(7));
+            e.last_reply = q.str(8);
+            e.last_relay = q.str(9);
         }
         return out;
     });

@@ -84,29 +84,50 @@ Result<json> period_report(LedgerReports& ledger, const config::Config& config, 
     auto period = detail::read_period(ledger, from, now);
     if (!period) return period.error();
 
-    // The listing the CLI shows, worst first: its order and each row's state and flag.
-    DestinationQuery listing_query;
-    listing_query.sort = DestinationSort::worst;
-    auto listing = destinations(ledger, listing_query, now);
-    if (!listing) return listing.error();
+    // The order of the listing the CLI shows (`destinations`, worst first)
+    // and each row's state and flag, for the destinations of the period. The
+    // listing's order is total, so among them it is the whole listing's,
+    // without listing every destination the ledger knows.
+    auto active_flags = detail::active_flags_by_key(ledger, now);
+    if (!active_flags) return active_flags.error();
     std::map<std::string, std::size_t> listed_at;
-    std::map<std::string, const json*> listed;
-    std::size_t delivered_to = 0;
+    std::map<std::string, detail::Listed> listed;
     {
-        std::size_t i = 0;
-        for (const auto& d : listing->at("destinations")) {
-            const std::string k = key_of(d.at("kind").get<std::string>(), d.at("name").get<std::string>());
-            listed_at[k] = i++;
-            listed[k] = &d;
-            if (d.at("kind") == "domain")
-                if (auto t = json_time(d.at("last_success")); t && *t >= from) ++delivered_to;
+        std::vector<detail::Listed> order;
+        order.reserve(period->size());
+        for (const auto& de : *period)
+            order.push_back({&de.destination,
+                             detail::find_flag(*active_flags, de.destination.kind, de.destination.name)});
+        std::sort(order.begin(), order.end(), [](const detail::Listed& a, const detail::Listed& b) {
+            return detail::listed_before(a, b, DestinationSort::worst);
+        });
+        for (std::size_t i = 0; i < order.size(); ++i) {
+            const std::string k = key_of(kind_name(order[i].d->kind), order[i].d->name);
+            listed_at[k] = i;
+            listed[k] = order[i];
         }
     }
+    // As `destinations --kind domain` would count its rows delivered to since `from`.
+    auto delivered = ledger.count_destinations_delivered(DestinationKind::domain, from);
+    if (!delivered) return delivered.error();
+    const auto delivered_to = static_cast<std::size_t>(*delivered);
+    // A row's state and flag as the listing shows them ("none", false when not listed).
+    auto listed_state = [&](const std::string& k) {
+        auto it = listed.find(k);
+        return it == listed.end() || it->second.d->state.empty() ? std::string("none") : it->second.d->state;
+    };
+    auto listed_flagged = [&](const std::string& k) {
+        auto it = listed.find(k);
+        return it != listed.end() && it->second.flag != nullptr;
+    };
+
+    // The engine's saved state, read once: escalations and incidents both need it.
+    const std::optional<json> engine = detail::saved_engine(ledger);
 
     // Escalations open now and closed in the period, each with its note.
     EscalationQuery eq;
     eq.since = span;
-    auto esc = escalations(ledger, config, now, eq);
+    auto esc = detail::escalations_with(ledger, config, now, eq, engine);
     if (!esc) return esc.error();
     std::set<std::string> closed_escalations;
     for (auto& e : esc->at("escalations")) {
@@ -162,7 +183,7 @@ Result<json> period_report(LedgerReports& ledger, const config::Config& config, 
     auto counts = ledger.verdict_counts();
     if (!counts) return counts.error();
     const auto opened_it = counts->find("local_outbound_suspected");
-    json incidents = detail::incidents_from(*period, config, detail::saved_engine(ledger),
+    json incidents = detail::incidents_from(*period, config, engine,
                                             opened_it == counts->end() ? 0 : opened_it->second, from, now);
     std::vector<IncidentSpan> spans;
     for (const auto& i : incidents) {
@@ -227,9 +248,8 @@ Result<json> period_report(LedgerReports& ledger, const config::Config& config, 
     const std::size_t unlisted = std::numeric_limits<std::size_t>::max();
     for (const auto& de : *period) {
         const std::string k = key_of(kind_name(de.destination.kind), de.destination.name);
-        const json* l = listed.count(k) ? listed[k] : nullptr;
-        const std::string state = l ? l->value("state", "none") : std::string("none");
-        const bool is_flagged = l && l->value("flagged", false);
+        const std::string state = listed_state(k);
+        const bool is_flagged = listed_flagged(k);
         Row r{Rank::ended,
               listed_at.count(k) ? listed_at[k] : unlisted,
               de.destination.episode.has_value(),
@@ -325,13 +345,12 @@ Result<json> period_report(LedgerReports& ledger, const config::Config& config, 
     for (std::size_t i = 0; i < rows.size() && i < max_rows; ++i) {
         const Row& r = rows[i];
         const std::string k = key_of(kind_name(r.de->destination.kind), r.de->destination.name);
-        const json* l = listed.count(k) ? listed[k] : nullptr;
         json eps = json::array();
         for (const Episode* e : r.episodes) eps.push_back(episode_json(*e));
         drawn.push_back(json{{"kind", std::string(kind_name(r.de->destination.kind))},
                              {"name", r.de->destination.name},
-                             {"state", l ? l->value("state", "none") : std::string("none")},
-                             {"flagged", l && l->value("flagged", false)},
+                             {"state", listed_state(k)},
+                             {"flagged", listed_flagged(k)},
                              {"why", kRankNames[static_cast<int>(r.rank)]},
                              {"via", r.via},
                              {"episodes", std::move(eps)}});

@@ -85,13 +85,48 @@ json open_incident(const json& e) {
 }
 
 Result<std::vector<DestinationEpisodes>> read_period(LedgerReports& ledger, TimePoint from, TimePoint to) {
-    auto list = ledger.list_destinations(DestinationFilter{});
-    if (!list) return list.error();
+    // The period's ended episodes in one read, the destinations with an open
+    // episode in another; the other destinations' rows are read one by one,
+    // only for those that had an episode in the period.
+    auto ended = ledger.episodes_between(from, to);
+    if (!ended) return ended.error();
+    DestinationFilter open_only;
+    open_only.open_episode_only = true;
+    auto open = ledger.list_destinations(open_only);
+    if (!open) return open.error();
+    // Both come in the ledger's listing order (kind, name): merged in it.
+    auto before = [](DestinationKind ak, const std::string& an, DestinationKind bk, const std::string& bn) {
+        const std::string_view ka = to_string(ak), kb = to_string(bk);
+        return ka != kb ? ka < kb : an < bn;
+    };
+    std::vector<Episode>& eps = *ended;
+    std::vector<DestinationInfo>& opens = *open;
     std::vector<DestinationEpisodes> out;
-    for (auto& d : *list) {
-        auto h = ledger.episode_history(d.kind, d.name, from, to);
-        if (!h) return h.error();
-        DestinationEpisodes de{std::move(d), std::move(*h)};
+    std::size_t e = 0, o = 0;
+    while (e < eps.size() || o < opens.size()) {
+        std::optional<DestinationInfo> d;
+        if (o < opens.size() &&
+            (e == eps.size() || !before(eps[e].kind, eps[e].destination, opens[o].kind, opens[o].name))) {
+            d = std::move(opens[o++]);
+        } else {
+            auto row = ledger.get_destination(eps[e].kind, eps[e].destination);
+            if (!row) return row.error();
+            d = std::move(*row);
+            if (!d) {
+                // Episodes whose destination's row is gone (retention): no
+                // listing holds that destination, so neither does the period.
+                const Episode& gone = eps[e];
+                const DestinationKind kind = gone.kind;
+                const std::string name = gone.destination;
+                while (e < eps.size() && eps[e].kind == kind && eps[e].destination == name) ++e;
+                continue;
+            }
+        }
+        DestinationEpisodes de{std::move(*d), {}};
+        for (; e < eps.size() && eps[e].kind == de.destination.kind &&
+               eps[e].destination == de.destination.name;
+             ++e)
+            de.episodes.push_back(std::move(eps[e]));
         if (de.destination.episode) de.episodes.push_back(*de.destination.episode);
         if (!de.episodes.empty()) out.push_back(std::move(de));
     }
@@ -135,14 +170,19 @@ json categories_json(CategorySet set) {
 // Rows offset.. (at most limit of them) into doc[key], with what a reader
 // needs to know what was left out.
 void put_page(json& doc, const char* key, json rows, const Page& p) {
-    const std::size_t total = rows.size();
-    std::size_t end = total;
-    if (p.offset >= total)
-        end = p.offset;
-    else if (p.limit && *p.limit < total - p.offset)
-        end = p.offset + *p.limit;
+    const auto [first, end] = page_range(rows.size(), p);
     json shown = json::array();
-    for (std::size_t i = p.offset; i < end; ++i) shown.push_back(std::move(rows[i]));
+    for (std::size_t i = first; i < end; ++i) shown.push_back(std::move(rows[i]));
+    put_page_rows(doc, key, std::move(shown), rows.size(), p);
+}
+
+std::pair<std::size_t, std::size_t> page_range(std::size_t total, const Page& p) {
+    if (p.offset >= total) return {total, total};
+    if (p.limit && *p.limit < total - p.offset) return {p.offset, p.offset + *p.limit};
+    return {p.offset, total};
+}
+
+void put_page_rows(json& doc, const char* key, json shown, std::size_t total, const Page& p) {
     doc["total"] = total;
     doc["offset"] = p.offset;
     doc["limit"] = p.limit ? json(*p.limit) : json(nullptr);

@@ -21,93 +21,95 @@ namespace retryguard::report {
 using nlohmann::json;
 using namespace detail;
 
-namespace {
+namespace detail {
 
-struct Listed {
-    DestinationInfo d;
-    const Flag* flag = nullptr;
-};
+namespace {
 
 // escalate, flagged, watch, the rest: the order a postmaster works through.
 int worst_rank(const Listed& l) {
-    if (l.d.state == "escalate") return 0;
+    if (l.d->state == "escalate") return 0;
     if (l.flag) return 1;
-    if (l.d.state == "watch") return 2;
+    if (l.d->state == "watch") return 2;
     return 3;
 }
 
-void sort_listing(std::vector<Listed>& v, DestinationSort sort) {
-    auto first = [](const Listed& l) {
-        return l.d.episode ? std::optional<TimePoint>(l.d.episode->first_deferral) : std::nullopt;
-    };
-    auto by_name = [](const Listed& a, const Listed& b) {
-        if (a.d.kind != b.d.kind) return a.d.kind == DestinationKind::domain;
-        return a.d.name < b.d.name;
-    };
-    // Oldest open episode first; destinations without one after all that have one.
-    auto by_age = [&](const Listed& a, const Listed& b, bool& decided) {
-        auto fa = first(a), fb = first(b);
-        decided = true;
-        if (fa.has_value() != fb.has_value()) return fa.has_value();
-        if (fa && *fa != *fb) return *fa < *fb;
-        decided = false;
-        return false;
-    };
-    std::stable_sort(v.begin(), v.end(), [&](const Listed& a, const Listed& b) {
-        bool decided = false;
-        switch (sort) {
-            case DestinationSort::worst: {
-                int ra = worst_rank(a), rb = worst_rank(b);
-                if (ra != rb) return ra < rb;
-                bool r = by_age(a, b, decided);
-                if (decided) return r;
-                break;
-            }
-            case DestinationSort::age: {
-                bool r = by_age(a, b, decided);
-                if (decided) return r;
-                break;
-            }
-            case DestinationSort::deferrals: {
-                auto na = a.d.episode ? a.d.episode->attempts : 0,
-                     nb = b.d.episode ? b.d.episode->attempts : 0;
-                if (na != nb) return na > nb;
-                break;
-            }
-            case DestinationSort::name: break;
-        }
-        return by_name(a, b);
-    });
+std::optional<TimePoint> open_since(const Listed& l) {
+    return l.d->episode ? std::optional<TimePoint>(l.d->episode->first_deferral) : std::nullopt;
 }
 
 }  // namespace
+
+bool listed_before(const Listed& a, const Listed& b, DestinationSort sort) {
+    // Oldest open episode first; destinations without one after all that have one.
+    auto by_age = [](const Listed& x, const Listed& y, bool& decided) {
+        auto fx = open_since(x), fy = open_since(y);
+        decided = true;
+        if (fx.has_value() != fy.has_value()) return fx.has_value();
+        if (fx && *fx != *fy) return *fx < *fy;
+        decided = false;
+        return false;
+    };
+    bool decided = false;
+    switch (sort) {
+        case DestinationSort::worst: {
+            int ra = worst_rank(a), rb = worst_rank(b);
+            if (ra != rb) return ra < rb;
+            bool r = by_age(a, b, decided);
+            if (decided) return r;
+            break;
+        }
+        case DestinationSort::age: {
+            bool r = by_age(a, b, decided);
+            if (decided) return r;
+            break;
+        }
+        case DestinationSort::deferrals: {
+            auto na = a.d->episode ? a.d->episode->attempts : 0,
+                 nb = b.d->episode ? b.d->episode->attempts : 0;
+            if (na != nb) return na > nb;
+            break;
+        }
+        case DestinationSort::name: break;
+    }
+    if (a.d->kind != b.d->kind) return a.d->kind == DestinationKind::domain;
+    return a.d->name < b.d->name;
+}
+
+}  // namespace detail
 
 Result<json> destinations(LedgerReports& ledger, const DestinationQuery& query, TimePoint now) {
     DestinationFilter f;
     f.kind = query.kind;
     if (query.state && *query.state != "none") f.state = query.state;
-    // Every matching row: the order needs them all, and the page is cut here,
-    // where the total is known and said.
+    // Every matching row: the order and the total need them all. Only the
+    // rows up to the page's end are put in order, and only the page's rows
+    // become JSON.
     auto list = ledger.list_destinations(f);
     if (!list) return list.error();
     auto flags = active_flags_by_key(ledger, now);
     if (!flags) return flags.error();
     std::vector<Listed> v;
-    for (auto& d : *list) {
+    std::size_t escalated = 0;
+    for (const auto& d : *list) {
         if (query.state && *query.state == "none" && !d.state.empty()) continue;
         if (query.category && !(d.episode && (d.episode->categories & category_bit(*query.category))))
             continue;
-        const Flag* flag = find_flag(*flags, d.kind, d.name);
-        v.push_back(Listed{std::move(d), flag});
+        v.push_back(Listed{&d, find_flag(*flags, d.kind, d.name)});
+        escalated += d.state == "escalate";
     }
-    sort_listing(v, query.sort);
-    json arr = json::array();
-    for (const auto& l : v) arr.push_back(destination_json(l.d, l.flag));
-    std::size_t escalated = 0;
-    for (const auto& l : v) escalated += l.d.state == "escalate";
+    const auto [first, end] = page_range(v.size(), query.page);
+    // listed_before ends with kind and name, unique in a listing: a total
+    // order, so a partial sort puts the first rows where a full sort would.
+    auto before = [&](const Listed& a, const Listed& b) { return listed_before(a, b, query.sort); };
+    if (end < v.size())
+        std::partial_sort(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(end), v.end(), before);
+    else
+        std::sort(v.begin(), v.end(), before);
+    json shown = json::array();
+    for (std::size_t i = first; i < end; ++i) shown.push_back(destination_json(*v[i].d, v[i].flag));
     json doc{
         {"now", format_rfc3339(now)}, {"sort", std::string(to_string(query.sort))}, {"escalated", escalated}};
-    put_page(doc, "destinations", std::move(arr), query.page);
+    put_page_rows(doc, "destinations", std::move(shown), v.size(), query.page);
     return doc;
 }
 

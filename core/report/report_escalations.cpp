@@ -52,9 +52,9 @@ struct EngineEscalations {
     std::vector<json> closed;
 };
 
-EngineEscalations engine_escalations(LedgerReports& ledger, std::optional<TimePoint> from, TimePoint now) {
+EngineEscalations engine_escalations(const std::optional<json>& e, std::optional<TimePoint> from,
+                                     TimePoint now) {
     EngineEscalations out;
-    auto e = saved_engine(ledger);
     if (!e || !e->contains("dests") || !(*e)["dests"].is_array()) return out;
     for (const auto& d : (*e)["dests"]) {
         if (!d.is_object() || !d.contains("name") || !d["name"].is_string()) continue;
@@ -93,13 +93,20 @@ EngineEscalations engine_escalations(LedgerReports& ledger, std::optional<TimePo
 
 Result<json> escalations(LedgerReports& ledger, const config::Config& config, TimePoint now,
                          const EscalationQuery& query) {
+    return detail::escalations_with(ledger, config, now, query, saved_engine(ledger));
+}
+
+namespace detail {
+
+Result<json> escalations_with(LedgerReports& ledger, const config::Config& config, TimePoint now,
+                              const EscalationQuery& query, const std::optional<json>& engine) {
     DestinationQuery q;
     q.state = "escalate";
     auto d = destinations(ledger, q, now);
     if (!d) return d.error();
     std::optional<TimePoint> from;
     if (query.since) from = now - *query.since;
-    EngineEscalations known = engine_escalations(ledger, from, now);
+    EngineEscalations known = engine_escalations(engine, from, now);
     json arr = json::array();
     for (auto dj : d->at("destinations")) {
         const std::string engine_key =
@@ -138,6 +145,8 @@ Result<json> escalations(LedgerReports& ledger, const config::Config& config, Ti
     put_page(doc, "escalations", std::move(arr), query.page);
     return doc;
 }
+
+}  // namespace detail
 
 std::string escalation_note(const json& raw) {
     // The note is plain text for a person (and an email): every field of it is

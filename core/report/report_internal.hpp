@@ -3,7 +3,7 @@
 // report_explain.cpp, report_queue.cpp; the incidents in incidents.cpp, the HTML
 // page in html_report.cpp; the helpers themselves in report.cpp), so each reads
 // the ledger and the engine's saved state and renders cells the same way. Not part of the public API: nothing
-// outside core/report includes it.
+// outside core/report includes it but the reports' tests.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "retryguard/config/config.hpp"
@@ -52,6 +53,11 @@ nlohmann::json categories_json(CategorySet set);
 // Rows offset.. (at most limit of them) into doc[key], with what a reader
 // needs to know what was left out.
 void put_page(nlohmann::json& doc, const char* key, nlohmann::json rows, const Page& p);
+// The rows [first, end) of `total` that page `p` shows (first == end: none).
+std::pair<std::size_t, std::size_t> page_range(std::size_t total, const Page& p);
+// put_page for a caller that made only the rows page_range gave (`shown`) of `total`.
+void put_page_rows(nlohmann::json& doc, const char* key, nlohmann::json shown, std::size_t total,
+                   const Page& p);
 
 // The active flags by destination key, and the one (if any) of a destination.
 Result<std::map<std::string, Flag>> active_flags_by_key(LedgerReports& ledger, TimePoint now);
@@ -59,6 +65,15 @@ const Flag* find_flag(const std::map<std::string, Flag>& flags, DestinationKind 
                       const std::string& name);
 // One destination row as the listings and the status show it.
 nlohmann::json destination_json(const DestinationInfo& d, const Flag* flag);
+
+// A destination of a listing and its active flag (null when none).
+struct Listed {
+    const DestinationInfo* d = nullptr;
+    const Flag* flag = nullptr;
+};
+// Whether `a` comes before `b` in the `destinations` listing sorted by
+// `sort`. A strict total order on a listing: it ends with kind and name.
+bool listed_before(const Listed& a, const Listed& b, DestinationSort sort);
 
 // One destination with the episodes it had in a period: the ended ones whose
 // first deferral lies in it (Ledger::episode_history) and the open one.
@@ -68,6 +83,12 @@ struct DestinationEpisodes {
 };
 // Every destination of the ledger that had an episode in [from, to].
 Result<std::vector<DestinationEpisodes>> read_period(LedgerReports& ledger, TimePoint from, TimePoint to);
+
+// report::escalations with the engine's saved state already read
+// (saved_engine), for a report that needs it for more than that.
+Result<nlohmann::json> escalations_with(LedgerReports& ledger, const config::Config& config, TimePoint now,
+                                        const EscalationQuery& query,
+                                        const std::optional<nlohmann::json>& engine);
 
 // The incidents of [from, now] (see report::incidents) from episodes already
 // read, the engine's saved state and its count of incidents ever opened.

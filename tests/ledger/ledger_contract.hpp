@@ -1036,6 +1036,172 @@ TEST_P(LedgerContract, DestinationPagesAreTakenAfterTheFilter) {
     EXPECT_EQ((*page)[1].name, "p21.test");
 }
 
+// The counts by ladder state are those of the listing, without reading it:
+// more destinations than one round trip of the Redis backend reads (1000).
+TEST_P(LedgerContract, DestinationsAreCountedByStateAsTheListingHasThem) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    auto empty = l->count_destinations_by_state();
+    ASSERT_TRUE(empty.ok()) << empty.error().message;
+    EXPECT_TRUE(empty->empty());
+    std::vector<IngestItem> batch;
+    for (int i = 0; i < 1100; ++i) {
+        batch.push_back(deferred(qid_for(i), 10, "u@c" + std::to_string(i) + ".test",
+                                 "mx" + std::to_string(i % 7) + ".test"));
+        if (batch.size() == 250) {
+            ingest(*l, std::move(batch));
+            batch.clear();
+        }
+    }
+    ingest(*l, std::move(batch));
+    for (int i : {3, 500, 1099})
+        ASSERT_TRUE(l->set_destination_state(DestinationKind::domain, "c" + std::to_string(i) + ".test",
+                                             "watch", at(20))
+                        .ok());
+    ASSERT_TRUE(l->set_destination_state(DestinationKind::relay, "mx2.test", "escalate", at(21)).ok());
+    ASSERT_TRUE(l->set_destination_state(DestinationKind::domain, "c7.test", "recovered", at(22)).ok());
+    ASSERT_TRUE(l->set_destination_state(DestinationKind::domain, "never-seen.test", "noted", at(23)).ok());
+    auto counts = l->count_destinations_by_state();
+    ASSERT_TRUE(counts.ok()) << counts.error().message;
+    const std::map<std::string, std::int64_t> expected{
+        {"", 1100 + 7 - 3 - 1 - 1}, {"watch", 3}, {"escalate", 1}, {"recovered", 1}, {"noted", 1}};
+    EXPECT_EQ(*counts, expected);
+    auto all = l->list_destinations(DestinationFilter{});
+    ASSERT_TRUE(all.ok());
+    std::map<std::string, std::int64_t> listed;
+    for (const auto& d : *all) ++listed[d.state];
+    EXPECT_EQ(*counts, listed);
+}
+
+// Destinations delivered to since a time, by kind, as the listing has them:
+// the bound is included, a later state change is no delivery, and a
+// destination only deferred never counts.
+TEST_P(LedgerContract, DestinationsDeliveredSinceAreCountedByKind) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    std::vector<IngestItem> batch;
+    for (int i = 0; i < 1200; ++i) {
+        const std::string rcpt = "u@s" + std::to_string(i) + ".test";
+        batch.push_back(sent(qid_for(i), 100 + 10 * i, rcpt, "mx" + std::to_string(i % 3) + ".test"));
+        if (batch.size() == 250) {
+            ingest(*l, std::move(batch));
+            batch.clear();
+        }
+    }
+    batch.push_back(deferred(qid_for(5000), 50000, "u@late.test", "mx.late.test"));
+    ingest(*l, std::move(batch));
+    // A state set long after the last delivery raises nothing but the state.
+    ASSERT_TRUE(l->set_destination_state(DestinationKind::domain, "s0.test", "watch", at(90000)).ok());
+    auto all = l->list_destinations(DestinationFilter{});
+    ASSERT_TRUE(all.ok());
+    auto listed = [&](DestinationKind kind, std::int64_t since) {
+        std::int64_t n = 0;
+        for (const auto& d : *all) n += d.kind == kind && d.last_success && *d.last_success >= at(since);
+        return n;
+    };
+    auto count = [&](DestinationKind kind, std::int64_t since) {
+        auto n = l->count_destinations_delivered(kind, at(since));
+        EXPECT_TRUE(n.ok()) << n.error().message;
+        return n.ok() ? *n : -1;
+    };
+    EXPECT_EQ(count(DestinationKind::domain, 0), 1200);
+    EXPECT_EQ(count(DestinationKind::domain, 100), 1200);
+    EXPECT_EQ(count(DestinationKind::domain, 101), 1199);
+    EXPECT_EQ(count(DestinationKind::domain, 110), 1199) << "the bound itself is included";
+    EXPECT_EQ(count(DestinationKind::domain, 100 + 10 * 1199), 1);
+    EXPECT_EQ(count(DestinationKind::domain, 100 + 10 * 1199 + 1), 0);
+    EXPECT_EQ(count(DestinationKind::domain, 80000), 0) << "s0.test's state changed, not its deliveries";
+    EXPECT_EQ(count(DestinationKind::relay, 0), 3) << "mx.late.test was only deferred";
+    EXPECT_EQ(count(DestinationKind::relay, 100 + 10 * 1198), 2);
+    for (std::int64_t since : {0, 1, 100, 5555, 12000, 12090, 12091, 50000})
+        for (auto kind : {DestinationKind::domain, DestinationKind::relay})
+            EXPECT_EQ(count(kind, since), listed(kind, since)) << to_string(kind) << " since " << since;
+}
+
+inline std::string episode_line(const Episode& e) {
+    std::ostringstream out;
+    out << to_string(e.kind) << ":" << e.destination << " " << to_micros(e.first_deferral) << "-"
+        << to_micros(e.last_deferral) << " ended " << (e.ended ? to_micros(*e.ended) : -1) << " "
+        << e.attempts << "/" << e.messages << " " << e.categories << " " << e.last_relay << " "
+        << e.last_reply;
+    return out.str();
+}
+
+// The episodes of a period in one read are each destination's history of that
+// period, in listing order, each destination's oldest first: across more
+// destinations than one round trip of the Redis backend reads, with the
+// bounds included, and an episode that ended before its first deferral (a
+// success logged out of order) in the period its first deferral lies in.
+TEST_P(LedgerContract, EpisodesOfAPeriodAreEachDestinationsHistoryInOneRead) {
+    auto l = open();
+    ASSERT_TRUE(l);
+    std::vector<IngestItem> batch;
+    auto flush = [&] {
+        ingest(*l, std::move(batch));
+        batch.clear();
+    };
+    for (int i = 0; i < 1100; ++i) {
+        char rcpt[32];
+        std::snprintf(rcpt, sizeof rcpt, "u@e%04d.test", i);
+        const std::string mx = "mx" + std::to_string(i % 5) + ".test";
+        batch.push_back(deferred(qid_for(2 * i), 1000 + i, rcpt, mx));
+        batch.push_back(sent(qid_for(2 * i + 1), 1050 + i, rcpt, mx));
+        if (batch.size() >= 250) flush();
+    }
+    flush();
+    // Three ended episodes and an open one.
+    for (int k = 0; k < 4; ++k) {
+        batch.push_back(deferred(qid_for(5000 + k), 100 + 200 * k, "u@multi.test", "mx.multi.test"));
+        if (k < 3) batch.push_back(sent(qid_for(5100 + k), 200 + 200 * k, "v@multi.test", "mx.multi.test"));
+    }
+    flush();
+    batch.push_back(deferred(qid_for(6000), 3000, "u@skew.test", "mx.skew.test"));
+    batch.push_back(sent(qid_for(6001), 2990, "v@skew.test", "mx.skew.test"));
+    flush();
+
+    auto all = l->list_destinations(DestinationFilter{});
+    ASSERT_TRUE(all.ok());
+    ASSERT_GT(all->size(), 1100u);
+    const std::pair<std::int64_t, std::int64_t> periods[] = {{0, 1'000'000}, {1000, 1000}, {1000, 1099},
+                                                             {1500, 2000},   {2995, 4000}, {3000, 3000},
+                                                             {101, 500},     {2100, 2099}};
+    for (auto [from, to] : periods) {
+        auto got = l->episodes_between(at(from), at(to));
+        ASSERT_TRUE(got.ok()) << got.error().message;
+        std::vector<std::string> want, have;
+        for (const auto& d : *all) {
+            auto h = l->episode_history(d.kind, d.name, at(from), at(to));
+            ASSERT_TRUE(h.ok());
+            for (const auto& e : *h) want.push_back(episode_line(e));
+        }
+        for (const auto& e : *got) have.push_back(episode_line(e));
+        EXPECT_EQ(have, want) << "period " << from << "-" << to;
+    }
+    auto whole = l->episodes_between(at(0), at(1'000'000));
+    ASSERT_TRUE(whole.ok());
+    EXPECT_EQ(whole->size(), 1100u + 1100u + 3 + 3 + 1 + 1) << "domains, MX hosts, multi.test's, skew.test's";
+    auto one = l->episodes_between(at(1000), at(1000));
+    ASSERT_TRUE(one.ok());
+    ASSERT_EQ(one->size(), 2u);
+    EXPECT_EQ(episode_line((*one)[0]).substr(0, 30), "domain:e0000.test 1000000000-1");
+    EXPECT_EQ((*one)[1].kind, DestinationKind::relay);
+    EXPECT_EQ((*one)[1].destination, "mx0.test");
+    auto skew = l->episodes_between(at(2995), at(4000));
+    ASSERT_TRUE(skew.ok());
+    ASSERT_EQ(skew->size(), 2u) << "skew.test and its MX host";
+    EXPECT_EQ((*skew)[0].destination, "skew.test");
+    EXPECT_EQ((*skew)[0].first_deferral, at(3000));
+    EXPECT_EQ((*skew)[0].ended, at(2990));
+    auto multi = l->episodes_between(at(101), at(500));
+    ASSERT_TRUE(multi.ok());
+    ASSERT_EQ(multi->size(), 4u) << "multi.test's episodes from 300 and 500, and its MX host's";
+    EXPECT_EQ((*multi)[0].first_deferral, at(300));
+    EXPECT_EQ((*multi)[1].first_deferral, at(500));
+    auto none = l->episodes_between(at(2100), at(2099));
+    ASSERT_TRUE(none.ok());
+    EXPECT_TRUE(none->empty());
+}
+
 TEST_P(LedgerContract, FlagsExpireAndClear) {
     auto l = open();
     ASSERT_TRUE(l);

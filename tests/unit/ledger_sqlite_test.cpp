@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "../../core/ledger/sqlite_checkpointer.hpp"
+#include "../../core/ledger/sqlite_listings.hpp"
 #include "../../core/ledger/sqlite_lookups.hpp"
 #include "../../core/ledger/sqlite_prune.hpp"
 #include "../../core/ledger/sqlite_wal_writes.hpp"
@@ -1121,6 +1122,39 @@ TEST(LedgerSqlite, QueueIdsAreFoundAmongQueuedMessagesThenInHistory) {
     EXPECT_NE(recipients.find("USING INDEX messages_queue_id_live"), std::string::npos) << recipients;
     EXPECT_EQ(recipients.find("SCAN messages"), std::string::npos) << recipients;
     EXPECT_EQ(count_indexes(path, "'messages_queue_id'"), 0);
+}
+
+// The reports' reads (sqlite_listings.hpp) read what they need: the counts by
+// state the state index alone, a state's rows through that index, the open
+// episodes and the deliveries one pass over the table rather than a seek per
+// row through the key index, and a period's episodes in the order of their
+// destination index with nothing to sort. On a relay's month each of the
+// others costs seconds (docs/performance.md, "Reports on a large ledger").
+TEST(LedgerSqlite, ReportReadsUseTheirIndexes) {
+    const std::string path = db_path("report-plans");
+    {
+        auto l = open_ledger("sqlite:" + path);
+        ASSERT_TRUE(l.ok());
+        ASSERT_TRUE((*l)->ingest(synthetic_stream(200), std::nullopt).ok());
+    }
+    using namespace ledger_detail;
+    const std::string by_state = query_plan(path, kCountDestinationsByStateSql);
+    EXPECT_NE(by_state.find("COVERING INDEX destinations_state"), std::string::npos) << by_state;
+    const std::string in_state = query_plan(path, kListDestinationsInStateSql);
+    EXPECT_NE(in_state.find("USING INDEX destinations_state"), std::string::npos) << in_state;
+    for (const char* sql : {kListOpenDestinationsSql, kCountDestinationsDeliveredSql}) {
+        const std::string plan = query_plan(path, sql);
+        EXPECT_NE(plan.find("SCAN destinations\n"), std::string::npos) << sql << "\n" << plan;
+        EXPECT_EQ(plan.find("destinations_key"), std::string::npos) << sql << "\n" << plan;
+    }
+    const std::string all = query_plan(path, kListDestinationsSql);
+    EXPECT_NE(all.find("destinations_key"), std::string::npos) << "every row in order, none sorted: " << all;
+    EXPECT_EQ(all.find("TEMP B-TREE"), std::string::npos) << all;
+    const std::string episodes = query_plan(path, kEpisodesBetweenSql);
+    EXPECT_NE(episodes.find("USING INDEX episodes_destination"), std::string::npos) << episodes;
+    EXPECT_EQ(episodes.find("TEMP B-TREE"), std::string::npos) << episodes;
+    const std::string count = query_plan(path, kCountEpisodesBetweenSql);
+    EXPECT_NE(count.find("COVERING INDEX episodes_destination"), std::string::npos) << count;
 }
 
 // A version 12 file, with its Message-ID and address indexes over the whole

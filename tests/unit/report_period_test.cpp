@@ -4,9 +4,12 @@
 // destinations folded in, greylisting that delivered and single deferrals
 // become counts, escalations (open and closed) come with their notes, the
 // timelines are worst first and capped with the rest counted, and the page is
-// one file with no script and nothing loaded from outside.
+// one file with no script and nothing loaded from outside. The reports read in
+// one go what they used to read destination by destination, and give the same
+// answers; `destinations` pages are slices of its whole listing in every order.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../core/report/report_internal.hpp"
 #include "retryguard/config/config_engine.hpp"
 #include "retryguard/ingest/ingest.hpp"
 #include "retryguard/report/report.hpp"
@@ -409,6 +413,309 @@ TEST_F(ReportPeriod, AnOutageWithoutDeliveriesEndsAfterTheQuietPeriod) {
     // The last deferral (11:04:20) plus spread.quiet_period (2 h).
     EXPECT_EQ(i.at("ended"), "2026-11-15T13:04:20Z");
     EXPECT_TRUE(doc.at("timelines").at("rows").empty()) << "its open episodes are the incident's";
+}
+
+// A ledger whose reads for many destinations at once are answered as the
+// reports used to read them: every destination listed, then each one's
+// history asked for in turn. Everything else is the ledger's own.
+class PerDestinationReads final : public LedgerReports {
+  public:
+    explicit PerDestinationReads(LedgerReports& inner) : inner_(inner) {}
+
+    Result<std::map<std::string, std::int64_t>> count_destinations_by_state() override {
+        auto all = inner_.list_destinations(DestinationFilter{});
+        if (!all) return all.error();
+        std::map<std::string, std::int64_t> out;
+        for (const auto& d : *all) ++out[d.state];
+        return out;
+    }
+    Result<std::int64_t> count_destinations_delivered(DestinationKind kind, TimePoint since) override {
+        auto all = inner_.list_destinations(DestinationFilter{});
+        if (!all) return all.error();
+        std::int64_t n = 0;
+        for (const auto& d : *all) n += d.kind == kind && d.last_success && *d.last_success >= since;
+        return n;
+    }
+    Result<std::vector<Episode>> episodes_between(TimePoint from, TimePoint to) override {
+        auto all = inner_.list_destinations(DestinationFilter{});
+        if (!all) return all.error();
+        std::vector<Episode> out;
+        for (const auto& d : *all) {
+            auto h = inner_.episode_history(d.kind, d.name, from, to);
+            if (!h) return h.error();
+            out.insert(out.end(), h->begin(), h->end());
+        }
+        return out;
+    }
+
+    Result<std::optional<MessageInfo>> get_message(std::string_view q) override {
+        return inner_.get_message(q);
+    }
+    Result<std::vector<MessageInfo>> find_messages_by_message_id(std::string_view m) override {
+        return inner_.find_messages_by_message_id(m);
+    }
+    Result<std::vector<RecipientInfo>> get_recipients(std::string_view q) override {
+        return inner_.get_recipients(q);
+    }
+    Result<std::int64_t> count_deliveries(TimePoint from, TimePoint to) override {
+        return inner_.count_deliveries(from, to);
+    }
+    Result<std::vector<RecipientInfo>> find_recipients_by_address(std::string_view a,
+                                                                  std::size_t limit) override {
+        return inner_.find_recipients_by_address(a, limit);
+    }
+    Result<std::optional<DestinationInfo>> get_destination(DestinationKind kind,
+                                                           std::string_view name) override {
+        return inner_.get_destination(kind, name);
+    }
+    Result<std::vector<DestinationInfo>> list_destinations(const DestinationFilter& f) override {
+        return inner_.list_destinations(f);
+    }
+    Result<std::vector<Episode>> episode_history(DestinationKind kind, std::string_view name, TimePoint from,
+                                                 TimePoint to) override {
+        return inner_.episode_history(kind, name, from, to);
+    }
+    Result<std::vector<Flag>> list_flags(std::optional<std::string_view> destination, TimePoint now,
+                                         bool include_inactive) override {
+        return inner_.list_flags(destination, now, include_inactive);
+    }
+    Result<std::map<std::string, std::int64_t>> verdict_counts() override { return inner_.verdict_counts(); }
+    Result<std::optional<std::string>> get_state(std::string_view key) override {
+        return inner_.get_state(key);
+    }
+    Result<std::optional<FollowerPosition>> load_position(std::string_view source) override {
+        return inner_.load_position(source);
+    }
+    Result<LedgerStats> stats() override { return inner_.stats(); }
+    LedgerCounters counters() const noexcept override { return inner_.counters(); }
+
+  private:
+    LedgerReports& inner_;
+};
+
+class ReportReads : public ReportPeriod {
+  protected:
+    // The period report, the incidents and the status's counts by state, read
+    // both ways at `now`.
+    void expect_same_answers(TimePoint now) {
+        PerDestinationReads old_way(*ledger_);
+        for (int days : {30, 5, 1}) {
+            auto fresh = report::period_report(*ledger_, *config_, now, days);
+            auto before = report::period_report(old_way, *config_, now, days);
+            ASSERT_TRUE(fresh.ok() && before.ok());
+            EXPECT_EQ(*fresh, *before) << days << " days";
+            EXPECT_EQ(report::render_html_report(*fresh), report::render_html_report(*before));
+        }
+        auto fresh = report::incidents(*ledger_, *config_, now, 24h * 30);
+        auto before = report::incidents(old_way, *config_, now, 24h * 30);
+        ASSERT_TRUE(fresh.ok() && before.ok());
+        EXPECT_EQ(*fresh, *before);
+        const report::StatusInputs in{config_.get(), ""};
+        auto status = report::status(*ledger_, in, now);
+        auto status_before = report::status(old_way, in, now);
+        ASSERT_TRUE(status.ok() && status_before.ok());
+        EXPECT_EQ(status->at("destinations_by_state"), status_before->at("destinations_by_state"));
+    }
+};
+
+// One destination of a period as text: its row and its episodes.
+std::string period_text(const report::detail::DestinationEpisodes& de) {
+    const auto& d = de.destination;
+    auto t = [](const std::optional<TimePoint>& x) { return x ? format_rfc3339(*x) : std::string("-"); };
+    std::string out =
+        fmt::format("{}:{} state={} changed={} success={} deferral={} open={}\n", to_string(d.kind), d.name,
+                    d.state, t(d.state_changed), t(d.last_success), t(d.last_deferral),
+                    d.episode ? format_rfc3339(d.episode->first_deferral) : "-");
+    for (const auto& e : de.episodes)
+        out += fmt::format("  {}:{} {} {} ended={} {}/{} {} {} {}\n", to_string(e.kind), e.destination,
+                           format_rfc3339(e.first_deferral), format_rfc3339(e.last_deferral), t(e.ended),
+                           e.attempts, e.messages, e.categories, e.last_relay, e.last_reply);
+    return out;
+}
+
+// The period as the reports read it before: every destination listed, then
+// each one's history of the period and its open episode.
+std::vector<std::string> period_destination_by_destination(LedgerReports& ledger, TimePoint from,
+                                                           TimePoint to) {
+    std::vector<std::string> out;
+    auto all = ledger.list_destinations(DestinationFilter{});
+    EXPECT_TRUE(all.ok());
+    for (auto& d : *all) {
+        auto h = ledger.episode_history(d.kind, d.name, from, to);
+        EXPECT_TRUE(h.ok());
+        report::detail::DestinationEpisodes de{d, *h};
+        if (d.episode) de.episodes.push_back(*d.episode);
+        if (!de.episodes.empty()) out.push_back(period_text(de));
+    }
+    return out;
+}
+
+std::vector<std::string> period_in_one_go(LedgerReports& ledger, TimePoint from, TimePoint to) {
+    std::vector<std::string> out;
+    auto period = report::detail::read_period(ledger, from, to);
+    EXPECT_TRUE(period.ok()) << period.error().message;
+    if (period)
+        for (const auto& de : *period) out.push_back(period_text(de));
+    return out;
+}
+
+// read_period merges the period's ended episodes (one read) with the
+// destinations that have an open episode, in listing order, and reads the
+// other rows it needs one by one: the same destinations, rows and episodes as
+// reading every destination's history. A destination whose row retention
+// removed while its episodes stay is in neither.
+TEST_F(ReportReads, ThePeriodIsEveryDestinationsHistoryAndOpenEpisode) {
+    const TimePoint mid = at("2026-11-15T10:45:00Z");
+    import(month(), mid);
+    auto check = [&](TimePoint from, TimePoint to) {
+        const auto want = period_destination_by_destination(*ledger_, from, to);
+        EXPECT_EQ(period_in_one_go(*ledger_, from, to), want)
+            << format_rfc3339(from) << " " << format_rfc3339(to);
+        return want.size();
+    };
+    EXPECT_GT(check(mid - 24h * 30, mid), 14u) << "the outage's open episodes and the ended ones";
+    EXPECT_GT(check(at("2026-11-12T09:00:00Z"), at("2026-11-12T09:10:00Z")), 14u)
+        << "greylisting and the open";
+    EXPECT_EQ(check(mid + 24h, mid + 48h), 28u) << "only the outage's open episodes, domains and MX hosts";
+    ledger_.reset();
+    {
+        // Retention removed g1.test's row; its episode stays.
+        sqlite3* db = nullptr;
+        ASSERT_EQ(sqlite3_open((dir_ / "ledger.db").string().c_str(), &db), SQLITE_OK);
+        EXPECT_EQ(
+            sqlite3_exec(db, "DELETE FROM destinations WHERE name = 'g1.test'", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+        sqlite3_close(db);
+    }
+    auto l = open_ledger("sqlite:" + (dir_ / "ledger.db").string());
+    ASSERT_TRUE(l.ok());
+    ledger_ = std::move(*l);
+    auto kept = ledger_->episode_history(DestinationKind::domain, "g1.test", mid - 24h * 30, mid);
+    ASSERT_TRUE(kept.ok());
+    EXPECT_EQ(kept->size(), 1u);
+    const auto without = period_in_one_go(*ledger_, mid - 24h * 30, mid);
+    EXPECT_EQ(without, period_destination_by_destination(*ledger_, mid - 24h * 30, mid));
+    bool mx_kept = false;
+    for (const auto& text : without) {
+        EXPECT_NE(text.rfind("domain:g1.test ", 0), 0u) << text;
+        mx_kept |= text.rfind("relay:mx.g1.test ", 0) == 0;
+    }
+    EXPECT_TRUE(mx_kept) << "its MX host's row is still there";
+    check(mid - 24h * 30, mid);
+}
+
+TEST_F(ReportReads, AnOpenOutageReadsTheSameInOneGo) {
+    const TimePoint mid = at("2026-11-15T10:45:00Z");
+    import(month(), mid);
+    ASSERT_TRUE(ledger_->set_destination_state(DestinationKind::domain, "o05.test", "watch", mid).ok());
+    expect_same_answers(mid);
+    const json doc = period(mid);
+    EXPECT_EQ(doc.at("incidents").size(), 1u);
+    EXPECT_FALSE(doc.at("timelines").at("rows").empty());
+}
+
+TEST_F(ReportReads, AMonthReadsTheSameInOneGo) {
+    import(month(), kNow);
+    expect_same_answers(kNow);
+    // Later, with the month's first episodes out of a 5-day period.
+    expect_same_answers(kNow + 24h * 3);
+    const json doc = period(kNow);
+    EXPECT_GT(doc.at("summary").at("destinations_delivered").get<int>(), 0);
+    EXPECT_GT(doc.at("summary").at("episodes").get<int>(), 0);
+}
+
+// `destinations` sorts only the rows up to its page's end and renders only the
+// page: every page is the slice of the whole listing, whose total and count of
+// escalated rows it keeps, in every order and under every filter; and the
+// whole listing is in the order the documentation gives.
+TEST_F(ReportPeriod, DestinationPagesAreSlicesOfTheWholeListingInEveryOrder) {
+    const TimePoint mid = at("2026-11-15T10:45:00Z");
+    import(month(), mid);
+    // A watched, an escalated and two flagged destinations among the open episodes.
+    ASSERT_TRUE(ledger_->set_destination_state(DestinationKind::domain, "o05.test", "watch", mid).ok());
+    ASSERT_TRUE(ledger_->set_destination_state(DestinationKind::domain, "o09.test", "escalate", mid).ok());
+    ASSERT_TRUE(ledger_->set_flag(Flag{0, "o02.test", "test", mid, std::nullopt, std::nullopt}).ok());
+    ASSERT_TRUE(ledger_->set_flag(Flag{0, "mx:mx.o07.test", "test", mid, std::nullopt, std::nullopt}).ok());
+
+    auto first_deferral = [](const json& d) {
+        return d.at("first_deferral").is_string()
+                   ? std::optional<TimePoint>(at(d["first_deferral"].get<std::string>().c_str()))
+                   : std::nullopt;
+    };
+    auto by_name = [](const json& a, const json& b) {
+        const auto ka = std::make_pair(a.at("kind") != "domain", a.at("name").get<std::string>());
+        const auto kb = std::make_pair(b.at("kind") != "domain", b.at("name").get<std::string>());
+        return ka < kb;
+    };
+    // The documented orders (docs/cli.md), each ending with kind and name.
+    auto before = [&](report::DestinationSort sort, const json& a, const json& b) {
+        auto rank = [](const json& d) {
+            const std::string s = d.at("state");
+            return s == "escalate" ? 0 : d.at("flagged").get<bool>() ? 1 : s == "watch" ? 2 : 3;
+        };
+        auto fa = first_deferral(a), fb = first_deferral(b);
+        switch (sort) {
+            case report::DestinationSort::worst:
+                if (rank(a) != rank(b)) return rank(a) < rank(b);
+                [[fallthrough]];
+            case report::DestinationSort::age:
+                if (fa.has_value() != fb.has_value()) return fa.has_value();
+                if (fa && *fa != *fb) return *fa < *fb;
+                break;
+            case report::DestinationSort::deferrals:
+                if (a.at("attempts") != b.at("attempts"))
+                    return a.at("attempts").get<std::int64_t>() > b.at("attempts").get<std::int64_t>();
+                break;
+            case report::DestinationSort::name: break;
+        }
+        return by_name(a, b);
+    };
+
+    std::vector<report::DestinationQuery> filters(4);
+    filters[1].kind = DestinationKind::relay;
+    filters[2].state = "none";
+    filters[3].category = Category::network;
+    std::size_t pages = 0;
+    for (auto sort : {report::DestinationSort::worst, report::DestinationSort::name,
+                      report::DestinationSort::age, report::DestinationSort::deferrals})
+        for (auto q : filters) {
+            q.sort = sort;
+            q.page = {};
+            auto whole = report::destinations(*ledger_, q, mid);
+            ASSERT_TRUE(whole.ok());
+            const json& all = whole->at("destinations");
+            const std::size_t n = all.size();
+            ASSERT_GE(n, 10u) << whole->dump();
+            ASSERT_EQ(whole->at("total"), n);
+            for (std::size_t i = 1; i < n; ++i)
+                EXPECT_TRUE(before(sort, all[i - 1], all[i]))
+                    << report::to_string(sort) << " row " << i << ": " << all[i - 1].dump() << " then "
+                    << all[i].dump();
+            for (std::size_t offset :
+                 {std::size_t{0}, std::size_t{1}, std::size_t{2}, n / 2, n - 1, n, n + 3})
+                for (std::size_t limit : {std::size_t{1}, std::size_t{2}, std::size_t{5}, n + 1}) {
+                    q.page.offset = offset;
+                    q.page.limit = limit;
+                    auto page = report::destinations(*ledger_, q, mid);
+                    ASSERT_TRUE(page.ok());
+                    json slice = json::array();
+                    for (std::size_t i = offset; i < std::min(n, offset + limit); ++i)
+                        slice.push_back(all[i]);
+                    EXPECT_EQ(page->at("destinations"), slice)
+                        << report::to_string(sort) << " offset " << offset << " limit " << limit;
+                    EXPECT_EQ(page->at("total"), n);
+                    EXPECT_EQ(page->at("offset"), offset);
+                    EXPECT_EQ(page->at("limit"), limit);
+                    EXPECT_EQ(page->at("escalated"), whole->at("escalated"));
+                    ++pages;
+                }
+        }
+    EXPECT_EQ(pages, 4u * 4u * 7u * 4u);
+    auto escalated = report::destinations(*ledger_, report::DestinationQuery{}, mid);
+    ASSERT_TRUE(escalated.ok());
+    EXPECT_EQ(escalated->at("escalated"), 1);
+    EXPECT_EQ(escalated->at("destinations")[0].at("name"), "o09.test");
+    EXPECT_EQ(escalated->at("destinations")[1].at("name"), "o02.test") << "flagged next";
 }
 
 }  // namespace

@@ -644,9 +644,23 @@ class LedgerReports {
     virtual Result<std::optional<DestinationInfo>> get_destination(DestinationKind kind,
                                                                    std::string_view name) = 0;
     virtual Result<std::vector<DestinationInfo>> list_destinations(const DestinationFilter& filter) = 0;
+    // How many destinations are in each ladder state ("" for those the engine
+    // set none): the rows of list_destinations(DestinationFilter{}) counted by
+    // `state`, without reading them. A state no destination is in is absent.
+    virtual Result<std::map<std::string, std::int64_t>> count_destinations_by_state() = 0;
+    // How many destinations of `kind` had their last success at or after
+    // `since`: the rows of list_destinations that say so, counted without
+    // reading them.
+    virtual Result<std::int64_t> count_destinations_delivered(DestinationKind kind, TimePoint since) = 0;
     // Ended episodes whose first deferral lies in [from, to], oldest first.
     virtual Result<std::vector<Episode>> episode_history(DestinationKind kind, std::string_view name,
                                                          TimePoint from, TimePoint to) = 0;
+    // episode_history(kind, name, from, to) of every destination at once, in
+    // one read rather than one per destination: ended episodes whose first
+    // deferral lies in [from, to], by destination in list_destinations' order
+    // (kind, name), each destination's oldest first. A destination's row may
+    // be gone (retention) while episodes of it are still here.
+    virtual Result<std::vector<Episode>> episodes_between(TimePoint from, TimePoint to) = 0;
     // Flags neither cleared nor expired at `now` (all flags when include_inactive).
     virtual Result<std::vector<Flag>> list_flags(std::optional<std::string_view> destination, TimePoint now,
                                                  bool include_inactive) = 0;
