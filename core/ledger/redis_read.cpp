@@ -375,6 +375,24 @@ Result<std::int64_t> RedisLedger::count_destinations_delivered(DestinationKind k
     });
 }
 
+namespace {
+// One entry of a destination's episode history (a member of `eps:KIND:NAME`).
+Episode episode_from_json(const nlohmann::json& j, DestinationKind kind, std::string name) {
+    Episode e;
+    e.kind = kind;
+    e.destination = std::move(name);
+    e.first_deferral = from_micros(to_int(jget(j, "first")));
+    e.last_deferral = from_micros(to_int(jget(j, "last")));
+    e.ended = from_micros(to_int(jget(j, "ended")));
+    e.attempts = to_int(jget(j, "attempts"));
+    e.messages = to_int(jget(j, "messages"));
+    e.categories = static_cast<CategorySet>(to_int(jget(j, "categories")));
+    e.last_reply = jget(j, "last_reply");
+    e.last_relay = jget(j, "last_relay");
+    return e;
+}
+}  // namespace
+
 Result<std::vector<Episode>> RedisLedger::episode_history(DestinationKind kind, std::string_view name,
                                                           TimePoint from, TimePoint to) {
     return run<std::vector<Episode>>([&] {
@@ -383,17 +401,7 @@ Result<std::vector<Episode>> RedisLedger::episode_history(DestinationKind kind, 
             call({"ZRANGE", P_ + "eps:" + std::string(to_string(kind)) + ":" + std::string(name), "0", "-1"});
         for (std::size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
             auto j = nlohmann::json::parse(str(r->element[i]));
-            Episode e;
-            e.kind = kind;
-            e.destination = std::string(name);
-            e.first_deferral = from_micros(to_int(jget(j, "first")));
-            e.last_deferral = from_micros(to_int(jget(j, "last")));
-            e.ended = from_micros(to_int(jget(j, "ended")));
-            e.attempts = to_int(jget(j, "attempts"));
-            e.messages = to_int(jget(j, "messages"));
-            e.categories = static_cast<CategorySet>(to_int(jget(j, "categories")));
-            e.last_reply = jget(j, "last_reply");
-            e.last_relay = jget(j, "last_relay");
+            Episode e = episode_from_json(j, kind, std::string(name));
             if (e.first_deferral < from || e.first_deferral > to) continue;
             eps.emplace_back(to_int(jget(j, "id")), std::move(e));
         }
@@ -434,17 +442,7 @@ Result<std::vector<Episode>> RedisLedger::episodes_between(TimePoint from, TimeP
                 auto j = nlohmann::json::parse(str(r->element[i]));
                 const TimePoint first = from_micros(to_int(jget(j, "first")));
                 if (first < from || first > to) continue;
-                Episode e;
-                e.kind = kind;
-                e.destination = name;
-                e.first_deferral = first;
-                e.last_deferral = from_micros(to_int(jget(j, "last")));
-                e.ended = from_micros(to_int(jget(j, "ended")));
-                e.attempts = to_int(jget(j, "attempts"));
-                e.messages = to_int(jget(j, "messages"));
-                e.categories = static_cast<CategorySet>(to_int(jget(j, "categories")));
-                e.last_reply = jget(j, "last_reply");
-                e.last_relay = jget(j, "last_relay");
+                Episode e = episode_from_json(j, kind, name);
                 eps.emplace_back(to_int(jget(j, "id")), std::move(e));
             }
             // episode_history's order within the destination.

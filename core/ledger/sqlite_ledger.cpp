@@ -361,6 +361,21 @@ Result<std::vector<DestinationInfo>> SqliteLedger::list_destinations(const Desti
     });
 }
 
+namespace {
+// first_deferral, last_deferral, ended, attempts, messages, categories,
+// last_reply, last_relay: the episode columns from column `at` on.
+void read_episode_columns(const Query& q, int at, Episode& e) {
+    e.first_deferral = from_micros(q.col(at));
+    e.last_deferral = from_micros(q.col(at + 1));
+    e.ended = from_micros(q.col(at + 2));
+    e.attempts = q.col(at + 3);
+    e.messages = q.col(at + 4);
+    e.categories = static_cast<CategorySet>(q.col(at + 5));
+    e.last_reply = q.str(at + 6);
+    e.last_relay = q.str(at + 7);
+}
+}  // namespace
+
 Result<std::vector<Episode>> SqliteLedger::episode_history(DestinationKind kind, std::string_view name,
                                                            TimePoint from, TimePoint to) {
     return read<std::vector<Episode>>([&] {
@@ -371,18 +386,10 @@ Result<std::vector<Episode>> SqliteLedger::episode_history(DestinationKind kind,
             "ORDER BY first_deferral, id");
         q.text(to_string(kind)).text(name).i64(to_micros(from)).i64(to_micros(to));
         while (q.row()) {
-            Episode e;
+            Episode& e = out.emplace_back();
             e.kind = kind;
             e.destination = std::string(name);
-            e.first_deferral = from_micros(q.col(0));
-            e.last_deferral = from_micros(q.col(1));
-            e.ended = from_micros(q.col(2));
-            e.attempts = q.col(3);
-            e.messages = q.col(4);
-            e.categories = static_cast<CategorySet>(q.col(5));
-            e.last_reply = q.str(6);
-            e.last_relay = q.str(7);
-            out.push_back(std::move(e));
+            read_episode_columns(q, 0, e);
         }
         return out;
     });
@@ -422,14 +429,7 @@ Result<std::vector<Episode>> SqliteLedger::episodes_between(TimePoint from, Time
             Episode& e = out.emplace_back();
             e.kind = destination_kind_from_string(q.str(0)).value_or(DestinationKind::domain);
             e.destination = q.str(1);
-            e.first_deferral = from_micros(q.col(2));
-            e.last_deferral = from_micros(q.col(3));
-            e.ended = from_micros(q.col(4));
-            e.attempts = q.col(5);
-            e.messages = q.col(6);
-            e.categories = static_cast<CategorySet>(q.col(7));
-            e.last_reply = q.str(8);
-            e.last_relay = q.str(9);
+            read_episode_columns(q, 2, e);
         }
         return out;
     });
