@@ -47,6 +47,8 @@
 #                  (give the same --scale, --days, --chunk and --redis)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=follow-lib.sh
+. bench/follow-lib.sh
 scale=10 days="" chunk=500000 probe=20 redis=0 follow=0 build=build svg="" data="" replot=""
 usage() {
   echo "usage: $0 [--scale X] [--days N] [--chunk LINES] [--probe N] [--redis] [--follow] [--svg FILE] [--data FILE] [--replot TSV] [BUILD_DIR]" >&2
@@ -181,9 +183,6 @@ if [ "$redis" = 1 ]; then
     -o ledger.redis.timeout=10s)
 fi
 
-proc_cpu() { # user+system seconds of process $1 so far
-  awk '{printf "%.2f\n", ($14 + $15) / '"$(getconf CLK_TCK)"'}' "/proc/$1/stat"
-}
 redis_cpu() { proc_cpu "$rpid"; }
 
 # Prints "wall_s cpu_s max_rss_kib" of a command whose output is discarded.
@@ -217,49 +216,7 @@ else
   printf '%5s %9s %9s %8s %9s %9s %9s %9s %9s %9s %9s\n' chunk lines messages dests \
     "cpu us/l" "wall us/l" "rss MiB" "file MiB" "B/msg" "probe ms" "fixed s"
 fi
-if [ "$follow" = 1 ]; then
-  # The daemon as shipped but for its endpoints (loopback, ports of the
-  # kernel's choosing), its own log (stderr) and verdicts (a file). As root it
-  # would switch to policy.user: it runs as nobody from the start instead.
-  : > "$work/mail.log"
-  cat > "$work/follow.yaml" << EOF
-sources: [{type: file, path: $work/mail.log, start: beginning}]
-log: {target: stderr, verdicts: "file:$work/verdicts.log"}
-metrics: {enabled: true, listen: "127.0.0.1:0"}
-policy: {socket: "inet:0@127.0.0.1"}
-ledger: {sqlite: {path: $work/ledger.db}}
-EOF
-  as_user=()
-  if [ "$(id -u)" = 0 ]; then
-    chown nobody "$work"
-    as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
-  fi
-  TZ=UTC "${as_user[@]}" "$policyd" --foreground -c "$work/follow.yaml" --ready-file "$work/ready" \
-    > "$work/policyd.log" 2>&1 &
-  dpid=$!
-  for _ in $(seq 200); do [ -s "$work/ready" ] && break; sleep 0.05; done
-  mport=$(awk '$1 == "metrics" { n = split($2, a, ":"); print a[n] }' "$work/ready" 2> /dev/null)
-  [ -n "$mport" ] || { echo "retryguard-policyd did not start" >&2; cat "$work/policyd.log" >&2; exit 1; }
-fi
-followed_lines() { # the lines the daemon's follower has recorded so far
-  curl -fsS "http://127.0.0.1:$mport/metrics" | awk '$1 == "retryguard_ingest_lines_total" { print $2 }'
-}
-# Appends chunk $1 to the followed log and waits until the daemon has recorded
-# $2 lines in all; prints "wall_s cpu_s peak_rss_kib".
-follow_chunk() {
-  local want=$2 c0 t0 got
-  c0=$(proc_cpu "$dpid")
-  t0=$(date +%s.%N)
-  cat "$1" >> "$work/mail.log"
-  while :; do
-    got=$(followed_lines) || { echo "metrics endpoint gone" >&2; cat "$work/policyd.log" >&2; return 1; }
-    [ "${got:-0}" -ge "$want" ] && break
-    kill -0 "$dpid" 2> /dev/null || { echo "retryguard-policyd exited" >&2; cat "$work/policyd.log" >&2; return 1; }
-    sleep 0.05
-  done
-  awk -v t0="$t0" -v t1="$(date +%s.%N)" -v c0="$c0" -v c1="$(proc_cpu "$dpid")" \
-    -v rss="$(awk '/^VmHWM:/ { print $2 }' "/proc/$dpid/status")" 'BEGIN { printf "%.2f %.2f %d\n", t1 - t0, c1 - c0, rss }'
-}
+[ "$follow" = 1 ] && start_follower "$work/ledger.db"
 followed=0
 
 tsv=$work/curve.tsv
