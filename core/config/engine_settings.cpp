@@ -1,6 +1,7 @@
 // engine_settings.cpp -- maps a config snapshot onto the rules engine's
 // settings. Owns only the translation (units, "off" spellings, rule names);
 // must never change a value's meaning or invent one the config does not hold.
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -62,8 +63,12 @@ EngineSettings to_engine_settings(std::shared_ptr<const Config> config) {
     if (config->destinations.empty()) return e;
     auto resolver = std::make_shared<Resolver>();
     resolver->config = config;
-    for (const auto& r : config->destinations)
+    for (const auto& r : config->destinations) {
         resolver->rules.push_back(to_rule_settings(r.settings, rule_name(r)));
+        const RuleSettings& rs = resolver->rules.back();
+        e.longest_rule_memory =
+            std::max({e.longest_rule_memory, rs.repeat_period, rs.repeat_deferral_window});
+    }
     e.resolve = [resolver](std::string_view domain, std::string_view mx) -> const RuleSettings* {
         auto res = resolver->config->resolve(domain, mx);
         return res.rule ? &resolver->rules[res.rule->index] : nullptr;

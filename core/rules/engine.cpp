@@ -86,6 +86,19 @@ std::string recipient_key(std::string_view qid, std::string_view rcpt) {
     return k;
 }
 
+// The day of event time (UTC) `t` falls in.
+std::int64_t day_of(TimePoint t) {
+    return std::chrono::floor<std::chrono::days>(t).time_since_epoch().count();
+}
+
+// The flag-category deferrals within the window before `now`: the list is
+// trimmed only when one is added, so older ones may still be in it.
+int recent_deferrals(const DestinationState& d, TimePoint now, const RuleSettings& rs) {
+    const TimePoint horizon = now - rs.repeat_deferral_window;
+    return static_cast<int>(std::count_if(d.config_deferrals.begin(), d.config_deferrals.end(),
+                                          [&](TimePoint t) { return t >= horizon; }));
+}
+
 std::string seconds_str(Duration d) {
     return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(d).count());
 }
@@ -407,8 +420,8 @@ void Engine::check_flag(DestinationState& d, const RuleSettings& rs, TimePoint n
     std::string reason;
     if (rs.repeat_episodes > 0 && episodes >= rs.repeat_episodes)
         reason = fmt::format("{} {} episodes within {} s", episodes, what, seconds_str(rs.repeat_period));
-    else if (rs.repeat_deferrals > 0 && static_cast<int>(d.config_deferrals.size()) >= rs.repeat_deferrals)
-        reason = fmt::format("{} {} deferrals within {} s", d.config_deferrals.size(), what,
+    else if (rs.repeat_deferrals > 0 && recent_deferrals(d, now, rs) >= rs.repeat_deferrals)
+        reason = fmt::format("{} {} deferrals within {} s", recent_deferrals(d, now, rs), what,
                              seconds_str(rs.repeat_deferral_window));
     if (reason.empty()) return;
     d.flagged_at = now;
@@ -509,6 +522,10 @@ std::vector<Verdict> Engine::advance(TimePoint now) {
     std::vector<Verdict> out;
     if (now > now_) now_ = now;
     now = now_;
+    // Once a day of event time, at the first evaluation of the day (derived
+    // from the saved state alone, so a restored engine forgets when an
+    // uninterrupted one would).
+    if (last_evaluated_ != TimePoint{} && day_of(now) != day_of(last_evaluated_)) forget_idle(now);
     last_evaluated_ = now;
     for (auto t = timed_.begin(); t != timed_.end();) {
         auto found = dests_.find(*t);
@@ -559,6 +576,33 @@ std::vector<Verdict> Engine::advance(TimePoint now) {
     if (incident_ && now - incident_->last_hit >= settings_.incident_quiet_after)
         end_incident(now, "no more deferrals of its class", out);
     return out;
+}
+
+// A destination whose state can no longer change a verdict: no open episode,
+// no flag, no closed episode that check_flag could count and no flag-category
+// deferral it could count (all before `horizon`: now less the longest repeat
+// period or deferral window of any rule). Its state is then what a
+// destination never seen has but for last_success, which no rule reads, so
+// forgetting it changes nothing; what the engine keeps follows the
+// destinations that deferred within that time instead of every one that ever
+// did (a long-running daemon, a year's import).
+bool Engine::idle(const DestinationState& d, TimePoint horizon) const {
+    if (d.open || d.flagged_at || d.name == kLocalDestination) return false;
+    if (!d.history.empty() && d.history.back().first_deferral >= horizon) return false;
+    return std::none_of(d.config_deferrals.begin(), d.config_deferrals.end(),
+                        [&](TimePoint t) { return t >= horizon; });
+}
+
+void Engine::forget_idle(TimePoint now) {
+    const Duration memory =
+        std::max({settings_.defaults.repeat_period, settings_.defaults.repeat_deferral_window,
+                  settings_.longest_rule_memory});
+    const TimePoint horizon = now - memory;
+    std::erase_if(dests_, [&](const auto& kv) {
+        if (!idle(kv.second, horizon)) return false;
+        timed_.erase(kv.first);
+        return true;
+    });
 }
 
 void Engine::end_incident(TimePoint now, std::string_view why, std::vector<Verdict>& out) {

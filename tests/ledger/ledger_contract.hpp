@@ -1613,25 +1613,45 @@ TEST_P(LedgerContract, KillDuringIngestThenResumeEqualsCleanRun) {
         clean_dump = dump(*clean, messages);
     }
     const std::string crash_tag = tag() + ".crash";
+    // The committed position, read through a connection of its own (opened
+    // first, so it also creates the ledger the writers resume in).
+    auto probe = GetParam().open(crash_tag);
+    ASSERT_TRUE(probe.ok()) << probe.error().message;
+    auto committed = [&]() -> std::size_t {
+        auto pos = (*probe)->load_position("synthetic");
+        return pos.ok() && pos->has_value() ? static_cast<std::size_t>((*pos)->offset) : 0;
+    };
     // Kill the writer several times at different moments, resuming each time
     // from the committed position, as the policy daemon does after kill -9.
+    // Each kill comes once the writer has committed a batch of its own, a few
+    // milliseconds more each round: a fixed delay from the fork could land
+    // before the first commit in a slow (sanitizer) build or a busy machine.
     int kills = 0, killed_midway = 0;
     for (int round = 0; round < 4; ++round) {
+        const std::size_t before = committed();
         pid_t pid = fork();
         ASSERT_GE(pid, 0);
         if (pid == 0) _exit(ingest_child(GetParam(), crash_tag, events, 37));
-        std::this_thread::sleep_for(std::chrono::milliseconds(15 + 25 * round));
-        if (kill(pid, SIGKILL) == 0) ++kills;
         int status = 0;
-        waitpid(pid, &status, 0);
+        bool exited = false;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (committed() <= before && std::chrono::steady_clock::now() < deadline)
+            if (waitpid(pid, &status, WNOHANG) == pid) {
+                exited = true;
+                break;
+            } else {
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
+        if (!exited) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5 * round));
+            if (kill(pid, SIGKILL) == 0) ++kills;
+            waitpid(pid, &status, 0);
+        }
         if (WIFEXITED(status)) {
             ASSERT_EQ(WEXITSTATUS(status), 0);
         }
-        auto probe = GetParam().open(crash_tag);
-        ASSERT_TRUE(probe.ok());
-        auto pos = (*probe)->load_position("synthetic");
-        ASSERT_TRUE(pos.ok());
-        if (pos->has_value() && (*pos)->offset > 0 && (*pos)->offset < events.size()) ++killed_midway;
+        const std::size_t at = committed();
+        if (at > 0 && at < events.size()) ++killed_midway;
     }
     EXPECT_GT(kills, 0);
     EXPECT_GT(killed_midway, 0) << "no kill landed in the middle of the stream";

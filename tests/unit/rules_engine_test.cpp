@@ -474,6 +474,76 @@ TEST(RulesEngine, ActiveDestinationsAreEveryOpenOrFlaggedOneAndNoOther) {
     EXPECT_LT(visited(feed.engine).size(), 10u);
 }
 
+// A destination whose state can no longer change a verdict (nothing open, no
+// flag, its last episode begun before the repeat period, no flag-category
+// deferral within the window) is forgotten at the first evaluation of a day,
+// so that what the engine keeps follows the destinations that deferred within
+// the repeat period instead of every one that ever did. One that defers again
+// starts afresh, as the old episodes would not have counted anyway. A restored
+// engine forgets exactly when an uninterrupted one does.
+TEST(RulesEngine, DestinationsThatCanNoLongerCountAreForgottenOnceADay) {
+    Feed feed;
+    auto episode = [&](TimePoint t, const std::string& q, const std::string& domain, bool recover) {
+        const std::string rcpt = "u@" + domain, mx = "mx." + domain;
+        for (int k = 0; k < 3; ++k) feed(deferred(t + k * 40min, q, rcpt, mx), Category::receiver_config);
+        if (recover) feed(delivery(t + 3h, q, rcpt, DeliveryStatus::sent, mx), Category::unknown);
+    };
+    for (int i = 0; i < 50; ++i)
+        episode(T0 + i * 1min, "B" + std::to_string(i), "old" + std::to_string(i) + ".example", true);
+    episode(T0, "O1", "open.example", false);              // never recovers
+    episode(T0 + 10 * 24h, "R1", "recent.example", true);  // within the period later
+    for (int ep = 0; ep < 3; ++ep)                         // flagged on day 27, for 30 days
+        episode(T0 + (25 + ep) * 24h, "F" + std::to_string(ep), "flagged.example", true);
+    ASSERT_EQ(feed.count("flagged", "flagged.example"), 1);
+    ASSERT_EQ(feed.engine.destinations().size(), 2u * 53);  // each domain and its MX host
+    ASSERT_NE(feed.engine.destination("old7.example"), nullptr);
+
+    // Day 30 after the first episodes: all of them still within the period.
+    feed.advance(T0 + 29 * 24h + 20h);
+    EXPECT_EQ(feed.engine.destinations().size(), 2u * 53);
+    const std::string before_midnight = feed.engine.save_state();
+    // The next day's first evaluation: the 50 old domains and their MX hosts go.
+    feed.advance(T0 + 31 * 24h);
+    EXPECT_EQ(feed.engine.destinations().size(), 2u * 3);
+    EXPECT_EQ(feed.engine.destination("old7.example"), nullptr);
+    EXPECT_EQ(feed.engine.destination("mx:mx.old7.example"), nullptr);
+    for (const char* kept : {"open.example", "recent.example", "flagged.example", "mx:mx.open.example"})
+        EXPECT_NE(feed.engine.destination(kept), nullptr) << kept;
+    // Restored from the state saved before midnight: the same forgetting.
+    Engine restored;
+    ASSERT_TRUE(restored.load_state(before_midnight).ok());
+    (void)restored.advance(T0 + 31 * 24h);
+    EXPECT_EQ(restored.save_state(), feed.engine.save_state());
+
+    // A forgotten destination that breaks again climbs from nothing, and its
+    // new episodes count towards a flag as any would.
+    for (int ep = 0; ep < 3; ++ep)
+        episode(T0 + (32 + ep) * 24h, "N" + std::to_string(ep), "old7.example", true);
+    const Verdict* f = feed.find("flagged", "old7.example");
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->field("reason"), "3 receiver-config episodes within 2592000 s");
+}
+
+// Flag-category deferrals count towards a flag only within their window: the
+// list is trimmed when one is added, so after a flag expired, an episode of
+// another class must not find the old ones and flag the destination again.
+TEST(RulesEngine, DeferralsOlderThanTheirWindowDoNotFlagAgain) {
+    EngineSettings s;
+    s.defaults.repeat_deferrals = 3;
+    s.defaults.repeat_period = std::chrono::days(60);  // the destination stays tracked throughout
+    Feed feed(s);
+    for (int k = 0; k < 3; ++k)
+        feed(deferred(T0 + k * 1min, "C1", "u@burst.example"), Category::receiver_config);
+    feed(delivery(T0 + 1h, "C1", "u@burst.example", DeliveryStatus::sent), Category::unknown);
+    ASSERT_EQ(feed.count("flagged", "burst.example"), 1);
+    feed.advance(T0 + 31 * 24h);
+    ASSERT_EQ(feed.count("flag_expired", "burst.example"), 1);
+    // Weeks later, trouble of another class: a new episode, no flag.
+    feed(deferred(T0 + 32 * 24h, "C2", "u@burst.example"), Category::receiver_system);
+    ASSERT_NE(feed.engine.destination("burst.example"), nullptr);
+    EXPECT_EQ(feed.count("flagged", "burst.example"), 1);
+}
+
 TEST(RulesEngine, ReportsRetriesSoonerThanTheMinimum) {
     Feed feed;
     feed(deferred(T0, "I1", "a@example.com"), Category::receiver_config);

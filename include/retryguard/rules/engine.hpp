@@ -66,6 +66,11 @@ struct EngineSettings {
     // nullptr for the defaults. Called with an empty mx for MX destinations' own
     // lookups. Must be deterministic.
     std::function<const RuleSettings*(std::string_view domain, std::string_view mx)> resolve;
+    // The longest repeat_period or repeat_deferral_window of the settings
+    // `resolve` can return (the defaults' are read from `defaults`): how long
+    // a quiet destination's past can still count towards a flag, after which
+    // the engine forgets it.
+    Duration longest_rule_memory{0};
     Duration spread_window = std::chrono::minutes(10);
     int spread_min_destinations = 8;  // distinct unrelated destinations (by MX) in the window
     // An incident ends when no deferral of its class was seen for this long
@@ -189,6 +194,8 @@ class Engine {
     void check_flag(DestinationState& d, const RuleSettings& rs, TimePoint now, std::string_view qid,
                     std::vector<Verdict>& out);
     void end_incident(TimePoint now, std::string_view why, std::vector<Verdict>& out);
+    bool idle(const DestinationState& d, TimePoint horizon) const;
+    void forget_idle(TimePoint now);
     Verdict destination_verdict(const DestinationState& d, std::string name, TimePoint t,
                                 std::string_view qid) const;
     DestinationState& dest(std::string_view name, bool is_mx);
