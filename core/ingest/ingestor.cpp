@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text/cbor_reader.hpp"
 #include "text/cbor_writer.hpp"
 
 namespace retryguard {
@@ -60,20 +61,35 @@ Status Ingestor::restore() {
         const std::string& bytes = **saved;
         saved_state_bytes_ = bytes.size();  // what the next save will cost, about (SaveSchedule)
         try {
-            std::string engine_bytes;
+            std::string engine_copy;
+            std::string_view engine_bytes;
             if (!bytes.empty() && bytes.front() == '{') {
                 auto j = json::parse(bytes);
                 if (j.at("version").get<int>() != 1)
                     throw std::runtime_error("unknown state version " + j.at("version").dump());
-                engine_bytes = j.at("engine").get<std::string>();
+                engine_copy = j.at("engine").get<std::string>();
+                engine_bytes = engine_copy;
             } else {
-                auto j = json::from_cbor(bytes);
+                // The envelope's small entries decoded, the engine's bytes
+                // read where they are (saved_engine_cbor): no copies of them.
+                json j = json::object();
+                const bool split =
+                    cbor::for_each_entry(bytes, [&](std::string_view key, std::string_view value) {
+                        if (key != "engine") j[std::string(key)] = json::from_cbor(value);
+                        return true;
+                    });
+                auto engine = split ? saved_engine_cbor(bytes) : std::nullopt;
+                if (!engine) {
+                    j = json::from_cbor(bytes);
+                    const auto& bin = j.at("engine").get_binary();
+                    engine_copy.assign(bin.begin(), bin.end());
+                    engine = engine_copy;
+                }
                 if (j.at("version").get<int>() != 2)
                     throw std::runtime_error("unknown state version " + j.at("version").dump());
                 journal_seq = j.at("journal_seq").get<std::uint64_t>();
                 verdict_seq = j.at("verdict_seq").get<std::uint64_t>();
-                const auto& bin = j.at("engine").get_binary();
-                engine_bytes.assign(bin.begin(), bin.end());
+                engine_bytes = *engine;
             }
             if (auto st = engine_.load_state(engine_bytes); !st) {
                 restore_failed_ = true;
@@ -147,6 +163,16 @@ Result<SavedStateView> describe_saved_state(std::string_view bytes) {
                           std::string("saved engine state unreadable: ") + e.what());
     }
     return view;
+}
+
+std::optional<std::string_view> saved_engine_cbor(std::string_view bytes) {
+    std::optional<std::string_view> engine;
+    const bool ok = cbor::for_each_entry(bytes, [&](std::string_view key, std::string_view value) {
+        if (key == "engine") engine = cbor::string_bytes(value);
+        return true;
+    });
+    if (!ok) return std::nullopt;
+    return engine;
 }
 
 std::optional<FollowerPosition> Ingestor::resume_position(std::string_view source) const {

@@ -20,6 +20,7 @@
 #include "retryguard/postfix/postfix_wiring.hpp"
 #include "retryguard/reply/reply.hpp"
 #include "retryguard/text/text.hpp"
+#include "text/cbor_reader.hpp"
 
 namespace retryguard::report {
 
@@ -60,9 +61,59 @@ std::string primary_category(CategorySet set) {
     return cats.empty() ? std::string() : std::string(to_string(cats.front()));
 }
 
+namespace {
+
+// What a report takes of one saved destination: an open episode (its ladder
+// and escalation time) or a closed one that escalated (the escalations of a
+// period). The others, most of a large state, are skipped unread.
+bool reported(const json& d) {
+    if (!d.is_object()) return false;
+    if (d.contains("open") && d["open"].is_object()) return true;
+    if (!d.contains("history") || !d["history"].is_array()) return false;
+    for (const auto& ep : d["history"])
+        if (ep.is_object() && ep.value("peak", "") == "escalate") return true;
+    return false;
+}
+
+// A decoded item as the reports see it: text that is not UTF-8 replaced (as
+// the JSON text of describe_saved_state had it).
+json as_text(const json& j) {
+    return json::parse(j.dump(-1, ' ', false, json::error_handler_t::replace), nullptr, false);
+}
+
+}  // namespace
+
+// The saved engine read one destination at a time, keeping those reported():
+// the whole state's tree took ten times its bytes and most of `status`'s
+// time on a large ledger. nullopt when the bytes are not a CBOR state.
+std::optional<json> saved_engine_reported(std::string_view saved) {
+    auto engine = saved_engine_cbor(saved);
+    if (!engine) return std::nullopt;
+    json e = json::object();
+    json dests = json::array();
+    const bool ok = cbor::for_each_entry(*engine, [&](std::string_view key, std::string_view value) {
+        if (key != "dests") {
+            json v = json::from_cbor(value, true, false);
+            if (v.is_discarded()) return false;
+            e[std::string(key)] = as_text(v);
+            return true;
+        }
+        return cbor::for_each_item(value, [&](std::string_view item) {
+            json d = json::from_cbor(item, true, false);
+            if (d.is_discarded()) return false;
+            if (reported(d)) dests.push_back(as_text(d));
+            return true;
+        });
+    });
+    if (!ok) return std::nullopt;
+    e["dests"] = std::move(dests);
+    return e;
+}
+
 std::optional<json> saved_engine(LedgerReports& ledger) {
     auto saved = ledger.get_state("engine");
     if (!saved || !*saved) return std::nullopt;
+    if (auto e = saved_engine_reported(**saved)) return e;
     auto view = describe_saved_state(**saved);
     if (!view) return std::nullopt;
     json e = json::parse(view->engine_json, nullptr, false);

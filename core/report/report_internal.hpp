@@ -33,6 +33,8 @@ std::string primary_category(CategorySet set);
 
 // The engine's saved state as JSON (nullopt when none is saved or it cannot be read).
 std::optional<nlohmann::json> saved_engine(LedgerReports& ledger);
+// The same from saved bytes in the CBOR form; nullopt otherwise.
+std::optional<nlohmann::json> saved_engine_reported(std::string_view saved);
 // The open local-outbound incident of a saved engine state as the status
 // document shows it ({category, started, destinations[], recovered, deferrals,
 // absorbed}), or null when none is open.

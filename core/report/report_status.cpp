@@ -69,17 +69,25 @@ Result<json> status(LedgerReports& ledger, const StatusInputs& in, TimePoint now
     if (!saved) return saved.error();
     if (*saved) {
         try {
-            auto view = describe_saved_state(**saved);
-            if (!view) throw std::runtime_error(view.error().message);
-            for (const auto& p : view->positions) {
-                if (p.source.empty() || followers.count(p.source)) continue;
-                followers[p.source] = json{{"source", p.source},
-                                           {"offset", p.offset},
-                                           {"lines", p.lines},
-                                           {"cursor", p.cursor},
-                                           {"configured", false}};
+            // A CBOR state carries no positions: its engine read without the
+            // destinations status does not show (detail::saved_engine_reported).
+            std::optional<json> reported = detail::saved_engine_reported(**saved);
+            json e;
+            if (reported) {
+                e = std::move(*reported);
+            } else {
+                auto view = describe_saved_state(**saved);
+                if (!view) throw std::runtime_error(view.error().message);
+                for (const auto& p : view->positions) {
+                    if (p.source.empty() || followers.count(p.source)) continue;
+                    followers[p.source] = json{{"source", p.source},
+                                               {"offset", p.offset},
+                                               {"lines", p.lines},
+                                               {"cursor", p.cursor},
+                                               {"configured", false}};
+                }
+                e = json::parse(view->engine_json);
             }
-            auto e = json::parse(view->engine_json);
             if (e.contains("now") && e["now"].is_number_integer())
                 engine_now = format_rfc3339(from_micros(e["now"].get<std::int64_t>()));
             incident = detail::open_incident(e);

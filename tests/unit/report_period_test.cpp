@@ -417,7 +417,9 @@ TEST_F(ReportPeriod, AnOutageWithoutDeliveriesEndsAfterTheQuietPeriod) {
 
 // A ledger whose reads for many destinations at once are answered as the
 // reports used to read them: every destination listed, then each one's
-// history asked for in turn. Everything else is the ledger's own.
+// history asked for in turn; and whose saved engine state is handed over as
+// version 1 wrote it (JSON text), which the reports read whole where they read
+// a CBOR state a destination at a time. Everything else is the ledger's own.
 class PerDestinationReads final : public LedgerReports {
   public:
     explicit PerDestinationReads(LedgerReports& inner) : inner_(inner) {}
@@ -481,7 +483,16 @@ class PerDestinationReads final : public LedgerReports {
     }
     Result<std::map<std::string, std::int64_t>> verdict_counts() override { return inner_.verdict_counts(); }
     Result<std::optional<std::string>> get_state(std::string_view key) override {
-        return inner_.get_state(key);
+        auto s = inner_.get_state(key);
+        if (!s || !*s || key != "engine" || (*s)->empty() || (*s)->front() == '{') return s;
+        const auto envelope = nlohmann::json::from_cbor(**s);
+        const auto& bin = envelope.at("engine").get_binary();
+        const auto engine = nlohmann::json::from_cbor(bin);
+        const nlohmann::json v1{
+            {"version", 1},
+            {"positions", nlohmann::json::array()},
+            {"engine", engine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)}};
+        return std::optional<std::string>(v1.dump());
     }
     Result<std::optional<FollowerPosition>> load_position(std::string_view source) override {
         return inner_.load_position(source);
@@ -515,7 +526,17 @@ class ReportReads : public ReportPeriod {
         auto status_before = report::status(old_way, in, now);
         ASSERT_TRUE(status.ok() && status_before.ok());
         EXPECT_EQ(status->at("destinations_by_state"), status_before->at("destinations_by_state"));
+        EXPECT_EQ(status->at("engine"), status_before->at("engine"));
+        report::EscalationQuery eq;
+        eq.since = 24h * 30;
+        auto esc = report::escalations(*ledger_, *config_, now, eq);
+        auto esc_before = report::escalations(old_way, *config_, now, eq);
+        ASSERT_TRUE(esc.ok() && esc_before.ok());
+        EXPECT_EQ(*esc, *esc_before);
+        for (const auto& e : esc->at("escalations"))
+            ++(e.at("status") == "closed" ? closed_seen_ : open_seen_);
     }
+    std::size_t open_seen_ = 0, closed_seen_ = 0;
 };
 
 // One destination of a period as text: its row and its episodes.
@@ -619,9 +640,25 @@ TEST_F(ReportReads, AMonthReadsTheSameInOneGo) {
     expect_same_answers(kNow);
     // Later, with the month's first episodes out of a 5-day period.
     expect_same_answers(kNow + 24h * 3);
+    EXPECT_GT(open_seen_, 0u) << "the month's open escalation";
     const json doc = period(kNow);
     EXPECT_GT(doc.at("summary").at("destinations_delivered").get<int>(), 0);
     EXPECT_GT(doc.at("summary").at("episodes").get<int>(), 0);
+}
+
+// An escalation that ended is known from the saved engine's history alone:
+// read a destination at a time, it is found among the many that never
+// escalated, as it is when the state is read whole.
+TEST_F(ReportReads, AClosedEscalationReadsTheSameFromTheSavedEngine) {
+    Log log = month();
+    for (TimePoint t = at("2026-11-01T00:00:00Z"); t <= at("2026-11-04T00:00:00Z"); t += 1h)
+        log.refused(t, "user@long.test", "mx.long.test", "4.3.5",
+                    "451 4.3.5 <user@long.test>: Recipient address rejected: Server configuration error");
+    log.sent(at("2026-11-04T06:00:00Z"), "user@long.test", "mx.long.test");
+    import(std::move(log), kNow);
+    expect_same_answers(kNow);
+    EXPECT_GT(closed_seen_, 0u) << "long.test's escalation, ended on 2026-11-04";
+    EXPECT_GT(open_seen_, 0u);
 }
 
 // `destinations` sorts only the rows up to its page's end and renders only the

@@ -717,6 +717,44 @@ TEST(EngineState, StreamedStateIsWhatTheJsonTreeEncodes) {
     EXPECT_EQ(restored.save_state(), state);
 }
 
+// load_state reads a CBOR state a destination at a time (core/text/
+// cbor_reader.hpp) and the JSON text of older versions whole: the same state
+// either way. A damaged CBOR state (cut short, a destination without a name,
+// a byte string where the map should be) is an error that changes nothing.
+TEST(EngineState, ReadADestinationAtATimeOrWholeGivesTheSameEngine) {
+    EngineSettings s;
+    s.defaults.repeat_episodes = 2;
+    Feed feed(s);
+    for (int i = 0; i < 40; ++i) {
+        const std::string q = "S" + std::to_string(i), r = "u@s" + std::to_string(i % 7) + ".example";
+        for (int k = 0; k < 3; ++k)
+            feed(deferred(T0 + i * 3h + k * 40min, q, r, "mx" + std::to_string(i % 5) + ".example"),
+                 Category::receiver_config);
+        if (i % 4 != 0) feed(delivery(T0 + i * 3h + 2h, q, r, DeliveryStatus::sent), Category::unknown);
+    }
+    ASSERT_GE(feed.count("flagged"), 1);
+    const std::string state = feed.engine.save_state();
+    const nlohmann::json tree = nlohmann::json::from_cbor(state);
+    ASSERT_GE(tree.at("dests").size(), 10u);
+
+    Engine by_destination, whole;
+    ASSERT_TRUE(by_destination.load_state(state).ok());
+    EXPECT_EQ(by_destination.save_state(), state);
+    ASSERT_TRUE(whole.load_state(tree.dump()).ok());
+    EXPECT_EQ(whole.save_state(), state);
+
+    nlohmann::json nameless = tree;
+    nameless["dests"][3].erase("name");
+    const auto nameless_bytes = nlohmann::json::to_cbor(nameless);
+    const std::string before = feed.engine.save_state();
+    for (const std::string& bad : {state.substr(0, state.size() / 2), state.substr(0, state.size() - 1),
+                                   std::string(nameless_bytes.begin(), nameless_bytes.end()),
+                                   std::string("\x5a\xff\xff\xff\xff", 5)}) {
+        EXPECT_FALSE(feed.engine.load_state(bad).ok()) << bad.size();
+        EXPECT_EQ(feed.engine.save_state(), before);
+    }
+}
+
 TEST(RulesEngine, BadStateIsAnErrorAndLeavesTheEngineAsItWas) {
     Feed feed;
     feed(deferred(T0, "O1", "a@example.com"), Category::receiver_config);

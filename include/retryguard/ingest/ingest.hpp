@@ -366,6 +366,10 @@ struct SavedStateView {
     std::uint64_t journal_seq = 0;
 };
 Result<SavedStateView> describe_saved_state(std::string_view bytes);
+// The engine part of a saved state as its CBOR bytes (a view into `bytes`),
+// for readers that take only some of it without decoding it all (the
+// reports); nullopt for a version-1 (JSON) state or bytes that are no state.
+std::optional<std::string_view> saved_engine_cbor(std::string_view bytes);
 
 // The category of one event: its reply classified, Category::expired for
 // expiry, unknown for events that carry no reply.
