@@ -25,7 +25,8 @@
 # keeps the shipped retention.
 #
 # usage: bench/history-cost.sh [--scale X] [--window LINES] [--history "H1 H2 ..."]
-#                              [--rounds N] [--prune] [--data FILE] [BUILD_DIR]
+#                              [--rounds N] [--prune] [--data FILE] [--svg FILE]
+#                              [--replot TSV] [BUILD_DIR]
 #   --scale X       gen_month_log --scale (default 10)
 #   --window LINES  lines followed in each run (default 300000)
 #   --history LIST  history sizes in lines, "all" for every line before the
@@ -34,13 +35,18 @@
 #                   (default 1)
 #   --prune         the shipped retention (above) instead of keeping everything
 #   --data FILE     also keep the table as tab-separated values
+#   --svg FILE      the plot (default docs/images/history-cost.svg; a name
+#                   ending in .png gives a PNG); needs gnuplot, skipped with a
+#                   warning without it
+#   --replot TSV    no run: the summary and the plot of a table kept with --data
+#                   (give the same --window)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=follow-lib.sh
 . bench/follow-lib.sh
-scale=10 window=300000 history="0 30000 100000 300000 1000000 3000000 all" rounds=1 prune=0 data="" build=build
+scale=10 window=300000 history="0 30000 100000 300000 1000000 3000000 all" rounds=1 prune=0 data="" svg=docs/images/history-cost.svg replot="" build=build
 usage() {
-  echo "usage: $0 [--scale X] [--window LINES] [--history \"H1 H2 ...\"] [--rounds N] [--prune] [--data FILE] [BUILD_DIR]" >&2
+  echo "usage: $0 [--scale X] [--window LINES] [--history \"H1 H2 ...\"] [--rounds N] [--prune] [--data FILE] [--svg FILE] [--replot TSV] [BUILD_DIR]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -51,12 +57,65 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift ;;
     --prune) prune=1 ;;
     --data) data=$2; shift ;;
+    --svg) svg=$2; shift ;;
+    --replot) replot=$2; shift ;;
     -*) usage ;;
     *) build=$1 ;;
   esac
   shift
 done
 { [ "$window" -gt 10000 ] && [ "$rounds" -gt 0 ]; } 2> /dev/null || usage
+
+# Mean CPU per size, and each against the smallest history.
+summary() {
+  awk -F'\t' 'NR > 1 { s[$2] += $5; n[$2]++; if (!($2 in o)) { o[$2] = ++k; h[k] = $2 } }
+    END { for (i = 1; i <= k; i++) { m = s[h[i]] / n[h[i]]; if (i == 1) b = m
+        printf "history %s lines: %.2f CPU us/line (%+.0f %% against %s lines)\n", h[i], m, (m / b - 1) * 100, h[1] } }' "$1"
+}
+
+# CPU per line of every run and the mean of each size against the messages in
+# the ledger before the window (log scale; the empty ledger drawn at 300), and
+# the daemon's peak memory.
+plot_svg() {
+  local tsv=$1
+  if ! command -v gnuplot > /dev/null; then
+    echo "gnuplot not installed (scripts/install-deps.sh --bench): no plot" >&2
+    return 0
+  fi
+  mkdir -p "$(dirname "$svg")"
+  awk -F'\t' 'NR > 1 { x = $3 > 0 ? $3 : 300; s[x] += $5; n[x]++; r[x] = $7 / 1024 }
+    END { for (x in s) printf "%s\t%.3f\t%.1f\n", x, s[x] / n[x], r[x] }' "$tsv" | sort -n > "$tsv.means"
+  local term='svg size 900,700 dynamic font "sans,12" background rgb "white"'
+  case "$svg" in *.png) term='pngcairo size 900,700 font "sans,11"' ;; esac
+  gnuplot << GNUPLOT
+set terminal $term
+set output "$svg"
+set termoption noenhanced
+set datafile separator "\t"
+set key below horizontal
+set grid
+set logscale x
+set xrange [200:3000000]
+set xtics ("empty" 300, "1k" 1000, "10k" 10000, "100k" 100000, "1M" 1000000)
+set multiplot layout 2,1 title "the same $window lines followed by retryguard-policyd, against the ledger's history"
+set ylabel "CPU µs per line"
+set yrange [0:*]
+plot "$tsv" skip 1 using (\$3 > 0 ? \$3 : 300):5 with points pt 7 ps 0.8 lc rgb "#9aa7b8" title "each run", \
+     "$tsv.means" using 1:2 with linespoints pt 5 lw 2 lc rgb "#1f5fa8" title "mean of the runs"
+set ylabel "peak RSS, MiB"
+set xlabel "messages in the ledger before the window"
+plot "$tsv.means" using 1:3 with linespoints pt 7 lw 2 lc rgb "#d06000" title "policy daemon peak resident memory"
+unset multiplot
+GNUPLOT
+  rm -f "$tsv.means"
+  echo "plot: $svg"
+}
+
+if [ -n "$replot" ]; then
+  summary "$replot"
+  plot_svg "$replot"
+  exit 0
+fi
 cli=$build/tools/retryguard
 gen=$build/gen_month_log
 policyd=$build/policyd/retryguard-policyd
@@ -149,9 +208,7 @@ echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "history: lines imported before the window (messages and destinations in the ledger before it);" \
   "cpu/wall us/l: the follower's user+system CPU and wall time per line of the window after its first $prime lines;" \
   "first s: CPU s of those first lines (the first ingest reads the ledger's queue ids)"
-# Mean CPU per size, and each against the smallest history.
-awk -F'\t' 'NR > 1 { s[$2] += $5; n[$2]++; if (!($2 in o)) { o[$2] = ++k; h[k] = $2 } }
-  END { for (i = 1; i <= k; i++) { m = s[h[i]] / n[h[i]]; if (i == 1) b = m
-      printf "history %s lines: %.2f CPU us/line (%+.0f %% against %s lines)\n", h[i], m, (m / b - 1) * 100, h[1] } }' "$tsv"
+summary "$tsv"
 [ -n "$data" ] && cp "$tsv" "$data"
+plot_svg "$tsv"
 exit 0
