@@ -44,6 +44,23 @@ std::pair<DestinationKind, std::string> ledger_destination(std::string_view key)
 
 constexpr std::size_t kJournalChunk = 10000;
 
+// A version-2 state (CBOR) walked once: its small entries decoded into
+// `small` (when given), the engine's bytes found where they are, without a
+// copy. nullopt when the bytes are not such a map (a caller then reads them
+// whole, which gives the error).
+std::optional<std::string_view> split_envelope(std::string_view bytes, json* small) {
+    std::optional<std::string_view> engine;
+    const bool ok = cbor::for_each_entry(bytes, [&](std::string_view key, std::string_view value) {
+        if (key == "engine")
+            engine = cbor::string_bytes(value);
+        else if (small)
+            (*small)[std::string(key)] = json::from_cbor(value);
+        return true;
+    });
+    if (!ok) return std::nullopt;
+    return engine;
+}
+
 }  // namespace
 
 // The saved state (version 2): CBOR {version, journal_seq, verdict_seq,
@@ -70,15 +87,8 @@ Status Ingestor::restore() {
                 engine_copy = j.at("engine").get<std::string>();
                 engine_bytes = engine_copy;
             } else {
-                // The envelope's small entries decoded, the engine's bytes
-                // read where they are (saved_engine_cbor): no copies of them.
                 json j = json::object();
-                const bool split =
-                    cbor::for_each_entry(bytes, [&](std::string_view key, std::string_view value) {
-                        if (key != "engine") j[std::string(key)] = json::from_cbor(value);
-                        return true;
-                    });
-                auto engine = split ? saved_engine_cbor(bytes) : std::nullopt;
+                auto engine = split_envelope(bytes, &j);
                 if (!engine) {
                     j = json::from_cbor(bytes);
                     const auto& bin = j.at("engine").get_binary();
@@ -166,13 +176,7 @@ Result<SavedStateView> describe_saved_state(std::string_view bytes) {
 }
 
 std::optional<std::string_view> saved_engine_cbor(std::string_view bytes) {
-    std::optional<std::string_view> engine;
-    const bool ok = cbor::for_each_entry(bytes, [&](std::string_view key, std::string_view value) {
-        if (key == "engine") engine = cbor::string_bytes(value);
-        return true;
-    });
-    if (!ok) return std::nullopt;
-    return engine;
+    return split_envelope(bytes, nullptr);
 }
 
 std::optional<FollowerPosition> Ingestor::resume_position(std::string_view source) const {

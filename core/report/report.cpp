@@ -65,7 +65,8 @@ namespace {
 
 // What a report takes of one saved destination: an open episode (its ladder
 // and escalation time) or a closed one that escalated (the escalations of a
-// period). The others, most of a large state, are skipped unread.
+// period). The others, most of a large state, are decoded one at a time
+// (so that a damaged one is still an error) and dropped.
 bool reported(const json& d) {
     if (!d.is_object()) return false;
     if (d.contains("open") && d["open"].is_object()) return true;
