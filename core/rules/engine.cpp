@@ -375,17 +375,23 @@ void Engine::on_success(const Event& e, std::string_view name, bool is_mx, std::
     (void)is_mx;
     d.last_success = e.time;
     if (!d.open) return;
-    auto v = destination_verdict(d, "recovered", e.time, e.queue_id);
+    out.push_back(recovered(d, e.time, e.queue_id));
+}
+
+// d's open episode ends at `t`: the "recovered" verdict, and the episode goes
+// into its history.
+Verdict Engine::recovered(DestinationState& d, TimePoint t, std::string_view qid) {
+    auto v = destination_verdict(d, "recovered", t, qid);
     v.add("previous", std::string(to_string(d.open->ladder)));
-    v.add("duration_s", seconds_str(e.time - d.open->first_deferral));
-    out.push_back(std::move(v));
-    d.open->ended = e.time;
+    v.add("duration_s", seconds_str(t - d.open->first_deferral));
+    d.open->ended = t;
     d.open->ladder = Ladder::recovered;
     d.history.push_back(std::move(*d.open));
     d.open.reset();
     if (d.history.size() > settings_.max_episode_history)
         d.history.erase(d.history.begin(),
                         d.history.end() - static_cast<long>(settings_.max_episode_history));
+    return v;
 }
 
 // One place decides escalation: on a deferral and as event time passes.
@@ -535,6 +541,17 @@ std::vector<Verdict> Engine::advance(TimePoint now) {
             continue;
         }
         auto& [name, d] = *found;
+        // Postfix's own failures have no destination whose delivery would
+        // end them: their episode ends when none was seen for
+        // incident_quiet_after (longer than Postfix's maximal_backoff_time,
+        // so a retry gap does not end it), as a local incident does.
+        if (d.open && name == kLocalDestination &&
+            now - d.open->last_deferral >= settings_.incident_quiet_after) {
+            Verdict v = recovered(d, now, {});
+            v.add("why", "no failure of the sending Postfix for " +
+                             seconds_str(now - d.history.back().last_deferral) + " s");
+            out.push_back(std::move(v));
+        }
         if (d.open && d.open->ladder != Ladder::escalate && !d.open->local_suspect)
             maybe_escalate(d, d.is_mx ? settings_for({}, name.substr(3)) : settings_for(name, {}), now, {},
                            out);

@@ -527,6 +527,30 @@ TEST(RulesEngine, DestinationsThatCanNoLongerCountAreForgottenOnceADay) {
 // Flag-category deferrals count towards a flag only within their window: the
 // list is trimmed when one is added, so after a flag expired, an episode of
 // another class must not find the old ones and flag the destination again.
+// Failures of the sending Postfix itself climb the ladder of local:postfix,
+// which no delivery to a destination ends: its episode ends when none was
+// seen for incident_quiet_after (it stayed open, and escalated, for good).
+TEST(RulesEngine, TheSendingPostfixsOwnEpisodeEndsWhenItsFailuresStop) {
+    Feed feed;
+    for (int k = 0; k < 4; ++k)
+        feed(deferred(T0 + k * 30min, "L1", "u@far.example", "none"), Category::local);
+    ASSERT_NE(feed.engine.destination(kLocalDestination), nullptr);
+    ASSERT_TRUE(feed.engine.destination(kLocalDestination)->open);
+    // A delivery elsewhere says nothing of it; a retry gap shorter than the quiet period neither.
+    feed(delivery(T0 + 2h, "L2", "u@ok.example", DeliveryStatus::sent), Category::unknown);
+    feed.advance(T0 + 90min + 119min);
+    EXPECT_EQ(feed.count("recovered", kLocalDestination), 0);
+    feed.advance(T0 + 90min + 2h);
+    ASSERT_EQ(feed.count("recovered", kLocalDestination), 1);
+    const Verdict* v = feed.find("recovered", kLocalDestination);
+    EXPECT_EQ(v->field("why"), "no failure of the sending Postfix for 7200 s");
+    EXPECT_EQ(v->field("duration_s"), std::to_string(3 * 3600 + 30 * 60));
+    EXPECT_FALSE(feed.engine.destination(kLocalDestination)->open);
+    // The next failure opens a new episode.
+    feed(deferred(T0 + 6h, "L3", "u@far.example", "none"), Category::local);
+    EXPECT_TRUE(feed.engine.destination(kLocalDestination)->open);
+}
+
 TEST(RulesEngine, DeferralsOlderThanTheirWindowDoNotFlagAgain) {
     EngineSettings s;
     s.defaults.repeat_deferrals = 3;

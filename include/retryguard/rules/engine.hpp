@@ -188,6 +188,7 @@ class Engine {
     void on_deferral(const Event& e, Category c, std::string_view dest, bool is_mx, std::string_view domain,
                      std::string_view mx, std::vector<Verdict>& out);
     void on_success(const Event& e, std::string_view dest, bool is_mx, std::vector<Verdict>& out);
+    Verdict recovered(DestinationState& d, TimePoint t, std::string_view qid);
     void check_spread(const Event& e, Category c, std::string_view spread_key, std::vector<Verdict>& out);
     void maybe_escalate(DestinationState& d, const RuleSettings& rs, TimePoint t, std::string_view qid,
                         std::vector<Verdict>& out);
