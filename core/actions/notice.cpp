@@ -149,14 +149,19 @@ std::string render_notice(const Notice& n, const NoticeTemplate& t) {
         rcpts += fmt::format("\n    (and {} more)", n.recipients.size() - kMaxRecipientsListed);
     v["recipients"] = rcpts;
     v["reply"] = wrap_text(mail_text(n.reply), kReplyWidth, "    ", kReplyLines);
+    // A failure of this mail server itself has no remote postmaster to tell:
+    // its escalation goes to the server's own administrator.
+    const bool local = n.category == Category::local;
+    v["reply_from"] = local ? "Our own mail server reported" : "The receiving mail server answered";
+    v["side"] = local ? "of our own mail server" : "on the receiving side";
+    const char* to_whom = local ? "this mail server's administrator" : "the recipient's postmaster";
     if (n.escalated)
         v["escalation"] =
-            "The problem has lasted long enough that it is being reported to the recipient's postmaster.";
+            fmt::format("The problem has lasted long enough that it is being reported to {}.", to_whom);
     else if (n.escalation)
-        v["escalation"] = fmt::format(
-            "If it lasts until {}, the problem is reported to the recipient's postmaster, with the reply "
-            "above.",
-            human_time(*n.escalation));
+        v["escalation"] =
+            fmt::format("If it lasts until {}, the problem is reported to {}, with the reply above.",
+                        human_time(*n.escalation), to_whom);
     else
         v["escalation"] = "";
 

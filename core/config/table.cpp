@@ -522,15 +522,17 @@ const std::vector<Entry>& table() {
         RG_GLOBAL(
             "notify.template", string,
             "\"Your message {queue_id} to {destination} has not been delivered yet.\\n\\nDelayed "
-            "recipient(s):\\n{recipients}\\n\\nThe receiving mail server answered:\\n{reply}\\n\\nThis is "
-            "a problem on the receiving side ({category}). Your message stays in our queue and is retried "
+            "recipient(s):\\n{recipients}\\n\\n{reply_from}:\\n{reply}\\n\\nThis is a problem "
+            "{side} ({category}). Your message stays in our queue and is retried "
             "automatically until {expiry}; you do not need to do anything.\\n\\nPlease do not send it "
             "again: a new copy would not get through any sooner, and a resend of a message that is still "
             "queued is refused.\\n\\n{escalation}\\n\"",
             "", kNone, 1, 8000,
             "Body of a notice (line breaks allowed). Placeholders: {queue_id} {destination} {recipients} "
-            "(one per line) {reply} (quoted, wrapped) {category} {since} {expiry} {escalation} (a sentence) "
-            "{sender}.",
+            "(one per line) {reply} (quoted, wrapped) {reply_from} (who gave the reply: \"The receiving mail "
+            "server answered\", or \"Our own mail server reported\" for a local failure) {side} (\"on the "
+            "receiving side\", or \"of our own mail server\") {category} {since} {expiry} {escalation} (a "
+            "sentence) {sender}.",
             notice.body),
         RG_SETTING(
             "flush.enabled", boolean, "true", "", kNone, 0, 0,
@@ -662,8 +664,9 @@ constexpr std::array<std::string_view, 5> kActionPlaceholders = {"domain", "mx",
                                                                  "reply"};
 constexpr std::array<std::string_view, 6> kActionPlaceholdersWithContact = {"domain", "mx",    "category",
                                                                             "since",  "reply", "contact"};
-constexpr std::array<std::string_view, 9> kNoticePlaceholders = {
-    "queue_id", "destination", "recipients", "reply", "category", "since", "expiry", "escalation", "sender"};
+constexpr std::array<std::string_view, 11> kNoticePlaceholders = {
+    "queue_id", "destination", "recipients", "reply",      "reply_from", "side",
+    "category", "since",       "expiry",     "escalation", "sender"};
 constexpr std::array<std::string_view, 8> kRejectPlaceholders = {
     "recipient", "original", "on_host", "destination", "reply", "since", "next_retry", "more"};
 

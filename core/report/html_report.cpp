@@ -711,6 +711,13 @@ std::string render_html_report(const json& doc) {
         ++n;
         if (e.value("status", "open") != "open") continue;
         ++todo;
+        if (e.value("side", "remote") == "local") {
+            out += fmt::format(
+                "<li><span class=\"bad\">The sending Postfix</span> has been failing on its own side: fix it "
+                "on this host (<a href=\"#escalation-{}\">its note</a>). {}</li>",
+                n, h(str_or(e, "guidance", "")));
+            continue;
+        }
         out += fmt::format(
             "<li><span class=\"bad\">{} {}</span> is escalated: send <a href=\"#escalation-{}\">its note</a> "
             "to "
@@ -780,7 +787,10 @@ std::string render_html_report(const json& doc) {
         out += fmt::format(
             "<p>Escalated {} &middot; deferred since {} &middot; {} attempts, {} messages{}</p>\n",
             when(e.at("opened")), when(e.at("first_deferral")), num(e.at("attempts")), num(e.at("messages")),
-            open ? " &middot; contact: " + h(str_or(e, "contact", "(none configured)")) : std::string());
+            !open ? std::string()
+            : e.value("side", "remote") == "local"
+                ? std::string(" &middot; contact: this host's own administrator")
+                : " &middot; contact: " + h(str_or(e, "contact", "(none configured)")));
         out += fmt::format("<details{}><summary>Escalation note</summary><pre>{}</pre></details>\n",
                            open ? " open" : "", html_lines(e.at("note").get<std::string>()));
     }

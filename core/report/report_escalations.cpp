@@ -14,6 +14,7 @@
 #include "retryguard/ingest/ingest.hpp"
 #include "retryguard/postfix/postfix_wiring.hpp"
 #include "retryguard/reply/reply.hpp"
+#include "retryguard/rules/engine.hpp"
 #include "retryguard/text/text.hpp"
 
 namespace retryguard::report {
@@ -49,6 +50,7 @@ std::string dominant_of(const json& ep) {
 // closed at or after `from`.
 struct EngineEscalations {
     std::map<std::string, json> opened;  // engine key ("example.com", "mx:host") -> time
+    json local_open;                     // the sending Postfix's open escalated episode, or null
     std::vector<json> closed;
 };
 
@@ -60,8 +62,10 @@ EngineEscalations engine_escalations(const std::optional<json>& e, std::optional
         if (!d.is_object() || !d.contains("name") || !d["name"].is_string()) continue;
         const std::string key = d["name"].get<std::string>();
         const bool mx = d.value("is_mx", false);
-        if (d.contains("open") && d["open"].is_object() && d["open"].value("ladder", "") == "escalate")
+        if (d.contains("open") && d["open"].is_object() && d["open"].value("ladder", "") == "escalate") {
             out.opened[key] = micros_time(d["open"], "escalated_at");
+            if (!mx && key == kLocalDestination) out.local_open = d["open"];
+        }
         if (!from || !d.contains("history") || !d["history"].is_array()) continue;
         for (const auto& ep : d["history"]) {
             if (!ep.is_object() || ep.value("peak", "") != "escalate") continue;
@@ -69,6 +73,7 @@ EngineEscalations engine_escalations(const std::optional<json>& e, std::optional
             if (!ended || *ended <= 0 || from_micros(*ended) < *from || from_micros(*ended) > now) continue;
             json j{{"kind", mx ? "mx" : "domain"},
                    {"name", mx && key.starts_with("mx:") ? key.substr(3) : key},
+                   {"side", !mx && key == kLocalDestination ? "local" : "remote"},
                    {"status", "closed"},
                    {"opened", micros_time(ep, "escalated_at")},
                    {"closed", micros_time(ep, "ended")},
@@ -120,9 +125,25 @@ Result<json> escalations_with(LedgerReports& ledger, const config::Config& confi
         std::string relay = dj.at("last_relay").get<std::string>();
         // Relay "mx1.example.net[192.0.2.1]:25": the host name is what MX rules match.
         std::string relay_host = relay.substr(0, relay.find('['));
-        auto res = mx ? config.resolve("", name) : config.resolve(name, relay_host);
-        dj["contact"] = res.settings ? res.settings->contact : std::string();
-        dj["rule"] = res.reason();
+        const bool local = !mx && name == kLocalDestination;
+        dj["side"] = local ? "local" : "remote";
+        if (local && known.local_open.is_object()) {
+            // The ledger keeps no delivery history under this name: the
+            // engine's episode is the record.
+            const json& ep = known.local_open;
+            dj["first_deferral"] = micros_time(ep, "first");
+            dj["last_deferral"] = micros_time(ep, "last");
+            dj["attempts"] = int_at(ep, "attempts").value_or(0);
+            dj["messages"] = ep.contains("messages") && ep["messages"].is_array() ? ep["messages"].size() : 0;
+            if (auto c = dominant_of(ep); !c.empty()) dj["category"] = c;
+            dj["last_reply"] = ep.value("reply", "");
+            dj["last_relay"] = ep.value("relay", "");
+        }
+        // The sending Postfix's own failures: the defaults' ladder, no
+        // destination rule and no remote contact.
+        auto res = mx ? config.resolve("", name) : config.resolve(local ? "" : name, local ? "" : relay_host);
+        dj["contact"] = res.settings && !local ? res.settings->contact : std::string();
+        dj["rule"] = local ? std::string() : res.reason();
         std::string cat = dj.at("category").get<std::string>();
         if (auto c = category_from_string(cat)) {
             dj["fault"] = std::string(info(*c).fault);
@@ -155,6 +176,24 @@ std::string escalation_note(const json& raw) {
     std::string name = e.at("name").get<std::string>();
     bool mx = e.at("kind").get<std::string>() == "mx";
     std::string out;
+    if (e.value("side", "remote") == "local") {
+        // No remote postmaster can fix the sending side: the note is for this
+        // host's own administrator.
+        out += fmt::format("Subject: This mail server has failed to send mail itself since {}\n\n",
+                           str_or(e, "first_deferral"));
+        out += "To this mail server's administrator,\n\n";
+        out += "the sending Postfix has been failing on its own side (no receiving server was reached\n";
+        out += "or blamed), so nobody at a receiving side can fix it.\n";
+        out += fmt::format("First failure:   {}\n", str_or(e, "first_deferral"));
+        out += fmt::format("Last failure:    {}\n", str_or(e, "last_deferral"));
+        out += fmt::format("Attempts:        {}\n", e.at("attempts").get<std::int64_t>());
+        out += fmt::format("Messages:        {}\n", e.at("messages").get<std::int64_t>());
+        out += fmt::format("Last error:      {}\n", str_or(e, "last_reply"));
+        out +=
+            "\nLook for this error in the mail log and fix its cause on this host. The messages stay\n"
+            "queued and will be retried; do not resend them.\n";
+        return out;
+    }
     out +=
         fmt::format("Subject: Mail to {} has been deferred since {}\n\n", name, str_or(e, "first_deferral"));
     out += "Hello postmaster,\n\n";
@@ -198,8 +237,11 @@ std::string render_escalations(const json& raw, const RenderOptions& ro) {
         out += fmt::format("Deferred since {}, {} attempts, {} messages\n",
                            when_or_dash(e.at("first_deferral"), ro.now), e.at("attempts").get<std::int64_t>(),
                            e.at("messages").get<std::int64_t>());
-        out +=
-            fmt::format("Contact: {}\n", str_or(e, "contact", "(none configured: destinations[].contact)"));
+        if (e.value("side", "remote") == "local")
+            out += "Contact: this host's own administrator (the sending Postfix's own failures)\n";
+        else
+            out += fmt::format("Contact: {}\n",
+                               str_or(e, "contact", "(none configured: destinations[].contact)"));
         if (e.contains("guidance")) out += fmt::format("Guidance: {}\n", e.at("guidance").get<std::string>());
         // Rebuilt from the rendered fields: the document's note holds line breaks
         // that terminal_document showed as \x0a.

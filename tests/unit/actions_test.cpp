@@ -304,6 +304,39 @@ TEST(ActionsRender, TheNoticeQuotesTheReplySafely) {
     EXPECT_EQ(body.find('{'), std::string::npos) << "unfilled placeholder: " << body;
 }
 
+TEST(ActionsRender, ALocalFailureIsNeverPromisedToARemotePostmaster) {
+    Notice n;
+    n.queue_id = "ABD0000002";
+    n.sender = "alice@sender.example";
+    n.destination = "far.example";
+    n.recipients = {"bob@far.example"};
+    n.reply = "delivery temporarily suspended: Host or domain name not found";
+    n.time = TimePoint{std::chrono::seconds(1796112001)};
+    n.expiry = n.time + std::chrono::hours(120);
+    n.escalation = n.time + std::chrono::hours(4);
+    const NoticeTemplate t = notice_template_from(*cfg::defaults());
+    auto one_line = [&t](const Notice& notice) {  // the body is wrapped
+        std::string s = render_notice(notice, t);
+        std::replace(s.begin(), s.end(), '\n', ' ');
+        return s;
+    };
+    for (bool escalated : {false, true}) {
+        n.escalated = escalated;
+        n.category = Category::local;
+        const std::string local = one_line(n);
+        EXPECT_EQ(local.find("postmaster"), std::string::npos) << local;
+        EXPECT_NE(local.find("this mail server's administrator"), std::string::npos) << local;
+        EXPECT_NE(local.find("Our own mail server reported:"), std::string::npos) << local;
+        EXPECT_NE(local.find("This is a problem of our own mail server (local)"), std::string::npos) << local;
+        EXPECT_EQ(local.find("receiving"), std::string::npos) << local;
+        n.category = Category::receiver_system;
+        const std::string remote = one_line(n);
+        EXPECT_NE(remote.find("the recipient's postmaster"), std::string::npos) << remote;
+        EXPECT_NE(remote.find("This is a problem on the receiving side (receiver-system)"), std::string::npos)
+            << remote;
+    }
+}
+
 TEST(ActionsRender, HeaderAddressesAndWrapping) {
     EXPECT_TRUE(safe_header_address("alice@sender.example"));
     EXPECT_TRUE(safe_header_address("alice+tag@sender.example"));

@@ -307,6 +307,43 @@ TEST_F(ReportPeriod, EscalationsOpenAndClosedInThePeriodComeWithTheirNotes) {
     EXPECT_NE(page.find("is escalated: send <a href=\"#escalation-"), std::string::npos);
 }
 
+TEST_F(ReportPeriod, TheSendingPostfixsOwnEscalationIsForThisHostNotAPostmaster) {
+    // The local transport fails for two hours (local escalates after 1 h),
+    // then nothing more: the episode is open and escalated at 12:00 and
+    // closed after spread.quiet_period (2 h) at 14:00.
+    Log log;
+    for (TimePoint t = at("2026-11-15T10:00:00Z"); t <= at("2026-11-15T12:00:00Z"); t += 20min)
+        log.deferred(t, "a@far.test", "none", "4.3.0", "mail transport unavailable");
+    auto check = [&](TimePoint now, const char* status) {
+        auto doc =
+            report::escalations(*ledger_, *config_, now, report::EscalationQuery{std::chrono::hours(48), {}});
+        ASSERT_TRUE(doc.ok()) << doc.error().message;
+        const json* local = nullptr;
+        for (const auto& e : doc->at("escalations"))
+            if (e.at("name") == "local:postfix") local = &e;
+        ASSERT_NE(local, nullptr) << doc->dump();
+        EXPECT_EQ(local->at("status"), status) << local->dump();
+        EXPECT_EQ(local->at("side"), "local") << local->dump();
+        const std::string note = report::escalation_note(*local);
+        EXPECT_EQ(note.find("postmaster"), std::string::npos) << note;
+        EXPECT_NE(note.find("mail transport unavailable"), std::string::npos) << note;
+        const std::string text = report::render_escalations(*doc, report::RenderOptions{});
+        EXPECT_EQ(text.find("postmaster"), std::string::npos) << text;
+        EXPECT_EQ(text.find("destinations[].contact"), std::string::npos) << text;
+    };
+    import(log, at("2026-11-15T12:10:00Z"));
+    check(at("2026-11-15T12:10:00Z"), "open");
+    const json doc = period(at("2026-11-15T12:10:00Z"));
+    const std::string page = report::render_html_report(doc);
+    EXPECT_NE(page.find("The sending Postfix</span> has been failing on its own side"), std::string::npos);
+    EXPECT_EQ(page.find("the receiving side's postmaster"), std::string::npos);
+    // The same log imported up to 16:00 into a fresh ledger: the episode ended at 14:00.
+    TearDown();
+    SetUp();
+    import(log, at("2026-11-15T16:00:00Z"));
+    check(at("2026-11-15T16:00:00Z"), "closed");
+}
+
 TEST_F(ReportPeriod, SummaryCountsDeferralsByCategoryOncePerDeferral) {
     import(month(), kNow);
     const json doc = period(kNow);
