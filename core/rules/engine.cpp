@@ -251,7 +251,10 @@ void Engine::on_delivery(const Event& e, Category c, std::vector<Verdict>& out) 
     if (e.status == DeliveryStatus::deferred) {
         auto [it, inserted] = recipients_.try_emplace(rkey);
         RecipientState& r = it->second;
-        if (!inserted && !r.reported_too_soon && !e.queue_id.empty()) {
+        // RFC 5321's retry interval protects the destination: after a failure
+        // of the sending Postfix itself (category local) no destination was
+        // tried, so the next attempt may come at any time.
+        if (!inserted && !r.reported_too_soon && !e.queue_id.empty() && r.last_category != Category::local) {
             Duration gap = e.time - r.last_attempt;
             Duration minimum =
                 r.last_category == Category::greylisting ? rs.greylist_min_retry : rs.min_retry_interval;

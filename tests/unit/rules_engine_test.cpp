@@ -585,6 +585,15 @@ TEST(RulesEngine, ReportsRetriesSoonerThanTheMinimum) {
     feed(deferred(T0, "I3", "c@grey.example"), Category::greylisting);
     feed(deferred(T0 + 10min, "I3", "c@grey.example"), Category::greylisting);
     EXPECT_EQ(feed.count("retry_too_soon", "I3"), 1);
+
+    // After the sending Postfix's own failure no destination was tried: the
+    // next attempt is never too soon; after a remote reply it is again.
+    feed(deferred(T0, "I4", "d@far.example", "none"), Category::local);
+    feed(deferred(T0 + 5min, "I4", "d@far.example", "none"), Category::local);
+    feed(deferred(T0 + 10min, "I4", "d@far.example"), Category::receiver_system);
+    EXPECT_EQ(feed.count("retry_too_soon", "I4"), 0);
+    feed(deferred(T0 + 15min, "I4", "d@far.example"), Category::receiver_system);
+    EXPECT_EQ(feed.count("retry_too_soon", "I4"), 1);
 }
 
 TEST(RulesEngine, ReportsStalledAndHeldRecipients) {
