@@ -19,6 +19,7 @@
 #include "retryguard/ingest/ingest.hpp"
 #include "retryguard/postfix/postfix_wiring.hpp"
 #include "retryguard/reply/reply.hpp"
+#include "retryguard/rules/engine.hpp"
 #include "retryguard/text/text.hpp"
 #include "text/cbor_reader.hpp"
 
@@ -288,6 +289,54 @@ json destination_json(const DestinationInfo& d, const Flag* flag) {
     j["flag_reason"] = flag ? flag->reason : std::string();
     j["flag_expires"] = flag ? time_or_null(flag->expires_at) : json(nullptr);
     return j;
+}
+
+namespace {
+std::optional<std::int64_t> int_field(const json& j, const char* key) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+    return it->get<std::int64_t>();
+}
+}  // namespace
+
+void fill_local_destination(DestinationInfo& d, const std::optional<json>& engine) {
+    if (!engine || !engine->contains("dests") || !(*engine)["dests"].is_array()) return;
+    for (const auto& e : (*engine)["dests"]) {
+        if (!e.is_object() || e.value("is_mx", false) || !e.contains("name") ||
+            e["name"] != kLocalDestination)
+            continue;
+        auto when = [](const json& ep, const char* key) -> std::optional<TimePoint> {
+            auto v = int_field(ep, key);
+            if (!v || *v <= 0) return std::nullopt;
+            return from_micros(*v);
+        };
+        if (e.contains("open") && e["open"].is_object()) {
+            const json& ep = e["open"];
+            Episode x;
+            x.kind = DestinationKind::domain;
+            x.destination = d.name;
+            x.first_deferral = when(ep, "first").value_or(TimePoint{});
+            x.last_deferral = when(ep, "last").value_or(x.first_deferral);
+            x.attempts = int_field(ep, "attempts").value_or(0);
+            x.messages = ep.contains("messages") && ep["messages"].is_array()
+                             ? static_cast<std::int64_t>(ep["messages"].size())
+                             : 0;
+            if (auto it = ep.find("by_category"); it != ep.end() && it->is_object())
+                for (const auto& [k, v] : it->items())
+                    if (auto c = category_from_string(k);
+                        c && v.is_number_integer() && v.get<std::int64_t>() > 0)
+                        x.categories |= category_bit(*c);
+            x.last_reply = ep.value("reply", "");
+            x.last_relay = ep.value("relay", "");
+            d.last_deferral = x.last_deferral;
+            d.episode = std::move(x);
+        } else if (e.contains("history") && e["history"].is_array() && !e["history"].empty() &&
+                   e["history"].back().is_object()) {
+            d.episode.reset();
+            if (auto last = when(e["history"].back(), "last")) d.last_deferral = last;
+        }
+        return;
+    }
 }
 
 }  // namespace detail

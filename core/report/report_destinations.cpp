@@ -14,6 +14,7 @@
 #include "retryguard/ingest/ingest.hpp"
 #include "retryguard/postfix/postfix_wiring.hpp"
 #include "retryguard/reply/reply.hpp"
+#include "retryguard/rules/engine.hpp"
 #include "retryguard/text/text.hpp"
 
 namespace retryguard::report {
@@ -86,6 +87,11 @@ Result<json> destinations(LedgerReports& ledger, const DestinationQuery& query, 
     // become JSON.
     auto list = ledger.list_destinations(f);
     if (!list) return list.error();
+    // The sending Postfix's own failures: their episode is the engine's, read
+    // (once) only when the listing holds that row, before filters and order.
+    for (auto& d : *list)
+        if (d.kind == DestinationKind::domain && d.name == kLocalDestination)
+            fill_local_destination(d, saved_engine(ledger));
     auto flags = active_flags_by_key(ledger, now);
     if (!flags) return flags.error();
     std::vector<Listed> v;

@@ -50,7 +50,6 @@ std::string dominant_of(const json& ep) {
 // closed at or after `from`.
 struct EngineEscalations {
     std::map<std::string, json> opened;  // engine key ("example.com", "mx:host") -> time
-    json local_open;                     // the sending Postfix's open escalated episode, or null
     std::vector<json> closed;
 };
 
@@ -64,7 +63,6 @@ EngineEscalations engine_escalations(const std::optional<json>& e, std::optional
         const bool mx = d.value("is_mx", false);
         if (d.contains("open") && d["open"].is_object() && d["open"].value("ladder", "") == "escalate") {
             out.opened[key] = micros_time(d["open"], "escalated_at");
-            if (!mx && key == kLocalDestination) out.local_open = d["open"];
         }
         if (!from || !d.contains("history") || !d["history"].is_array()) continue;
         for (const auto& ep : d["history"]) {
@@ -127,18 +125,6 @@ Result<json> escalations_with(LedgerReports& ledger, const config::Config& confi
         std::string relay_host = relay.substr(0, relay.find('['));
         const bool local = !mx && name == kLocalDestination;
         dj["side"] = local ? "local" : "remote";
-        if (local && known.local_open.is_object()) {
-            // The ledger keeps no delivery history under this name: the
-            // engine's episode is the record.
-            const json& ep = known.local_open;
-            dj["first_deferral"] = micros_time(ep, "first");
-            dj["last_deferral"] = micros_time(ep, "last");
-            dj["attempts"] = int_at(ep, "attempts").value_or(0);
-            dj["messages"] = ep.contains("messages") && ep["messages"].is_array() ? ep["messages"].size() : 0;
-            if (auto c = dominant_of(ep); !c.empty()) dj["category"] = c;
-            dj["last_reply"] = ep.value("reply", "");
-            dj["last_relay"] = ep.value("relay", "");
-        }
         // The sending Postfix's own failures: the defaults' ladder, no
         // destination rule and no remote contact.
         auto res = mx ? config.resolve("", name) : config.resolve(local ? "" : name, local ? "" : relay_host);

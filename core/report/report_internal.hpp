@@ -35,6 +35,10 @@ std::string primary_category(CategorySet set);
 std::optional<nlohmann::json> saved_engine(LedgerReports& ledger);
 // The same from saved bytes in the CBOR form; nullopt otherwise.
 std::optional<nlohmann::json> saved_engine_reported(std::string_view saved);
+// The ledger's row of the sending Postfix's own failures (kLocalDestination):
+// the ledger keeps no deliveries under that name, so its episode comes from
+// the engine's open one (or, once that ended, only the last failure's time).
+void fill_local_destination(DestinationInfo& row, const std::optional<nlohmann::json>& engine);
 // The open local-outbound incident of a saved engine state as the status
 // document shows it ({category, started, destinations[], recovered, deferrals,
 // absorbed}), or null when none is open.

@@ -330,6 +330,22 @@ TEST_F(ReportPeriod, TheSendingPostfixsOwnEscalationIsForThisHostNotAPostmaster)
         const std::string text = report::render_escalations(*doc, report::RenderOptions{});
         EXPECT_EQ(text.find("postmaster"), std::string::npos) << text;
         EXPECT_EQ(text.find("destinations[].contact"), std::string::npos) << text;
+        // The destinations listing shows the same episode, not an empty row.
+        auto listing = report::destinations(*ledger_, report::DestinationQuery{}, now);
+        ASSERT_TRUE(listing.ok()) << listing.error().message;
+        const json* row = nullptr;
+        for (const auto& d : listing->at("destinations"))
+            if (d.at("name") == "local:postfix") row = &d;
+        ASSERT_NE(row, nullptr) << listing->dump();
+        EXPECT_EQ(row->at("last_deferral"), "2026-11-15T12:00:00Z") << row->dump();
+        if (std::string(status) == "open") {
+            EXPECT_EQ(row->at("attempts"), 7) << row->dump();
+            EXPECT_EQ(row->at("category"), "local") << row->dump();
+            EXPECT_EQ(row->at("last_reply"), "mail transport unavailable") << row->dump();
+            EXPECT_EQ(row->at("first_deferral"), "2026-11-15T10:00:00Z") << row->dump();
+        } else {
+            EXPECT_EQ(row->at("episode_open"), false) << row->dump();
+        }
     };
     import(log, at("2026-11-15T12:10:00Z"));
     check(at("2026-11-15T12:10:00Z"), "open");
