@@ -153,7 +153,10 @@ Verdict Engine::destination_verdict(const DestinationState& d, std::string name,
     v.time = t;
     v.key = d.name;
     v.name = std::move(name);
-    v.add("destination", d.is_mx ? d.name.substr(3) : d.name).add("type", d.is_mx ? "mx" : "domain");
+    v.add("destination", d.is_mx ? d.name.substr(3) : d.name)
+        .add("type", d.is_mx                       ? "mx"
+                     : d.name == kLocalDestination ? "local"
+                                                   : "domain");
     if (d.open) {
         const EpisodeState& ep = *d.open;
         v.add("category", std::string(to_string(ep.dominant())))

@@ -544,6 +544,7 @@ TEST(RulesEngine, TheSendingPostfixsOwnEpisodeEndsWhenItsFailuresStop) {
     ASSERT_EQ(feed.count("recovered", kLocalDestination), 1);
     const Verdict* v = feed.find("recovered", kLocalDestination);
     EXPECT_EQ(v->field("why"), "no failure of the sending Postfix for 7200 s");
+    EXPECT_EQ(v->field("type"), "local");
     EXPECT_EQ(v->field("duration_s"), std::to_string(3 * 3600 + 30 * 60));
     EXPECT_FALSE(feed.engine.destination(kLocalDestination)->open);
     // The next failure opens a new episode.
