@@ -780,17 +780,18 @@ std::string render_html_report(const json& doc) {
         std::string also;
         for (const auto& m : e.value("also_mx", json::array()))
             also += (also.empty() ? " (and mx " : ", ") + h(m.get<std::string>());
+        const bool local = e.value("side", "remote") == "local";
         out += fmt::format("<h3 id=\"escalation-{}\" class=\"{}\">{} {}{} &middot; {}</h3>\n", n,
-                           open ? "bad" : "", h(e.at("kind").get<std::string>()),
+                           open ? "bad" : "",
+                           local ? std::string("the sending Postfix,") : h(e.at("kind").get<std::string>()),
                            h(e.at("name").get<std::string>()), also.empty() ? also : also + ")",
                            open ? std::string("open") : "closed " + when(e.at("closed")));
-        out += fmt::format(
-            "<p>Escalated {} &middot; deferred since {} &middot; {} attempts, {} messages{}</p>\n",
-            when(e.at("opened")), when(e.at("first_deferral")), num(e.at("attempts")), num(e.at("messages")),
-            !open ? std::string()
-            : e.value("side", "remote") == "local"
-                ? std::string(" &middot; contact: this host's own administrator")
-                : " &middot; contact: " + h(str_or(e, "contact", "(none configured)")));
+        out += fmt::format("<p>Escalated {} &middot; {} since {} &middot; {} attempts, {} messages{}</p>\n",
+                           when(e.at("opened")), local ? "failing" : "deferred", when(e.at("first_deferral")),
+                           num(e.at("attempts")), num(e.at("messages")),
+                           !open   ? std::string()
+                           : local ? std::string(" &middot; contact: this host's own administrator")
+                                   : " &middot; contact: " + h(str_or(e, "contact", "(none configured)")));
         out += fmt::format("<details{}><summary>Escalation note</summary><pre>{}</pre></details>\n",
                            open ? " open" : "", html_lines(e.at("note").get<std::string>()));
     }

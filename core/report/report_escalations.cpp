@@ -61,9 +61,8 @@ EngineEscalations engine_escalations(const std::optional<json>& e, std::optional
         if (!d.is_object() || !d.contains("name") || !d["name"].is_string()) continue;
         const std::string key = d["name"].get<std::string>();
         const bool mx = d.value("is_mx", false);
-        if (d.contains("open") && d["open"].is_object() && d["open"].value("ladder", "") == "escalate") {
+        if (d.contains("open") && d["open"].is_object() && d["open"].value("ladder", "") == "escalate")
             out.opened[key] = micros_time(d["open"], "escalated_at");
-        }
         if (!from || !d.contains("history") || !d["history"].is_array()) continue;
         for (const auto& ep : d["history"]) {
             if (!ep.is_object() || ep.value("peak", "") != "escalate") continue;
@@ -216,14 +215,17 @@ std::string render_escalations(const json& raw, const RenderOptions& ro) {
                         clip(str_or(e, "last_reply"), 70)});
             continue;
         }
+        const bool local = e.value("side", "remote") == "local";
         out += colour(ro, "1;31",
-                      fmt::format("== {} {} ==", e.at("kind").get<std::string>(),
-                                  e.at("name").get<std::string>())) +
+                      local ? fmt::format("== {} (the sending Postfix itself) ==",
+                                          e.at("name").get<std::string>())
+                            : fmt::format("== {} {} ==", e.at("kind").get<std::string>(),
+                                          e.at("name").get<std::string>())) +
                "\n";
-        out += fmt::format("Deferred since {}, {} attempts, {} messages\n",
+        out += fmt::format("{} since {}, {} attempts, {} messages\n", local ? "Failing" : "Deferred",
                            when_or_dash(e.at("first_deferral"), ro.now), e.at("attempts").get<std::int64_t>(),
                            e.at("messages").get<std::int64_t>());
-        if (e.value("side", "remote") == "local")
+        if (local)
             out += "Contact: this host's own administrator (the sending Postfix's own failures)\n";
         else
             out += fmt::format("Contact: {}\n",
