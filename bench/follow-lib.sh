@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2154 # work, policyd: set by the caller
 # follow-lib.sh -- shell functions shared by the benchmarks that time the policy
-# daemon's log follower (bench/import-curve.sh --follow, bench/history-cost.sh).
+# daemon's log follower (bench/import-curve.sh --follow, bench/history-cost.sh),
+# and their plots.
 # Sourced, not run. The caller sets `work` (a scratch directory, removed by the
 # caller) and `policyd` (the daemon's binary) and kills "$dpid" on exit.
 
@@ -66,4 +67,23 @@ follow_chunk() {
   done
   awk -v t0="$t0" -v t1="$(date +%s.%N)" -v c0="$c0" -v c1="$(proc_cpu "$dpid")" \
     -v rss="$(awk '/^VmHWM:/ { print $2 }' "/proc/$dpid/status")" 'BEGIN { printf "%.2f %.2f %d\n", t1 - t0, c1 - c0, rss }'
+}
+
+# Whether a plot can be drawn into $1: gnuplot is there (else a note, and
+# false) and the file's directory exists.
+plot_ready() {
+  if ! command -v gnuplot > /dev/null; then
+    echo "gnuplot not installed (scripts/install-deps.sh --bench): no plot" >&2
+    return 1
+  fi
+  mkdir -p "$(dirname "$1")"
+}
+
+# gnuplot's opening lines for the plot file $1 ($2 pixels high): an SVG, or a
+# PNG for a name ending in .png; tab-separated data, the key below, a grid.
+gnuplot_head() {
+  local term="svg size 900,$2 dynamic font \"sans,12\" background rgb \"white\""
+  case "$1" in *.png) term="pngcairo size 900,$2 font \"sans,11\"" ;; esac
+  printf '%s\n' "set terminal $term" "set output \"$1\"" "set termoption noenhanced" \
+    'set datafile separator "\t"' "set key below horizontal" "set grid"
 }

@@ -78,22 +78,11 @@ summary() {
 # the daemon's peak memory.
 plot_svg() {
   local tsv=$1
-  if ! command -v gnuplot > /dev/null; then
-    echo "gnuplot not installed (scripts/install-deps.sh --bench): no plot" >&2
-    return 0
-  fi
-  mkdir -p "$(dirname "$svg")"
+  plot_ready "$svg" || return 0
   awk -F'\t' 'NR > 1 { x = $3 > 0 ? $3 : 300; s[x] += $5; n[x]++; r[x] = $7 / 1024 }
     END { for (x in s) printf "%s\t%.3f\t%.1f\n", x, s[x] / n[x], r[x] }' "$tsv" | sort -n > "$tsv.means"
-  local term='svg size 900,700 dynamic font "sans,12" background rgb "white"'
-  case "$svg" in *.png) term='pngcairo size 900,700 font "sans,11"' ;; esac
   gnuplot << GNUPLOT
-set terminal $term
-set output "$svg"
-set termoption noenhanced
-set datafile separator "\t"
-set key below horizontal
-set grid
+$(gnuplot_head "$svg" 700)
 set logscale x
 set xrange [200:3000000]
 set xtics ("empty" 300, "1k" 1000, "10k" 10000, "100k" 100000, "1M" 1000000)

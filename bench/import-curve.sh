@@ -93,19 +93,13 @@ summary() {
 }
 
 plot_svg() {
-  if ! command -v gnuplot > /dev/null; then
-    echo "gnuplot not installed (scripts/install-deps.sh --bench): no plot" >&2
-    return 0
-  fi
-  mkdir -p "$(dirname "$svg")"
+  plot_ready "$svg" || return 0
   what="SQLite ledger" first="chunk 1: into an empty ledger (bulk mode)"
   [ "$redis" = 1 ] && what="Redis ledger" first="chunk 1: into an empty ledger"
   [ "$follow" = 1 ] && first="chunk 1: into an empty ledger"
   # Two panels against the same chunks: cost per line against the messages in the
   # ledger, and against the destinations it tracks. Chunk 1 (bulk mode into an
   # empty ledger) is drawn apart from the steady state of the later chunks.
-  term='svg size 900,760 dynamic font "sans,12" background rgb "white"'
-  case "$svg" in *.png) term='pngcairo size 900,760 font "sans,11"' ;; esac
   # x in thousands; a short last chunk is left out (see above).
   # shellcheck disable=SC2016 # $2, $5, $7: gnuplot's columns, not the shell's
   plotcmd() { # $1: the column of x
@@ -119,12 +113,7 @@ plot_svg() {
     echo
 }
 gnuplot << EOF
-set terminal $term
-set output "$svg"
-set termoption noenhanced
-set datafile separator "\t"
-set key below horizontal
-set grid
+$(gnuplot_head "$svg" 760)
 set yrange [0:*]
 set xrange [0:*]
 full = $chunk

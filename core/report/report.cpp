@@ -291,13 +291,11 @@ json destination_json(const DestinationInfo& d, const Flag* flag) {
     return j;
 }
 
-namespace {
-std::optional<std::int64_t> int_field(const json& j, const char* key) {
+std::optional<std::int64_t> int_at(const json& j, const char* key) {
     auto it = j.find(key);
     if (it == j.end() || !it->is_number_integer()) return std::nullopt;
     return it->get<std::int64_t>();
 }
-}  // namespace
 
 void fill_local_destination(DestinationInfo& d, const std::optional<json>& engine) {
     if (!engine || !engine->contains("dests") || !(*engine)["dests"].is_array()) return;
@@ -306,7 +304,7 @@ void fill_local_destination(DestinationInfo& d, const std::optional<json>& engin
             e["name"] != kLocalDestination)
             continue;
         auto when = [](const json& ep, const char* key) -> std::optional<TimePoint> {
-            auto v = int_field(ep, key);
+            auto v = int_at(ep, key);
             if (!v || *v <= 0) return std::nullopt;
             return from_micros(*v);
         };
@@ -317,7 +315,7 @@ void fill_local_destination(DestinationInfo& d, const std::optional<json>& engin
             x.destination = d.name;
             x.first_deferral = when(ep, "first").value_or(TimePoint{});
             x.last_deferral = when(ep, "last").value_or(x.first_deferral);
-            x.attempts = int_field(ep, "attempts").value_or(0);
+            x.attempts = int_at(ep, "attempts").value_or(0);
             x.messages = ep.contains("messages") && ep["messages"].is_array()
                              ? static_cast<std::int64_t>(ep["messages"].size())
                              : 0;

@@ -79,6 +79,11 @@ bool listed_before(const Listed& a, const Listed& b, DestinationSort sort) {
 }  // namespace detail
 
 Result<json> destinations(LedgerReports& ledger, const DestinationQuery& query, TimePoint now) {
+    return detail::destinations_with(ledger, query, now, nullptr);
+}
+
+Result<json> detail::destinations_with(LedgerReports& ledger, const DestinationQuery& query, TimePoint now,
+                                       const std::optional<json>* engine) {
     DestinationFilter f;
     f.kind = query.kind;
     if (query.state && *query.state != "none") f.state = query.state;
@@ -88,10 +93,15 @@ Result<json> destinations(LedgerReports& ledger, const DestinationQuery& query, 
     auto list = ledger.list_destinations(f);
     if (!list) return list.error();
     // The sending Postfix's own failures: their episode is the engine's, read
-    // (once) only when the listing holds that row, before filters and order.
-    for (auto& d : *list)
-        if (d.kind == DestinationKind::domain && d.name == kLocalDestination)
+    // only when the listing holds that row (unless the caller has it), before
+    // filters and order.
+    for (auto& d : *list) {
+        if (d.kind != DestinationKind::domain || d.name != kLocalDestination) continue;
+        if (engine)
+            fill_local_destination(d, *engine);
+        else
             fill_local_destination(d, saved_engine(ledger));
+    }
     auto flags = active_flags_by_key(ledger, now);
     if (!flags) return flags.error();
     std::vector<Listed> v;

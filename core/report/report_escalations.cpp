@@ -24,12 +24,6 @@ using namespace detail;
 
 namespace {
 
-std::optional<std::int64_t> int_at(const json& j, const char* key) {
-    auto it = j.find(key);
-    if (it == j.end() || !it->is_number_integer()) return std::nullopt;
-    return it->get<std::int64_t>();
-}
-
 json micros_time(const json& j, const char* key) {
     auto v = int_at(j, key);
     return v && *v > 0 ? json(format_rfc3339(from_micros(*v))) : json(nullptr);
@@ -104,7 +98,7 @@ Result<json> escalations_with(LedgerReports& ledger, const config::Config& confi
                               const EscalationQuery& query, const std::optional<json>& engine) {
     DestinationQuery q;
     q.state = "escalate";
-    auto d = destinations(ledger, q, now);
+    auto d = destinations_with(ledger, q, now, &engine);
     if (!d) return d.error();
     std::optional<TimePoint> from;
     if (query.since) from = now - *query.since;

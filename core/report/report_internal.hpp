@@ -24,6 +24,8 @@ namespace retryguard::report::detail {
 
 nlohmann::json time_or_null(const std::optional<TimePoint>& t);
 std::optional<TimePoint> json_time(const nlohmann::json& j);
+// The integer at `key`, or nullopt when it is missing or not an integer.
+std::optional<std::int64_t> int_at(const nlohmann::json& j, const char* key);
 // The string at `key`, or `fallback` when it is missing, not a string or empty.
 std::string str_or(const nlohmann::json& j, std::string_view key, std::string_view fallback = "-");
 // 23481 -> "23,481"
@@ -90,6 +92,10 @@ struct DestinationEpisodes {
 // Every destination of the ledger that had an episode in [from, to].
 Result<std::vector<DestinationEpisodes>> read_period(LedgerReports& ledger, TimePoint from, TimePoint to);
 
+// destinations() with the engine's saved state the caller already read (null:
+// read it when the listing needs it).
+Result<nlohmann::json> destinations_with(LedgerReports& ledger, const DestinationQuery& query, TimePoint now,
+                                         const std::optional<nlohmann::json>* engine);
 // report::escalations with the engine's saved state already read
 // (saved_engine), for a report that needs it for more than that.
 Result<nlohmann::json> escalations_with(LedgerReports& ledger, const config::Config& config, TimePoint now,
