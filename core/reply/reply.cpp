@@ -440,7 +440,16 @@ Reply parse_reason_impl(std::string_view s, int depth) {
     }
 
     // "host H[A] said: REPLY (in reply to X command)" and
-    // "host H[A] refused to talk to me: REPLY" (greeting).
+    // "host H[A] refused to talk to me: REPLY" (greeting). Postfix writes
+    // nothing before it; bytes that are no words (control bytes, an escape
+    // sequence: a damaged or forged line) are passed over, so that the remote
+    // reply still decides and its words are not read as Postfix's own.
+    if (std::size_t h = find_ci(s, "host "); h != 0 && h != std::string_view::npos && h <= 32) {
+        auto letter = [](char c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; };
+        bool words = false;
+        for (std::size_t i = 1; i < h && !words; ++i) words = letter(s[i]) && letter(s[i - 1]);
+        if (!words) s = s.substr(h);
+    }
     if (text::istarts_with(s, "host ")) {
         std::string_view rest = s.substr(5);
         std::size_t said = rest.find(" said: ");

@@ -111,6 +111,22 @@ TEST(ReplyPostfix, RemoteReplyWithStageAndHost) {
     EXPECT_EQ(r.text, "<u@example.net>: Recipient address rejected: Server configuration error");
 }
 
+TEST(ReplyPostfix, BytesBeforeTheHostWrapperDoNotMakeTheReplyPostfixsOwn) {
+    // A damaged or forged line: control bytes and an escape sequence before
+    // Postfix's "host H said:". The remote reply decides, not its words.
+    const std::string reason =
+        "\x1b[31m\xff\xfe\r\x07 host mx.example.net[192.0.2.7] said: 451 4.3.5 <u@example.net>: Recipient "
+        "address rejected: Server configuration problem (in reply to RCPT TO command)";
+    Reply r = parse_postfix_reason(reason, "4.3.5");
+    EXPECT_EQ(r.code, 451);
+    EXPECT_EQ(r.local, LocalFailure::none);
+    EXPECT_EQ(r.stage, SmtpStage::rcpt_to);
+    EXPECT_EQ(r.remote_host, "mx.example.net");
+    // Words before it are Postfix's own text, as before.
+    EXPECT_NE(parse_postfix_reason("connect to host mx.example.net[192.0.2.7]:25: Connection refused").local,
+              LocalFailure::none);
+}
+
 TEST(ReplyPostfix, JoinedMultiLineReplyAsPostfixLogsIt) {
     Reply r = parse_postfix_reason(
         "host gmail-smtp-in.l.google.com[2a00:1450:400c:c0b::1b] said: 550-5.1.1 The email account that you "
