@@ -515,6 +515,7 @@ void SqliteLedger::apply_pickup(const Op& op) {
     old.state = "requeued";
     old.next_queue_id = op.queue_id;
     if (!old.finished) old.finished = op.time;
+    bool deferred = false;
     for (std::size_t i : recipients_of(op.other_id)) {
         if (rcpts_[i].state != "pending") continue;
         const std::string address = rcpts_[i].address;      // recipient_row may grow rcpts_
@@ -523,9 +524,16 @@ void SqliteLedger::apply_pickup(const Op& op) {
         copy.id = 0;
         copy.queue_id = op.queue_id;
         copy.dirty = true;
+        deferred = deferred || copy.first_deferral.has_value();
         rcpt_index_[recipient_key(copy.queue_id, copy.address)] = rcpts_.size();
         rcpts_.push_back(std::move(copy));
     }
+    // A successor that carries deferred recipients is a copy the queue is
+    // retrying from its first line on, before its next attempt is logged
+    // (the lookups by fingerprint read only queued states: a resend in
+    // between must still meet it).
+    MessageRow& successor = msgs_[msg_index_.at(op.queue_id)];
+    if (deferred && successor.state == "incoming" && !successor.finished) successor.state = "deferred";
 }
 
 void SqliteLedger::apply_delivery(const Op& op) {

@@ -477,6 +477,32 @@ e2e_wait_log() {
     done
 }
 
+# e2e_wait_ingested INSTANCE ERE [SECONDS] [OFFSET]: waits for the first line
+# matching ERE in INSTANCE's log (from OFFSET on), then until the log follower
+# of the policy daemon started by e2e_start_policyd has committed the log past
+# it (its position, as `retryguard status --json` reads it from the ledger, is
+# stored in the same transaction as the line's effects): from then on the ledger
+# answers for that line. A sleep would guess how far behind the follower is.
+e2e_wait_ingested() {
+    local inst=$1 re=$2 secs=${3:-30} off=${4:-0} hit line end pos deadline
+    e2e_wait_log "$inst" "$re" "$secs" 1 "$off"
+    hit=$(e2e_log_since "$inst" "$off" | LC_ALL=C grep -bE -m1 -- "$re")
+    line=${hit#*:}
+    end=$(LC_ALL=C; echo $((off + ${hit%%:*} + ${#line} + 1)))
+    deadline=$((SECONDS + secs))
+    while :; do
+        pos=$("$RETRYGUARD_CLI" status --json -c "$E2E_DIR/retryguard.yaml" 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print(max([f.get("offset") or 0 for f in d.get("followers", []) if f.get("source") == "file:" + sys.argv[1]] or [0]))
+' "$(e2e_logfile "$inst")" 2>/dev/null) || pos=0
+        [ "${pos:-0}" -ge "$end" ] && return 0
+        [ $SECONDS -lt "$deadline" ] ||
+            e2e_fail "timed out after ${secs}s waiting for the follower to pass byte $end of the $inst log (at ${pos:-?}): /$re/"
+        sleep 0.2
+    done
+}
+
 # e2e_qid_for_mid INSTANCE MESSAGE-ID [OFFSET]: the queue id cleanup logged for it
 # (the last one from OFFSET on), waiting up to 20 s.
 e2e_qid_for_mid() {

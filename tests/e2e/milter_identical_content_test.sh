@@ -87,8 +87,7 @@ off=$(e2e_log_size sender)
 message "$E2E_DIR/ok1" "ok-1-$$@client.e2e.test" "$FROM" dave@ok.e2e.test "Lunch" "Lunch at noon?"
 e2e_submit_smtp "$E2E_DIR/ok1" "$FROM" dave@ok.e2e.test || e2e_fail "first lunch mail refused"
 qo=$(e2e_qid_for_mid sender "ok-1-$$@client.e2e.test" "$off")
-e2e_wait_log sender "$qo: to=<dave@ok.e2e.test>,.* status=sent" 30
-sleep 1
+e2e_wait_ingested sender "$qo: to=<dave@ok.e2e.test>,.* status=sent" 30
 off=$(e2e_log_size sender)
 message "$E2E_DIR/ok2" "ok-2-$$@client.e2e.test" "$FROM" dave@ok.e2e.test "Lunch" "Lunch at noon?"
 e2e_submit_smtp "$E2E_DIR/ok2" "$FROM" dave@ok.e2e.test || e2e_fail "identical content after delivery refused"

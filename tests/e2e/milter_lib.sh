@@ -20,6 +20,9 @@ milter_e2e_begin() {
     id nobody >/dev/null 2>&1 || e2e_skip "no user nobody"
     mkdir -p "$E2E_DIR/milter" "$E2E_DIR/ledger"
     chmod 755 "$E2E_DIR/milter"
+    # the milter runs as nobody and removes its socket on the way out, as the
+    # package's does in its own runtime directory
+    chown nobody:nogroup "$E2E_DIR/milter"
     chown nobody:nogroup "$E2E_DIR/ledger"
     MILTER_SOCK=$E2E_DIR/milter/milter.sock
     LEDGER=sqlite:$E2E_DIR/ledger/ledger.db
@@ -69,11 +72,10 @@ last_verdict_since() {
     e2e_log_since "$inst" "$1" | grep -E "retryguard/milter\[[0-9]+\]: [0-9A-Za-z]+: verdict=" | tail -1
 }
 
-# Waits until QID's deferral has been logged and the log follower has had
-# time to carry it into the ledger (it commits within batch_max_delay).
+# Waits until QID's deferral has been logged and the log follower has
+# carried it into the ledger.
 wait_deferred() {  # QID RCPT [INSTANCE]
-    e2e_wait_log "${3:-sender}" "$1: to=<$2>,.* status=deferred" 30
-    sleep 1
+    e2e_wait_ingested "${3:-sender}" "$1: to=<$2>,.* status=deferred" 30
 }
 
 assert_field() {  # LINE KEY VALUE

@@ -20,10 +20,9 @@ postsuper -c "$(e2e_etc sender)" -r "$q1"
 postkick -c "$(e2e_etc sender)" public pickup W
 e2e_wait_log sender "postfix/pickup\[[0-9]+\]: [0-9A-Za-z]+: uid=[0-9]+ from=<$FROM> orig_id=$q1" 20 1 "$off"
 q2=$(e2e_log_since sender "$off" | sed -n "s/.*postfix\/pickup\[[0-9]*\]: \([0-9A-Za-z]*\): .*orig_id=$q1.*/\1/p" | tail -1)
-e2e_wait_log sender "$q2: to=<bob@defer.e2e.test>,.* status=deferred" 30 1 "$off"
+e2e_wait_ingested sender "$q2: to=<bob@defer.e2e.test>,.* status=deferred" 30 "$off"
 e2e_assert_no_log sender "retryguard/milter\[[0-9]+\]: $q2: verdict=" 0 "the milter saw the requeued message $q2"
 e2e_assert_no_log sender "$q2: milter-" 0 "a milter acted on the requeued message $q2"
-sleep 1
 
 e2e_log "resend after the requeue: the pending copy is now $q2"
 off=$(e2e_log_size sender)
@@ -36,8 +35,7 @@ e2e_log "the receiver recovers; the queued copy is delivered"
 e2e_receiver_accept
 postqueue -c "$(e2e_etc sender)" -f
 e2e_wait_log sender "$q2: to=<bob@defer.e2e.test>,.* status=sent" 30
-e2e_wait_log sender "$q2: removed" 10
-sleep 1
+e2e_wait_ingested sender "$q2: removed" 10
 
 e2e_log "a new send of the same message is accepted and delivered"
 off=$(e2e_log_size sender)

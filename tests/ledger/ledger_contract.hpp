@@ -740,8 +740,24 @@ TEST_P(LedgerContract, RequeueChainIsFollowedToTheNewQueueId) {
     EXPECT_EQ((*r)[0].message_state, MessageState::hold);
 
     ingest(*l, {queue_op("OLD1", 160, "released from hold"), queue_op("OLD1", 170, "requeued"),
-                pickup("NEW1", 190, "s@x.test", "OLD1"), message_id("NEW1", 190, "<rq@client>"),
-                queue_active("NEW1", 190, "s@x.test", 583), deferred("NEW1", 191, "q@fake.test")});
+                pickup("NEW1", 190, "s@x.test", "OLD1")});
+    // pickup's line and the new copy's next attempt can reach the ledger in
+    // different batches: in between, the new queue id is the pending copy
+    for (bool by_fp : {false, true}) {
+        PendingCopyQuery qq;
+        if (by_fp)
+            qq.fingerprint = "fp-rq";
+        else
+            qq.message_id = "<rq@client>";
+        qq.recipients = {"q@fake.test"};
+        r = l->find_pending_copies(qq);
+        ASSERT_TRUE(r.ok());
+        ASSERT_EQ(r->size(), 1u) << (by_fp ? "by fingerprint" : "by Message-ID");
+        EXPECT_EQ((*r)[0].queue_id, "NEW1");
+        EXPECT_EQ((*r)[0].first_deferral, at(101));
+    }
+    ingest(*l, {message_id("NEW1", 190, "<rq@client>"), queue_active("NEW1", 190, "s@x.test", 583),
+                deferred("NEW1", 191, "q@fake.test")});
     m = l->get_message("OLD1");
     ASSERT_TRUE(m.ok() && m->has_value());
     EXPECT_EQ((*m)->state, MessageState::requeued);

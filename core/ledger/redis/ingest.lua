@@ -359,13 +359,21 @@ local ok, result = pcall(function()
     mput(o, 'state', 'requeued')
     mput(o, 'next_queue_id', ev[4])
     if blank(fin) then finish(o, ev[3]) end
+    local deferred = false
     for _, a in ipairs(rall(o)) do
       local r = rget(o, a)
       if r.state == 'pending' and not rget(q, a) then
         local c = copy(r)
         c.queue_id = ev[4]
         rput(q, c)
+        if not blank(c.first_deferral) then deferred = true end
       end
+    end
+    -- a successor that carries deferred recipients is a copy the queue is
+    -- retrying from its first line on, before its next attempt is logged
+    if deferred and mget(q, 'state') == 'incoming' and blank(mget(q, 'finished')) then
+      mput(q, 'state', 'deferred')
+      fp_queued(q)
     end
   end
 
