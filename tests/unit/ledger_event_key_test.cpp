@@ -12,6 +12,7 @@
 #include "ledger/event_key_upgrade.hpp"
 #include "ledger/ledger_events.hpp"
 #include "retryguard/ledger/ledger.hpp"
+#include "unit/follow_util.hpp"
 
 namespace retryguard::ledger_test {
 namespace {
@@ -97,14 +98,6 @@ TEST(LedgerEventKey, EventsUpToTheHorizonKeepTheirUnkeyedKey) {
     EXPECT_NE(event_key(before, keyer), fnv_event_key(before));
 }
 
-std::string temp_db(const std::string& tag) {
-    auto dir = std::filesystem::temp_directory_path() / ("retryguard-key-" + std::to_string(getpid()));
-    std::filesystem::create_directories(dir);
-    auto path = dir / (tag + ".db");
-    std::filesystem::remove(path);
-    return path.string();
-}
-
 void sql(const std::string& path, const std::string& text) {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
@@ -139,7 +132,8 @@ std::set<std::pair<std::int64_t, std::uint64_t>> seen_batch_keys(const std::stri
 // secret. The first opening with the secret sets the horizon at the newest
 // seen event; a re-import of the old lines adds nothing, new lines are keyed.
 TEST(LedgerEventKey, SqliteLedgerFromBeforeTheSecretKeepsItsReplaysSeen) {
-    const auto path = temp_db("upgrade");
+    const test::TempDir dir;
+    const auto path = dir / "upgrade.db";
     const std::vector<IngestItem> old = {client("Q1", 100), queue_active("Q1", 101, "a@src.test"),
                                          deferred("Q1", 102, "u@dest.test")};
     {
@@ -175,7 +169,8 @@ TEST(LedgerEventKey, SqliteLedgerFromBeforeTheSecretKeepsItsReplaysSeen) {
 }
 
 TEST(LedgerEventKey, AnUnreadableSecretRefusesToOpen) {
-    const auto path = temp_db("unreadable");
+    const test::TempDir dir;
+    const auto path = dir / "unreadable.db";
     ASSERT_TRUE(open_ledger("sqlite:" + path).ok());
     sql(path, "UPDATE ledger_meta SET value = 'garbage' WHERE name = 'event_keyer';");
     auto l = open_ledger("sqlite:" + path);
