@@ -200,7 +200,8 @@ void add_check_config_command(CLI::App& app) {
         "file", opts->file,
         "Config file (default /etc/retryguard/retryguard.yaml, or conf/retryguard.yaml in a source tree)");
     cmd->add_option("-o", opts->overrides,
-                    "KEY=VALUE: check the file with this key set as a daemon's -o would set it (repeatable)");
+                    "KEY=VALUE: check the file with this key set as a daemon's -o would set it (repeatable)")
+        ->allow_extra_args(false);  // one KEY=VALUE per -o: the words after it are arguments
     cmd->add_option("--explain", opts->explain, "Show which destination rule applies to DOMAIN and why");
     cmd->add_option("--mx", opts->mx, "Relay (MX) host of the domain, for MX-group rules");
     cmd->add_flag("--json", opts->json, "Print one JSON object");

@@ -2,6 +2,7 @@
 // and the rules engine through the same path as the live follower (Ingestor),
 // printing the verdicts the history produces. Glue only.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -320,7 +321,31 @@ std::optional<int> bulk_load(Runtime& rt, const ImportOptions& opt) {
     return out.import_rc;
 }
 
-int run_import(const ImportOptions& opt) {
+// The files oldest first (chronological_order: `mail.log*` names the newest
+// first), said on standard error when that is not the order given. With
+// standard input among them, as given.
+ImportOptions oldest_first(ImportOptions opt) {
+    if (opt.files.size() < 2 || std::ranges::count(opt.files, std::string("-")) > 0) return opt;
+    LogParserOptions po;
+    po.year = opt.year;
+    po.local_time = !opt.utc;
+    std::vector<std::optional<TimePoint>> starts;
+    for (const auto& f : opt.files) {
+        auto t = first_log_time(f, po);  // unreadable: the import says why when it gets there
+        starts.push_back(t ? *t : std::nullopt);
+    }
+    const std::vector<std::size_t> order = chronological_order(starts);
+    if (std::ranges::is_sorted(order)) return opt;
+    std::vector<std::string> files;
+    for (std::size_t i : order) files.push_back(opt.files[i]);
+    fmt::print(stderr, "retryguard import: reading the files oldest first (by their first time stamp): {}\n",
+               fmt::join(files, ", "));
+    opt.files = std::move(files);
+    return opt;
+}
+
+int run_import(const ImportOptions& given) {
+    const ImportOptions opt = oldest_first(given);
     RuntimeOptions ro;
     ro.config_path = opt.config;
     ro.overrides = opt.overrides;
@@ -345,7 +370,8 @@ void add_import_command(CLI::App& app) {
     cmd->add_option("-c,--config", opt->config,
                     "Configuration file (default /etc/retryguard/retryguard.yaml)");
     cmd->add_option("-o", opt->overrides,
-                    "KEY=VALUE: set a configuration key (repeatable), e.g. -o ledger.sqlite.path=/tmp/l.db");
+                    "KEY=VALUE: set a configuration key (repeatable), e.g. -o ledger.sqlite.path=/tmp/l.db")
+        ->allow_extra_args(false);  // one KEY=VALUE per -o: the words after it are arguments
     cmd->add_option("--year", opt->year, "Year of the first line for time stamps without one");
     cmd->add_flag("--utc", opt->utc, "Time stamps without a zone are UTC (default: local time)");
     cmd->add_flag("-q,--quiet", opt->quiet, "Do not print the verdicts");

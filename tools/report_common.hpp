@@ -30,7 +30,8 @@ struct ReportCommon {
 inline void add_report_options(CLI::App* cmd, ReportCommon& c) {
     cmd->add_option("-c,--config", c.config, "Configuration file (default /etc/retryguard/retryguard.yaml)");
     cmd->add_option("-o", c.overrides,
-                    "KEY=VALUE: set a configuration key (repeatable), e.g. -o ledger.sqlite.path=/tmp/l.db");
+                    "KEY=VALUE: set a configuration key (repeatable), e.g. -o ledger.sqlite.path=/tmp/l.db")
+        ->allow_extra_args(false);  // one KEY=VALUE per -o: the words after it are arguments
     cmd->add_flag("--json", c.json, "Print JSON (stable keys, see docs/cli.md)");
     cmd->add_flag("--no-color", c.no_colour, "No colours even on a terminal");
     cmd->add_option("--now", c.now, "")->group("");  // hidden

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -134,6 +135,37 @@ LogFileRead read_log_file(const std::string& path, LogParserOptions options, con
     }
     read.stats = parser.stats();
     return read;
+}
+
+Result<std::optional<TimePoint>> first_log_time(const std::string& path, LogParserOptions options,
+                                                std::size_t max_lines) {
+    auto reader = LogFileReader::open(path);
+    if (!reader) return reader.error();
+    options.reference_time = reader->modified();
+    options.parse_replies = false;  // only the time stamp is wanted
+    LogParser parser(options);
+    Event ev;
+    std::string_view line;
+    for (std::size_t n = 0; n < max_lines; ++n) {
+        auto more = reader->next(line);
+        if (!more) return more.error();
+        if (!*more) break;
+        ev = Event{};
+        parser.parse(line, ev);
+        if (ev.time != TimePoint{}) return std::optional<TimePoint>(ev.time);
+    }
+    return std::optional<TimePoint>();
+}
+
+std::vector<std::size_t> chronological_order(const std::vector<std::optional<TimePoint>>& starts) {
+    std::vector<std::size_t> order(starts.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    // stable: equal starts, and files without a time stamp (last), keep the given order
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        if (!starts[a] || !starts[b]) return starts[a].has_value() && !starts[b].has_value();
+        return *starts[a] < *starts[b];
+    });
+    return order;
 }
 
 }  // namespace retryguard

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,49 @@ TEST_F(LogReader, ReadLogFileSaysWhyAFileCouldNotBeOpenedOrReadToItsEnd) {
     EXPECT_FALSE(cut.status.ok());
     EXPECT_GT(calls, 0);  // the lines before the damage were handed over
     EXPECT_EQ(cut.stats.lines, static_cast<std::uint64_t>(calls));
+}
+
+// `retryguard import /var/log/mail.log*`: the shell names the newest file
+// first. The files' first time stamps, years inferred from each file's
+// modification time as the import does, put them oldest first, across New Year;
+// files without a time stamp go last in the order given.
+TEST_F(LogReader, RotatedFilesAreOrderedOldestFirstAcrossNewYear) {
+    using namespace std::chrono;
+    const std::string tail = " mx postfix/qmgr[7]: 4BCD12345: removed\n";
+    auto at = [](int y, unsigned m, unsigned d) {
+        return fs::file_time_type::clock::from_sys(
+            sys_seconds{sys_days{year{y} / month{m} / day{d}} + hours{12}});
+    };
+    fs::path current = write("mail.log", "Jan  2 10:00:00" + tail);
+    fs::path one = write("mail.log.1", "not a syslog line\nDec 30 10:00:00" + tail);
+    fs::path ten = write_gz("mail.log.10.gz", "Dec 20 10:00:00" + tail);
+    fs::path empty = write("empty.log", "");
+    fs::path notes = write("notes.txt", "no time stamp here\n");
+    fs::last_write_time(current, at(2027, 1, 2));
+    fs::last_write_time(one, at(2026, 12, 31));
+    fs::last_write_time(ten, at(2026, 12, 21));
+
+    LogParserOptions po;
+    po.local_time = false;
+    const std::vector<fs::path> given = {current, notes, ten, empty, one};
+    std::vector<std::optional<TimePoint>> starts;
+    for (const auto& p : given) {
+        auto t = first_log_time(p.string(), po);
+        ASSERT_TRUE(t.ok()) << p;
+        starts.push_back(*t);
+    }
+    ASSERT_TRUE(starts[0] && starts[2] && starts[4]);
+    EXPECT_FALSE(starts[1]);
+    EXPECT_FALSE(starts[3]);
+    EXPECT_EQ(*starts[0], TimePoint{sys_days{year{2027} / January / 2} + hours{10}});
+    EXPECT_EQ(*starts[4],
+              TimePoint{sys_days{year{2026} / December / 30} + hours{10}});  // after its first line
+
+    std::vector<fs::path> ordered;
+    for (std::size_t i : chronological_order(starts)) ordered.push_back(given[i]);
+    EXPECT_EQ(ordered, (std::vector<fs::path>{ten, one, current, notes, empty}));
+
+    EXPECT_FALSE(first_log_time((dir_ / "none").string(), po).ok());
 }
 
 }  // namespace

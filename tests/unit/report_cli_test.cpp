@@ -382,6 +382,38 @@ TEST_F(ReportCli, HtmlReportIsSelfContainedWithTimelines) {
     EXPECT_EQ(run("report"), 2);  // --html is required
 }
 
+// `retryguard import -o KEY=VALUE /var/log/mail.log*`: the words after -o are
+// files (not more values of -o), and the shell's newest-first order is read
+// oldest first, so the ledger is the one a single file gives.
+TEST_F(ReportCli, ImportReadsRotatedFilesOldestFirst) {
+    const std::string whole = slurp(kFixtures + "/postfix-3.7/full-run.sender.log");
+    std::size_t half = whole.find('\n', whole.size() / 2) + 1;
+    std::ofstream(dir_ / "mail.log.1", std::ios::binary) << whole.substr(0, half);
+    std::ofstream(dir_ / "mail.log", std::ios::binary) << whole.substr(half);
+    auto import = [&](const std::string& db, const std::string& files) {
+        return run_raw("import -q --year 2026 -c '" + kConfig +
+                       "' -o ledger.sqlite.path=" + (dir_ / db).string() + " " + files);
+    };
+    auto destinations = [&](const std::string& db) {
+        const int rc = run_raw("destinations --json -c '" + kConfig +
+                               "' -o ledger.sqlite.path=" + (dir_ / db).string() + " --now " + kNow);
+        EXPECT_TRUE(rc == 0 || rc == 1) << rc << err_;  // 1: an escalated destination
+        return out_;
+    };
+    ASSERT_EQ(import("whole.db", "'" + kFixtures + "/postfix-3.7/full-run.sender.log'"), 0) << err_;
+    ASSERT_EQ(import("rotated.db",
+                     "'" + (dir_ / "mail.log").string() + "' '" + (dir_ / "mail.log.1").string() + "'"),
+              0)
+        << err_;
+    EXPECT_NE(err_.find("reading the files oldest first (by their first time stamp): " +
+                        (dir_ / "mail.log.1").string() + ", " + (dir_ / "mail.log").string()),
+              std::string::npos)
+        << err_;
+    const std::string expected = destinations("whole.db");
+    EXPECT_GT(expected.size(), 100u);
+    EXPECT_EQ(destinations("rotated.db"), expected);
+}
+
 TEST_F(ReportCli, UsageAndConfigErrorsExitTwo) {
     EXPECT_EQ(run_raw("status -o " + ledger() + " --now yesterday"), 2);
     EXPECT_EQ(run_raw("status -c /nonexistent/retryguard.yaml -o " + ledger()), 2);

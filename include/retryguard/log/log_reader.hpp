@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "retryguard/log/log_parser.hpp"
 #include "retryguard/result.hpp"
@@ -59,5 +61,19 @@ using LogLineHandler = std::function<void(std::string_view line, LogParser& pars
 // per file), and hands each line and that parser to on_line, in order, until
 // the end or a read error. The handler parses (or not) as it needs.
 LogFileRead read_log_file(const std::string& path, LogParserOptions options, const LogLineHandler& on_line);
+
+// The time of the first of the file's first `max_lines` lines that carries one,
+// with the year inference read_log_file() applies to it (the file's
+// modification time, or options.year); nullopt when none does. An Error when
+// the file cannot be opened or read. Not for standard input (it would consume it).
+Result<std::optional<TimePoint>> first_log_time(const std::string& path, LogParserOptions options,
+                                                std::size_t max_lines = 1000);
+
+// The order to read log files in, given each one's first_log_time(): oldest
+// first; equal times keep the given order, and files without a time stamp come
+// last in the given order. `retryguard import /var/log/mail.log*` names the
+// newest file first (and mail.log.10.gz before mail.log.2.gz): replaying a log
+// out of order would end episodes before they begin.
+std::vector<std::size_t> chronological_order(const std::vector<std::optional<TimePoint>>& starts);
 
 }  // namespace retryguard
