@@ -741,16 +741,20 @@ TEST_P(LedgerContract, RequeueChainIsFollowedToTheNewQueueId) {
 
     ingest(*l, {queue_op("OLD1", 160, "released from hold"), queue_op("OLD1", 170, "requeued"),
                 pickup("NEW1", 190, "s@x.test", "OLD1")});
-    // pickup's line and the new copy's next attempt can reach the ledger in
-    // different batches: in between, the new queue id is the pending copy
-    for (bool by_fp : {false, true}) {
+    // The copies of q@fake.test by fingerprint or by Message-ID.
+    auto copies = [&](bool by_fp) {
         PendingCopyQuery qq;
         if (by_fp)
             qq.fingerprint = "fp-rq";
         else
             qq.message_id = "<rq@client>";
         qq.recipients = {"q@fake.test"};
-        r = l->find_pending_copies(qq);
+        return l->find_pending_copies(qq);
+    };
+    // pickup's line and the new copy's next attempt can reach the ledger in
+    // different batches: in between, the new queue id is the pending copy
+    for (bool by_fp : {false, true}) {
+        r = copies(by_fp);
         ASSERT_TRUE(r.ok());
         ASSERT_EQ(r->size(), 1u) << (by_fp ? "by fingerprint" : "by Message-ID");
         EXPECT_EQ((*r)[0].queue_id, "NEW1");
@@ -770,13 +774,7 @@ TEST_P(LedgerContract, RequeueChainIsFollowedToTheNewQueueId) {
     EXPECT_EQ((*n)->arrival, at(100));
 
     for (bool by_fp : {true, false}) {
-        PendingCopyQuery qq;
-        if (by_fp)
-            qq.fingerprint = "fp-rq";
-        else
-            qq.message_id = "<rq@client>";
-        qq.recipients = {"q@fake.test"};
-        r = l->find_pending_copies(qq);
+        r = copies(by_fp);
         ASSERT_TRUE(r.ok());
         ASSERT_EQ(r->size(), 1u);
         EXPECT_EQ((*r)[0].queue_id, "NEW1");
