@@ -33,6 +33,7 @@ struct ImportOptions {
     std::vector<std::string> overrides;  // -o key=value
     std::vector<std::string> files;
     std::optional<int> year;
+    std::vector<std::optional<int>> file_years;  // per file: the year of its first line (oldest_first)
     bool utc = false;
     bool quiet = false;
     bool to_log = false;
@@ -186,7 +187,7 @@ int import_into(Runtime* rt, const ImportOptions& opt) {
         for (std::size_t f = 0; f < opt.files.size(); ++f) {
             const std::string& path = opt.files[f];
             LogParserOptions po;
-            po.year = opt.year;
+            po.year = f < opt.file_years.size() ? opt.file_years[f] : opt.year;
             po.local_time = !opt.utc;
             std::uint64_t line_no = 0, first_line = 1;
             auto poison = [&](std::string_view, std::uint64_t where, std::string_view why) {
@@ -321,25 +322,23 @@ std::optional<int> bulk_load(Runtime& rt, const ImportOptions& opt) {
     return out.import_rc;
 }
 
-// The files oldest first (chronological_order: `mail.log*` names the newest
-// first), said on standard error when that is not the order given. With
-// standard input among them, as given.
+// The files oldest first, each with the year of its first line
+// (plan_log_files: the shell names `mail.log*` newest first), said on
+// standard error when that is not the order given.
 ImportOptions oldest_first(ImportOptions opt) {
-    if (opt.files.size() < 2 || std::ranges::count(opt.files, std::string("-")) > 0) return opt;
     LogParserOptions po;
     po.year = opt.year;
     po.local_time = !opt.utc;
-    std::vector<std::optional<TimePoint>> starts;
-    for (const auto& f : opt.files) {
-        auto t = first_log_time(f, po);  // unreadable: the import says why when it gets there
-        starts.push_back(t ? *t : std::nullopt);
-    }
-    const std::vector<std::size_t> order = chronological_order(starts);
-    if (std::ranges::is_sorted(order)) return opt;
+    const LogFilePlan plan = plan_log_files(opt.files, po);
     std::vector<std::string> files;
-    for (std::size_t i : order) files.push_back(opt.files[i]);
-    fmt::print(stderr, "retryguard import: reading the files oldest first (by their first time stamp): {}\n",
-               fmt::join(files, ", "));
+    for (std::size_t i : plan.order) {
+        files.push_back(opt.files[i]);
+        opt.file_years.push_back(plan.year[i]);
+    }
+    if (plan.reordered)
+        fmt::print(stderr,
+                   "retryguard import: reading the files oldest first (by their first time stamp): {}\n",
+                   fmt::join(files, ", "));
     opt.files = std::move(files);
     return opt;
 }

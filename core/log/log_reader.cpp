@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <vector>
 
 namespace retryguard {
@@ -166,6 +167,46 @@ std::vector<std::size_t> chronological_order(const std::vector<std::optional<Tim
         return *starts[a] < *starts[b];
     });
     return order;
+}
+
+namespace {
+
+// The calendar year of t as the parser reads the file's lines: local or UTC.
+int year_of(TimePoint t, bool local_time) {
+    const std::time_t secs = std::chrono::system_clock::to_time_t(t);
+    std::tm tm{};
+    if (local_time ? ::localtime_r(&secs, &tm) == nullptr : ::gmtime_r(&secs, &tm) == nullptr) return 0;
+    return tm.tm_year + 1900;
+}
+
+}  // namespace
+
+LogFilePlan plan_log_files(const std::vector<std::string>& paths, const LogParserOptions& options) {
+    LogFilePlan plan;
+    plan.year.assign(paths.size(), options.year);
+    plan.order.resize(paths.size());
+    for (std::size_t i = 0; i < paths.size(); ++i) plan.order[i] = i;
+    if (paths.size() < 2 || std::find(paths.begin(), paths.end(), "-") != paths.end()) return plan;
+    LogParserOptions inferred = options;
+    inferred.year.reset();  // each file's own year, from its modification time
+    std::vector<std::optional<TimePoint>> starts;
+    for (const auto& p : paths) {
+        auto t = first_log_time(p, inferred);  // unreadable: the reader says why when it gets there
+        starts.push_back(t ? *t : std::nullopt);
+    }
+    plan.order = chronological_order(starts);
+    plan.reordered = !std::is_sorted(plan.order.begin(), plan.order.end());
+    if (!options.year) return plan;
+    // --year names the year of the first line: the first file with a time
+    // stamp has it; the others keep their distance in years from that file.
+    std::optional<int> first;
+    for (std::size_t i : plan.order) {
+        if (!starts[i]) continue;
+        const int y = year_of(*starts[i], options.local_time);
+        if (!first) first = y;
+        plan.year[i] = *options.year + (y - *first);
+    }
+    return plan;
 }
 
 }  // namespace retryguard

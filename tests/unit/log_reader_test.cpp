@@ -211,5 +211,36 @@ TEST_F(LogReader, RotatedFilesAreOrderedOldestFirstAcrossNewYear) {
     EXPECT_FALSE(first_log_time((dir_ / "none").string(), po).ok());
 }
 
+// Copied logs (every file the same modification time) read with --year: the
+// order still comes from the inference (no line after its file was written),
+// the first file gets --year and the next its year relative to it.
+TEST_F(LogReader, AYearGivenIsTheFirstFilesAndTheNextOnesFollowAcrossNewYear) {
+    using namespace std::chrono;
+    const std::string tail = " mx postfix/qmgr[7]: 4BCD12345: removed\n";
+    const auto copied = fs::file_time_type::clock::from_sys(sys_seconds{sys_days{year{2027} / March / 1}});
+    fs::path current = write("mail.log", "Jan  2 10:00:00" + tail);
+    fs::path one = write("mail.log.1", "Dec 30 10:00:00" + tail);
+    fs::path two = write("mail.log.2", "Dec 20 10:00:00" + tail);
+    for (const auto& p : {current, one, two}) fs::last_write_time(p, copied);
+
+    LogParserOptions po;
+    po.local_time = false;
+    po.year = 2019;
+    const std::vector<std::string> given = {current.string(), one.string(), two.string()};
+    LogFilePlan plan = plan_log_files(given, po);
+    EXPECT_TRUE(plan.reordered);
+    EXPECT_EQ(plan.order, (std::vector<std::size_t>{2, 1, 0}));
+    EXPECT_EQ(plan.year, (std::vector<std::optional<int>>{2020, 2019, 2019}));
+
+    po.year.reset();  // without --year: each file's own inference
+    plan = plan_log_files(given, po);
+    EXPECT_EQ(plan.order, (std::vector<std::size_t>{2, 1, 0}));
+    EXPECT_EQ(plan.year, (std::vector<std::optional<int>>{std::nullopt, std::nullopt, std::nullopt}));
+
+    plan = plan_log_files({current.string(), "-", two.string()}, po);  // standard input: as given
+    EXPECT_FALSE(plan.reordered);
+    EXPECT_EQ(plan.order, (std::vector<std::size_t>{0, 1, 2}));
+}
+
 }  // namespace
 }  // namespace retryguard

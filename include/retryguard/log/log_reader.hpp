@@ -76,4 +76,21 @@ Result<std::optional<TimePoint>> first_log_time(const std::string& path, LogPars
 // out of order would end episodes before they begin.
 std::vector<std::size_t> chronological_order(const std::vector<std::optional<TimePoint>>& starts);
 
+// How to read several log files as one history.
+struct LogFilePlan {
+    std::vector<std::size_t> order;        // indexes of the files given, oldest first
+    std::vector<std::optional<int>> year;  // per file given: LogParserOptions::year for it
+    bool reordered = false;                // order is not the order given
+};
+
+// Orders `paths` (chronological_order) by their first time stamps, each year
+// inferred from its file's modification time: the files of a rotated set lie
+// before the time they were last written, so a set that spans New Year is
+// ordered right even when copying gave them all the same time. With
+// options.year (`--year`: the year of the first line) the first file gets that
+// year and each later file its year relative to the first by the same
+// inference, so a set read with --year crosses New Year as one log does.
+// Standard input ("-") among them: the order given, every file with options.year.
+LogFilePlan plan_log_files(const std::vector<std::string>& paths, const LogParserOptions& options);
+
 }  // namespace retryguard
