@@ -110,10 +110,11 @@ Status LiveIngest::open_sources() {
     for (const auto& s : cfg->sources) {
         const FollowerSettings fs = follower_settings(*cfg, s);
         Source src;
+        src.resumes = config::resumes_from_position(s);
         Result<std::unique_ptr<LineSource>> opened = make_error(ErrorKind::internal, "no source");
         switch (s.type) {
             case config::SourceType::file: {
-                src.id = file_source_id(s.path);
+                src.id = config::position_id(s);
                 FollowerPosition start;
                 if (auto p = ingest_->resume_position(src.id)) start = *p;
                 start.source = src.id;
@@ -121,9 +122,10 @@ Status LiveIngest::open_sources() {
                 break;
             }
             case config::SourceType::journald: {
-                src.id = std::string(kJournalSourceId);
+                src.id = config::position_id(s);
                 FollowerPosition start;
                 if (auto p = ingest_->resume_position(src.id)) start = *p;
+                start.source = src.id;
                 opened = open_journal_follower("", start, fs);
                 break;
             }
@@ -405,7 +407,7 @@ void LiveIngest::run() {
                 // Files and the journal resume from a saved position; datagrams cannot
                 // be read twice, so their batches go in like an import (no position).
                 std::optional<FollowerPosition> end;
-                if (s.id.starts_with("file:") || s.id == kJournalSourceId) end = b.end;
+                if (s.resumes) end = b.end;
                 poison_context_ = fmt::format(" of a batch from {} ending at offset {}", s.id, b.end.offset);
                 if (auto st = ingest_->ingest_lines(*s.parser, lines, end); !st) {
                     // Back-pressure: the batch stays pending and is offered again.

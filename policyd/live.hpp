@@ -54,6 +54,7 @@ class LiveIngest {
   private:
     struct Source {
         std::string id;
+        bool resumes = false;  // its batches carry a position to store (config::resumes_from_position)
         std::unique_ptr<LineSource> line_source;
         std::unique_ptr<LogParser> parser;
         std::uint64_t lines = 0;

@@ -991,4 +991,15 @@ const CategoryThresholds& Settings::thresholds(Category c) const {
     return categories[kLadderCategories.size() - 1];  // unknown
 }
 
+std::string position_id(const SourceConfig& s) {
+    if (s.type == SourceType::journald && (s.name.empty() || s.name == "journal:" + s.journal_match))
+        return std::string(kJournalSourceId);
+    if (s.type == SourceType::file && s.name.empty()) return file_source_id(s.path);
+    return s.name;
+}
+
+bool resumes_from_position(const SourceConfig& s) noexcept {
+    return s.type == SourceType::file || s.type == SourceType::journald;
+}
+
 }  // namespace retryguard::config

@@ -644,11 +644,7 @@ Result<std::unique_ptr<LineSource>> open_file_follower(std::string path, Followe
                                                        FollowerSettings settings) {
     if (Status ok = validate(settings); !ok) return ok.error();
     if (path.empty()) return make_error(ErrorKind::config, "file follower: empty path");
-    std::string id = file_source_id(path);
-    if (start.source.empty()) start.source = id;
-    if (start.source != id)
-        return make_error(ErrorKind::config,
-                          fmt::format("file follower: position of '{}' given for '{}'", start.source, id));
+    if (start.source.empty()) start.source = file_source_id(path);
     try {
         auto follower =
             std::make_unique<FileFollower>(std::move(path), std::move(start), std::move(settings));

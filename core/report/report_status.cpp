@@ -44,16 +44,14 @@ Result<json> status(LedgerReports& ledger, const StatusInputs& in, TimePoint now
     };
     if (in.config)
         for (const auto& s : in.config->sources) {
-            auto p = ledger.load_position(s.name);
+            const std::string id = config::position_id(s);
+            auto p = ledger.load_position(id);
             if (!p) return p.error();
             if (*p)
                 add_position(**p, true);
             else
-                followers[s.name] = json{{"source", s.name},
-                                         {"offset", nullptr},
-                                         {"lines", 0},
-                                         {"cursor", ""},
-                                         {"configured", true}};
+                followers[id] = json{
+                    {"source", id}, {"offset", nullptr}, {"lines", 0}, {"cursor", ""}, {"configured", true}};
             // A file the policy daemon's user cannot read feeds nothing: say so
             // here, not only as "never read".
             json problem = nullptr;
@@ -61,7 +59,7 @@ Result<json> status(LedgerReports& ledger, const StatusInputs& in, TimePoint now
                 const WiringFinding f = check_source_readable(s, in.config->policy.user);
                 if (f.level == WiringFinding::Level::error) problem = f.what + "; " + f.fix;
             }
-            followers[s.name]["problem"] = problem;
+            followers[id]["problem"] = problem;
         }
     json incident = nullptr;
     json engine_now = nullptr;

@@ -36,6 +36,30 @@ TEST(ConfigDefaults, TableDefaultsParseWithoutProblems) {
     EXPECT_EQ(d->sources[0].name, "file:/var/log/mail.log");
 }
 
+// A source's position is stored under its name: hosts of a fleet that follow
+// the same path into one Redis keep their own positions by naming their
+// sources. Unnamed sources keep the ids their positions were saved under.
+TEST(ConfigDefaults, ASourcesNameIsWhereItsPositionIsKept) {
+    auto loaded = cfg::load_string(
+        "sources:\n"
+        "  - {type: file, path: /var/log/mail.log}\n"
+        "  - {type: file, name: \"mx1:mail.log\", path: /srv/mx1/mail.log}\n"
+        "  - {type: journald}\n"
+        "  - {type: journald, name: mx1-journal, journal_match: SYSLOG_IDENTIFIER=postfix/smtp}\n"
+        "  - {type: syslog_unix, path: /run/retryguard/log.sock}\n",
+        "sources.yaml");
+    ASSERT_TRUE(loaded.ok());
+    const auto& s = loaded.config->sources;
+    ASSERT_EQ(s.size(), 5u);
+    EXPECT_EQ(cfg::position_id(s[0]), "file:/var/log/mail.log");
+    EXPECT_EQ(cfg::position_id(s[1]), "mx1:mail.log");
+    EXPECT_EQ(cfg::position_id(s[2]), "journal");
+    EXPECT_EQ(cfg::position_id(s[3]), "mx1-journal");
+    EXPECT_TRUE(cfg::resumes_from_position(s[0]));
+    EXPECT_TRUE(cfg::resumes_from_position(s[2]));
+    EXPECT_FALSE(cfg::resumes_from_position(s[4]));
+}
+
 TEST(ConfigDefaults, FollowTheGuidance) {
     const auto& g = cfg::defaults()->global;
     using retryguard::Category;

@@ -194,6 +194,17 @@ struct SourceConfig {
     TextMark mark;  // where the entry starts (0-based, as yaml-cpp gives it)
 };
 
+// The id a source's follower position is stored under (FollowerPosition::source)
+// and `status` shows: its `name`, so hosts of a fleet that follow the same path
+// keep their own positions in a shared ledger by naming their sources. A file
+// source's default name is "file:PATH"; a journald source given no name keeps
+// the journal follower's own id, "journal", so positions saved before still resume.
+std::string position_id(const SourceConfig& s);
+
+// Whether a source resumes from a stored position (files, the journal); syslog
+// datagrams cannot be read twice.
+bool resumes_from_position(const SourceConfig& s) noexcept;
+
 struct DaemonSocket {
     SocketSpec socket;
     std::uint32_t socket_mode = 0660;

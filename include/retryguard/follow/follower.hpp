@@ -220,6 +220,8 @@ class LineSource {
 // Follows a log file by path. `start` is the last committed position (from a
 // PositionStore); a default position starts at the beginning of the file (or its
 // end with settings.start_at_end). Never fails on a missing file: it waits for it.
+// start.source names the positions it gives (default file_source_id(path); a
+// configured source's name, config::position_id).
 Result<std::unique_ptr<LineSource>> open_file_follower(std::string path, FollowerPosition start,
                                                        FollowerSettings settings = {});
 std::string file_source_id(const std::string& path);  // "file:/var/log/mail.log"
