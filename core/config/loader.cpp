@@ -212,16 +212,7 @@ class Loader {
             }
             if (std::string why; type == SourceType::journald && !valid_journal_match(s.journal_match, &why))
                 error(mark_of("journal_match"), where + ": bad journal_match: " + why);
-            if (s.name.empty()) {
-                switch (type) {
-                    case SourceType::file: s.name = "file:" + s.path; break;
-                    case SourceType::journald: s.name = "journal:" + s.journal_match; break;
-                    case SourceType::syslog_unix: s.name = "syslog:unix:" + s.path; break;
-                    case SourceType::syslog_udp:
-                        s.name = "syslog:udp:" + (s.address ? s.address->text : "");
-                        break;
-                }
-            }
+            if (s.name.empty()) s.name = default_source_name(s);
             if (!bad) {
                 auto [it, fresh] = names.emplace(s.name, item.Mark().line + 1);
                 if (!fresh)
@@ -991,8 +982,18 @@ const CategoryThresholds& Settings::thresholds(Category c) const {
     return categories[kLadderCategories.size() - 1];  // unknown
 }
 
+std::string default_source_name(const SourceConfig& s) {
+    switch (s.type) {
+        case SourceType::file: return "file:" + s.path;
+        case SourceType::journald: return "journal:" + s.journal_match;
+        case SourceType::syslog_unix: return "syslog:unix:" + s.path;
+        case SourceType::syslog_udp: return "syslog:udp:" + (s.address ? s.address->text : "");
+    }
+    return {};
+}
+
 std::string position_id(const SourceConfig& s) {
-    if (s.type == SourceType::journald && (s.name.empty() || s.name == "journal:" + s.journal_match))
+    if (s.type == SourceType::journald && (s.name.empty() || s.name == default_source_name(s)))
         return std::string(kJournalSourceId);
     if (s.type == SourceType::file && s.name.empty()) return file_source_id(s.path);
     return s.name;

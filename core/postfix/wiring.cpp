@@ -324,10 +324,7 @@ std::vector<WiringFinding> check_fleet_sources(const config::Config& config) {
     if (config.ledger.backend != config::LedgerBackend::redis) return out;
     for (std::size_t i = 0; i < config.sources.size(); ++i) {
         const auto& s = config.sources[i];
-        const std::string derived = s.type == config::SourceType::file       ? "file:" + s.path
-                                    : s.type == config::SourceType::journald ? "journal:" + s.journal_match
-                                                                             : std::string();
-        if (derived.empty() || s.name != derived) continue;
+        if (!config::resumes_from_position(s) || s.name != config::default_source_name(s)) continue;
         out.push_back({WiringFinding::Level::warning,
                        "sources[" + std::to_string(i) +
                            "] keeps its position in the shared Redis ledger as '" + s.name +

@@ -194,6 +194,10 @@ struct SourceConfig {
     TextMark mark;  // where the entry starts (0-based, as yaml-cpp gives it)
 };
 
+// The name a source gets when none is given: "file:PATH", "journal:MATCH",
+// "syslog:unix:PATH", "syslog:udp:HOST:PORT".
+std::string default_source_name(const SourceConfig& s);
+
 // The id a source's follower position is stored under (FollowerPosition::source)
 // and `status` shows: its `name`, so hosts of a fleet that follow the same path
 // keep their own positions in a shared ledger by naming their sources. A file
