@@ -278,6 +278,7 @@ sfsistat on_eom(SMFICTX* ctx) {
             pending = std::move(*found);
         }
         ResendDecision d = decide_resend(m->facts, pending, m->config->policy);
+        if (d.dry_run || !d.dry_run_recipients.empty()) ++g.counters.dry_run;
         log_line(Severity::info, verdict_line(m->facts, d, m->config->policy));
         sfsistat rc = apply(ctx, *m, d);
         // Remember what was accepted for delivery so later resends are recognised.
@@ -341,12 +342,13 @@ std::string counters_line() {
     return fmt::format(
         "counters: messages={} accepted={} refused={} held={} discarded={} tagged={} recorded={} "
         "failopen_ledger={} failopen_timeout={} failopen_internal={} failopen_input={} tempfailed={} "
-        "record_errors={} reloads={} reload_errors={} lookups_filtered={} filter_errors={} exceptions={}",
+        "record_errors={} reloads={} reload_errors={} lookups_filtered={} filter_errors={} exceptions={} "
+        "dry_run={}",
         c.messages.load(), c.accepted.load(), c.refused.load(), c.held.load(), c.discarded.load(),
         c.tagged.load(), c.recorded.load(), c.failopen_ledger.load(), c.failopen_timeout.load(),
         c.failopen_internal.load(), c.failopen_input.load(), c.tempfailed.load(), c.record_errors.load(),
         c.reloads.load(), c.reload_errors.load(), c.lookups_filtered.load(), c.filter_errors.load(),
-        c.exceptions.load());
+        c.exceptions.load(), c.dry_run.load());
 }
 
 }  // namespace retryguard::milter

@@ -36,7 +36,8 @@ struct Counters {
     std::atomic<std::uint64_t> messages{0}, accepted{0}, refused{0}, held{0}, discarded{0}, tagged{0},
         recorded{0}, failopen_ledger{0}, failopen_timeout{0}, failopen_internal{0}, failopen_input{0},
         tempfailed{0}, record_errors{0}, reloads{0}, reload_errors{0}, lookups_filtered{0}, filter_errors{0},
-        exceptions{0};  // caught at the top of the milter's own threads (reload, writer, filter rebuild)
+        exceptions{0},  // caught at the top of the milter's own threads (reload, writer, filter rebuild)
+        dry_run{0};     // decisions not carried out (dry_run, globally or for a duplicate's destination)
 };
 
 // Everything the callbacks need; set before smfi_main(). The settings are a

@@ -136,7 +136,7 @@ Status LiveIngest::open_sources() {
             case config::SourceType::syslog_udp:
                 src.id = s.name;
                 if (!s.address) return make_error(ErrorKind::config, "source " + s.name + ": no address");
-                opened = open_syslog_udp_source(s.address->host, s.address->port, fs);
+                opened = open_syslog_udp_source(s.address->host, s.address->port, fs, s.allow_non_loopback);
                 break;
         }
         if (!opened)

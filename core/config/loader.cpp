@@ -202,6 +202,10 @@ class Loader {
             if (type == SourceType::syslog_udp) {
                 if (!s.address) {
                     error(item.Mark(), where + ": a syslog_udp source needs 'address'");
+                } else if (!is_ip_address(s.address->host)) {
+                    error(mark_of("address"), where + ": address '" + s.address->text +
+                                                  "' must be an IP address (127.0.0.1:PORT or [::1]:PORT on "
+                                                  "loopback): the listener binds it as written");
                 } else if (!s.allow_non_loopback && !is_loopback(s.address->host)) {
                     error(mark_of("address"), where + ": address '" + s.address->text +
                                                   "' is not loopback; set allow_non_loopback: true to "

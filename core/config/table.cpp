@@ -207,6 +207,15 @@ constexpr std::span<const std::string_view> kNone{};
                 [](const Settings& s) { return show(s.field); }, nullptr                             \
         }                                                                                            \
     }
+// A global key whose field lives in Settings (c.global): not overridable,
+// yet show_setting() can print it.
+#define RG_GLOBAL_SETTING(key, type, def, unit, allowed, min, max, doc, field)                           \
+    Entry {                                                                                              \
+        KeySpec{key, ValueType::type, Scope::global, def, unit, allowed, min, max, false, doc}, Binder { \
+            [](Config& c, const Value& v) { assign(c.global.field, v); }, nullptr,                       \
+                [](const Settings& s) { return show(s.field); }, nullptr                                 \
+        }                                                                                                \
+    }
 #define RG_SOURCE(key, type, def, unit, allowed, min, max, doc, field)                             \
     Entry {                                                                                        \
         KeySpec{"sources[]." key,                                                                  \
@@ -455,17 +464,19 @@ const std::vector<Entry>& table() {
         RG_SETTING("flags.categories", enum_list, "[receiver_config]", "", kCategories, 0, 0,
                    "Categories whose episodes count towards a flag.", flags.categories),
 
-        // --- re-injection (overridable) ---------------------------------------
+        // --- re-injection (the lookup keys are global: one lookup per message) -----
         RG_SETTING("reinjection.action", enumeration, "reject", "", kReinjectionActions, 0, 0,
                    "What the milter does with a resend of a message still retrying.", reinjection.action),
-        RG_SETTING("reinjection.match_by", enum_list, "[message_id, fingerprint]", "", kMatches, 1, 2,
-                   "How a resend is recognised: same Message-ID, same content fingerprint, or both.",
-                   reinjection.match_by),
-        RG_SETTING("reinjection.fingerprint.parts", enum_list, "[sender, subject, body]", "", kParts, 1, 3,
-                   "Message parts the content fingerprint is built from.", reinjection.fingerprint_parts),
-        RG_SETTING("reinjection.fingerprint.body_limit", size, "1MiB", "bytes", kNone, 1 * kKiB, 64 * kMiB,
-                   "Body bytes hashed at most (normalised body).", reinjection.fingerprint_body_limit),
-        RG_SETTING(
+        RG_GLOBAL_SETTING("reinjection.match_by", enum_list, "[message_id, fingerprint]", "", kMatches, 1, 2,
+                          "How a resend is recognised: same Message-ID, same content fingerprint, or both.",
+                          reinjection.match_by),
+        RG_GLOBAL_SETTING("reinjection.fingerprint.parts", enum_list, "[sender, subject, body]", "", kParts,
+                          1, 3, "Message parts the content fingerprint is built from.",
+                          reinjection.fingerprint_parts),
+        RG_GLOBAL_SETTING("reinjection.fingerprint.body_limit", size, "1MiB", "bytes", kNone, 1 * kKiB,
+                          64 * kMiB, "Body bytes hashed at most (normalised body).",
+                          reinjection.fingerprint_body_limit),
+        RG_GLOBAL_SETTING(
             "reinjection.fingerprint.subject_ignore", regex, "\"\"", "", kNone, 0, 0,
             "RE2 pattern whose matches are removed from the (lower-cased) subject before hashing, e.g. "
             "a tag a gateway adds ('^\\[ext\\] '); empty: none. Reply prefixes are best kept: without "
@@ -590,7 +601,9 @@ const std::vector<Entry>& table() {
 
         // --- error handling ---------------------------------------------------
         RG_GLOBAL("errors.ledger_unavailable", enumeration, "accept", "", kErrorActions, 0, 0,
-                  "Ledger down: accept (milter) / DUNNO (policy), or tempfail. Counted and logged.",
+                  "Ledger unreachable when the milter looks a message up: accept, or tempfail (SMTP "
+                  "only; the sendmail path is accepted). Counted and logged. The policy daemon answers from "
+                  "memory and never meets it.",
                   errors.ledger_unavailable),
         RG_GLOBAL("errors.timeout", enumeration, "accept", "", kErrorActions, 0, 0,
                   "A deadline passed (milter.deadline, policy.deadline, ledger.redis.timeout).",
@@ -742,12 +755,12 @@ std::string_view key_consumers(std::string_view key) noexcept {
         {"flags.", "engine"},
         {"reinjection.", "milter"},
         {"actions.", "engine"},
-        {"dry_run", "engine"},
+        {"dry_run", "engine, milter, policyd"},
         {"notify.", "policyd"},
         {"flush.", "policyd"},
         {"postfix.", "policyd"},
         {"spread.", "engine"},
-        {"errors.ledger_unavailable", "milter, policyd"},
+        {"errors.ledger_unavailable", "milter"},
         {"errors.", "milter, policyd"},
         {"log.hostname", "milter"},
         {"log.", "milter, policyd"},

@@ -92,21 +92,28 @@ class SyslogSource final : public LineSource {
     std::vector<char> buf_;
 };
 
-bool is_loopback(const std::string& address, sockaddr_storage& ss, socklen_t& len) {
+// Parses an IP address literal into `ss`; false for anything else (a name).
+bool parse_ip(const std::string& address, sockaddr_storage& ss, socklen_t& len) {
     std::memset(&ss, 0, sizeof ss);
     auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
     if (::inet_pton(AF_INET, address.c_str(), &v4->sin_addr) == 1) {
         v4->sin_family = AF_INET;
         len = sizeof(sockaddr_in);
-        return (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
+        return true;
     }
     auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
     if (::inet_pton(AF_INET6, address.c_str(), &v6->sin6_addr) == 1) {
         v6->sin6_family = AF_INET6;
         len = sizeof(sockaddr_in6);
-        return IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr);
+        return true;
     }
     return false;
+}
+
+bool is_loopback(const sockaddr_storage& ss) {
+    if (ss.ss_family == AF_INET)
+        return (ntohl(reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr.s_addr) >> 24) == 127;
+    return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr);
 }
 
 }  // namespace
@@ -143,14 +150,20 @@ Result<std::unique_ptr<LineSource>> open_syslog_unix_source(std::string path, Fo
 }
 
 Result<std::unique_ptr<LineSource>> open_syslog_udp_source(std::string address, std::uint16_t port,
-                                                           FollowerSettings settings) {
+                                                           FollowerSettings settings,
+                                                           bool allow_non_loopback) {
     if (Status ok = validate(settings); !ok) return ok.error();
     sockaddr_storage ss{};
     socklen_t len = 0;
-    if (!is_loopback(address, ss, len))
+    if (!parse_ip(address, ss, len))
+        return make_error(ErrorKind::config,
+                          fmt::format("syslog UDP address '{}' is not an IP address", address));
+    if (!allow_non_loopback && !is_loopback(ss))
         return make_error(
             ErrorKind::config,
-            fmt::format("syslog UDP address '{}' is not a loopback address (127.0.0.0/8 or ::1)", address));
+            fmt::format("syslog UDP address '{}' is not a loopback address (127.0.0.0/8 or ::1) "
+                        "and allow_non_loopback is not set",
+                        address));
     if (ss.ss_family == AF_INET)
         reinterpret_cast<sockaddr_in*>(&ss)->sin_port = htons(port);
     else

@@ -120,7 +120,8 @@ std::optional<TimePoint> next_retry_estimate(const PendingCopy& copy, Duration m
     return *copy.last_attempt + backoff;
 }
 
-ResendAction ResendPolicy::action_for(std::string_view recipient) const {
+const ResendRule& ResendPolicy::rule_for(std::string_view recipient) const {
+    if (per_destination.empty()) return *this;
     std::string d = recipient_domain(recipient);
     if (auto it = per_destination.find(d); it != per_destination.end()) return it->second;
     // ".example.org" covers every subdomain; the longest suffix wins
@@ -128,14 +129,15 @@ ResendAction ResendPolicy::action_for(std::string_view recipient) const {
         if (auto it = per_destination.find(std::string_view(d).substr(dot)); it != per_destination.end())
             return it->second;
     }
-    return action;
+    return *this;
 }
 
 namespace {
 
 // reinjection.reject_text with its placeholders filled in (the loader has
 // checked that only known ones are used); an unknown one is kept as written.
-std::string fill_reply_template(const std::vector<PendingCopy>& dups, const ResendPolicy& policy) {
+std::string fill_reply_template(const std::vector<PendingCopy>& dups, const ResendPolicy& policy,
+                                const std::string& t) {
     const PendingCopy& p = dups.front();
     auto value = [&](std::string_view name) -> std::optional<std::string> {
         if (name == "recipient") return p.recipient;
@@ -155,7 +157,6 @@ std::string fill_reply_template(const std::vector<PendingCopy>& dups, const Rese
                                    : std::string();
         return std::nullopt;
     };
-    const std::string& t = policy.reply_template;
     std::string out;
     for (std::size_t i = 0; i < t.size();) {
         if (t[i] == '{') {
@@ -175,9 +176,11 @@ std::string fill_reply_template(const std::vector<PendingCopy>& dups, const Rese
 
 }  // namespace
 
-std::string resend_reply_text(const std::vector<PendingCopy>& dups, const ResendPolicy& policy) {
+std::string resend_reply_text(const std::vector<PendingCopy>& dups, const ResendPolicy& policy,
+                              const ResendRule* rule) {
     if (dups.empty()) return "Not a resend";
-    if (!policy.reply_template.empty()) return printable(fill_reply_template(dups, policy), kMaxReplyText);
+    const std::string& tmpl = (rule ? *rule : static_cast<const ResendRule&>(policy)).reply_template;
+    if (!tmpl.empty()) return printable(fill_reply_template(dups, policy, tmpl), kMaxReplyText);
     const PendingCopy& p = dups.front();
     std::string text = fmt::format("Not accepted again: a copy for <{}> is already queued as {}{} for {}",
                                    p.recipient, p.queue_id, p.host.empty() ? std::string() : " on " + p.host,
@@ -209,12 +212,35 @@ ResendDecision decide_resend(const MessageFacts& msg, const std::vector<PendingC
         d.verdict = "accept";
         return d;
     }
-    ResendAction act = ResendAction::log_only;
+    // The strongest action over the duplicates outside dry run; the others stay in.
+    ResendAction act = ResendAction::log_only, would = ResendAction::log_only;
+    const ResendRule* rule = nullptr;
+    const ResendRule* would_rule = nullptr;
+    std::vector<const PendingCopy*> acted;
     for (const auto& p : d.duplicates) {
-        ResendAction a = policy.action_for(p.recipient);
-        if (strength(a) > strength(act)) act = a;
+        const ResendRule& r = policy.rule_for(p.recipient);
+        if (!would_rule || strength(r.action) > strength(would)) {
+            would = r.action;
+            would_rule = &r;
+        }
+        if (r.dry_run) {
+            d.dry_run_recipients.push_back(p.recipient);
+            continue;
+        }
+        acted.push_back(&p);
+        if (!rule || strength(r.action) > strength(act)) {
+            act = r.action;
+            rule = &r;
+        }
     }
-    if (act == ResendAction::reject && !d.new_recipients.empty()) act = ResendAction::drop_duplicates;
+    if (!rule) {
+        d.dry_run = true;
+        d.verdict = std::string(to_string(would));
+        d.result = MilterResult::accept;
+        return d;
+    }
+    const bool others_pass = !d.new_recipients.empty() || !d.dry_run_recipients.empty();
+    if (act == ResendAction::reject && others_pass) act = ResendAction::drop_duplicates;
     d.verdict = std::string(to_string(act));
     switch (act) {
         case ResendAction::reject: {
@@ -227,27 +253,27 @@ ResendDecision decide_resend(const MessageFacts& msg, const std::vector<PendingC
                 d.reply_code = policy.reject_code;
                 d.reply_xcode = policy.reject_xcode;
             }
-            d.reply_text = resend_reply_text(d.duplicates, policy);
+            d.reply_text = resend_reply_text(d.duplicates, policy, rule);
             break;
         }
         case ResendAction::hold:
             d.result = MilterResult::quarantine;
-            d.quarantine_reason = printable(
-                fmt::format("retryguard: resend of {} still queued", d.duplicates.front().queue_id), 200);
+            d.quarantine_reason =
+                printable(fmt::format("retryguard: resend of {} still queued", acted.front()->queue_id), 200);
             break;
         case ResendAction::drop_duplicates:
-            if (d.new_recipients.empty()) {
+            if (!others_pass) {
                 d.result = MilterResult::discard;
             } else {
                 d.result = MilterResult::accept;
-                for (const auto& p : d.duplicates) d.delete_recipients.push_back(p.recipient);
+                for (const auto* p : acted) d.delete_recipients.push_back(p->recipient);
             }
             break;
         case ResendAction::tag: {
             d.result = MilterResult::accept;
-            d.header_name = policy.header_name;
+            d.header_name = rule->header_name;
             std::vector<std::string> parts;
-            for (const auto& p : d.duplicates) parts.push_back(p.recipient + " queued as " + p.queue_id);
+            for (const auto* p : acted) parts.push_back(p->recipient + " queued as " + p->queue_id);
             d.header_value = printable(join(parts, ';'), 900);
             break;
         }
@@ -298,6 +324,10 @@ std::string verdict_line(const MessageFacts& msg, const ResendDecision& d, const
         add("reply", printable(literal_reply(p.last_reply), 300));
     }
     if (!d.reply_code.empty()) add("response", d.reply_code + " " + d.reply_xcode);
+    if (d.dry_run)
+        add("dry_run", "yes");
+    else
+        add("dry_run_duplicates", join(d.dry_run_recipients));
     add("message_id", msg.message_id);
     add("fingerprint", msg.fingerprint);
     add("from", msg.sender.empty() ? std::string_view("<>") : std::string_view(msg.sender));

@@ -21,12 +21,24 @@ bool tempfails(config::ErrorAction action, SubmissionPath path) noexcept {
     return action == config::ErrorAction::tempfail && path == SubmissionPath::smtp;
 }
 
+namespace {
+
+// The settings a destination rule may change for the milter.
+ResendRule resend_rule(const config::Settings& s) {
+    ResendRule r;
+    r.action = to_resend_action(s.reinjection.action);
+    r.header_name = s.reinjection.tag_header;
+    r.reply_template = s.reinjection.reject_text;
+    r.dry_run = s.dry_run;
+    return r;
+}
+
+}  // namespace
+
 ResendSettings resend_settings_from(const config::Config& c) {
     ResendSettings s;
     const auto& r = c.global.reinjection;
-    s.policy.action = to_resend_action(r.action);
-    s.policy.header_name = r.tag_header;
-    s.policy.reply_template = r.reject_text;
+    static_cast<ResendRule&>(s.policy) = resend_rule(c.global);
     auto has = [&](config::FingerprintPart p) {
         return std::find(r.fingerprint_parts.begin(), r.fingerprint_parts.end(), p) !=
                r.fingerprint_parts.end();
@@ -47,10 +59,10 @@ ResendSettings resend_settings_from(const config::Config& c) {
     s.errors = c.errors;
     for (const auto& rule : c.destinations) {
         if (rule.kind == config::DestinationRule::Kind::mx) continue;
-        const auto act = to_resend_action(rule.settings.reinjection.action);
-        if (act == s.policy.action) continue;
+        ResendRule own = resend_rule(rule.settings);
+        if (own == static_cast<const ResendRule&>(s.policy)) continue;
         std::string key = rule.kind == config::DestinationRule::Kind::exact ? rule.pattern : rule.suffix;
-        s.policy.per_destination[key] = act;
+        s.policy.per_destination[key] = std::move(own);
     }
     return s;
 }

@@ -40,7 +40,8 @@ milter_conf=(-c "$dir/retryguard.yaml" -o milter.socket_mode=0600 -o "milter.use
 "$RETRYGUARD_MILTER" "${milter_conf[@]}" -o "milter.socket=unix:$dir/milter.sock" \
     -o "ledger.sqlite.path=$dir/ledger.db" -o milter.filter_rescan=1s \
     -o 'destinations=[{domain: hold.example, reinjection: {action: hold}}, {domain: tag.example, reinjection: {action: tag}},
-        {domain: drop.example, reinjection: {action: drop_duplicates}}, {domain: quiet.example, reinjection: {action: log_only}}]' \
+        {domain: drop.example, reinjection: {action: drop_duplicates}}, {domain: quiet.example, reinjection: {action: log_only}},
+        {domain: trial.example, dry_run: true}]' \
     2>"$dir/milter.stderr" &
 pid=$!
 for _ in $(seq 100); do [ -S "$dir/milter.sock" ] && break; sleep 0.05; done
@@ -66,10 +67,11 @@ check 'BBB0000004: verdict=hold .*original=AAA0000002'
 check 'BBB0000005: verdict=tag '
 check 'BBB0000006: verdict=drop_duplicates '
 check 'BBB0000007: verdict=log_only '
+check 'BBB0000014: verdict=reject path=smtp original=AAA0000007 .* dry_run=yes '
 check 'BBB0000008: verdict=accept '
 check 'BBB0000011: verdict=reject .*original=CCC0000001 .*matched=message-id'
 check 'BBB0000012: verdict=accept '
-check 'stopping: counters: messages=19 accepted=14 refused=3 held=1 discarded=1 tagged=1 recorded=14 failopen_ledger=0 failopen_timeout=0 failopen_internal=0 failopen_input=0 tempfailed=0 record_errors=0 reloads=0 reload_errors=0 lookups_filtered=10 filter_errors=0'
+check 'stopping: counters: messages=21 accepted=16 refused=3 held=1 discarded=1 tagged=1 recorded=16 failopen_ledger=0 failopen_timeout=0 failopen_internal=0 failopen_input=0 tempfailed=0 record_errors=0 reloads=0 reload_errors=0 lookups_filtered=11 filter_errors=0 exceptions=0 dry_run=1'
 # 9 of the 18 lookups were answered by the identity filter: the six originals (the ledger had
 # none of their keys) and the three unrelated messages; every resend reached the ledger,
 # BBB0000012 too, although its original's key was still waiting for the writer's batch

@@ -2,7 +2,7 @@
 -- through the milter protocol with a real SQLite ledger. Run by
 -- miltertest_test.sh, which starts the milter (per-destination actions:
 -- hold.example=hold, tag.example=tag, drop.example=drop_duplicates,
--- quiet.example=log_only, reject elsewhere) and passes paths in the environment:
+-- quiet.example=log_only, trial.example in dry run, reject elsewhere) and passes paths in the environment:
 --   RG_SOCKET, RG_LEDGER, RG_FEED, RG_LOG (Postfix-format log the feed reads)
 
 local socket = os.getenv("RG_SOCKET")
@@ -52,6 +52,7 @@ local originals = {
   { "AAA0000003", "bob@tag.example", "<orig-3@client.example>" },
   { "AAA0000004", "bob@drop.example", "<orig-4@client.example>" },
   { "AAA0000005", "bob@quiet.example", "<orig-5@client.example>" },
+  { "AAA0000007", "bob@trial.example", "<orig-7@client.example>" },
 }
 for i, o in ipairs(originals) do
   local r = message(conn, o[1], "alice@example.org", { o[2] }, o[3], "Figures " .. i, body)
@@ -128,6 +129,15 @@ r = message(conn, "BBB0000007", "alice@example.org", { "bob@quiet.example" }, "<
   "Figures 5", body)
 if r ~= SMFIR_ACCEPT then fail("log_only: not accepted") end
 if mt.eom_check(conn, MT_HDRADD) or mt.eom_check(conn, MT_QUARANTINE) then fail("log_only: changed the message") end
+
+-- dry run (trial.example): the resend would be refused, and goes through unchanged
+r = message(conn, "BBB0000014", "alice@example.org", { "bob@trial.example" }, "<orig-7@client.example>",
+  "Figures 6", body)
+if r ~= SMFIR_ACCEPT then fail("dry run: resend not accepted: " .. tostring(r)) end
+if mt.eom_check(conn, MT_HDRADD) or mt.eom_check(conn, MT_QUARANTINE) or
+    mt.eom_check(conn, MT_RCPTDELETE, "<bob@trial.example>") then
+  fail("dry run: changed the message")
+end
 
 -- unrelated mail to the deferring destination
 r = message(conn, "BBB0000008", "alice@example.org", { "bob@defer.example" }, "<other@client.example>",

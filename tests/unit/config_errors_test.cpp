@@ -205,6 +205,14 @@ TEST(ConfigErrors, LoopbackOnlyListeners) {
         only_error("sources:\n  - type: syslog_udp\n    address: 192.0.2.1:514\n"),
         "t.yaml:3:14: error: sources[0]: address '192.0.2.1:514' is not loopback; set allow_non_loopback: "
         "true to accept log lines from the network");
+    EXPECT_TRUE(
+        errors_of(
+            "sources:\n  - type: syslog_udp\n    address: 192.0.2.1:514\n    allow_non_loopback: true\n")
+            .empty());
+    EXPECT_EQ(
+        only_error("sources:\n  - type: syslog_udp\n    address: localhost:514\n"),
+        "t.yaml:3:14: error: sources[0]: address 'localhost:514' must be an IP address (127.0.0.1:PORT or "
+        "[::1]:PORT on loopback): the listener binds it as written");
 }
 
 TEST(ConfigErrors, SourceEntries) {

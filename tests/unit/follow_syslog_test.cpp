@@ -216,6 +216,24 @@ TEST(FollowSyslogSocket, RefusesNonLoopbackAddresses) {
     }
 }
 
+// sources[].allow_non_loopback: the address is bound as given. The test binds
+// nothing but loopback: an address of the documentation range (192.0.2.0/24,
+// never this machine's) gets past the check and fails only at bind().
+TEST(FollowSyslogSocket, AllowNonLoopbackLetsTheAddressThrough) {
+    auto refused = open_syslog_udp_source("192.0.2.1", 0, fast_settings());
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.error().message.find("not a loopback address"), std::string::npos);
+    auto allowed = open_syslog_udp_source("192.0.2.1", 0, fast_settings(), true);
+    ASSERT_FALSE(allowed.ok()) << "192.0.2.1 is not an address of this machine";
+    EXPECT_EQ(allowed.error().kind, ErrorKind::io) << allowed.error().message;
+    EXPECT_NE(allowed.error().message.find("bind 192.0.2.1:0"), std::string::npos) << allowed.error().message;
+    auto name = open_syslog_udp_source("localhost", 0, fast_settings(), true);
+    ASSERT_FALSE(name.ok());
+    EXPECT_NE(name.error().message.find("not an IP address"), std::string::npos);
+    auto loop = open_syslog_udp_source("127.0.0.1", 0, fast_settings(), true);
+    EXPECT_TRUE(loop.ok());
+}
+
 TEST(FollowSyslogSocket, StopWakesAWaitingSource) {
     auto src = open_syslog_udp_source("127.0.0.1", 0, fast_settings());
     ASSERT_TRUE(src.ok());

@@ -36,6 +36,16 @@ MessageFacts message(std::vector<std::string> rcpts, SubmissionPath path = Submi
     return m;
 }
 
+ResendRule rule(ResendAction action, std::string header = "X-Retryguard-Resend", std::string text = "",
+                bool dry_run = false) {
+    ResendRule r;
+    r.action = action;
+    r.header_name = std::move(header);
+    r.reply_template = std::move(text);
+    r.dry_run = dry_run;
+    return r;
+}
+
 }  // namespace
 
 TEST(IdentityResend, NoPendingCopyAccepts) {
@@ -110,14 +120,71 @@ TEST(IdentityResend, LogOnlyAccepts) {
 TEST(IdentityResend, PerDestinationActionAndStrongestWins) {
     ResendPolicy p;
     p.action = ResendAction::log_only;
-    p.per_destination.emplace("defer.example", ResendAction::hold);
-    p.per_destination.emplace(".corp.example", ResendAction::tag);
+    p.per_destination.emplace("defer.example", rule(ResendAction::hold));
+    p.per_destination.emplace(".corp.example", rule(ResendAction::tag));
     EXPECT_EQ(p.action_for("bob@defer.example"), ResendAction::hold);
     EXPECT_EQ(p.action_for("bob@mx.corp.example"), ResendAction::tag);
     EXPECT_EQ(p.action_for("bob@corp.example"), ResendAction::log_only);
     auto d = decide_resend(message({"bob@defer.example", "eve@mx.corp.example"}),
                            {pending("bob@defer.example"), pending("eve@mx.corp.example")}, p);
     EXPECT_EQ(d.verdict, "hold");
+}
+
+// dry_run: the decision is logged with dry_run=yes and the message goes
+// through unchanged, whatever the action.
+TEST(IdentityResend, DryRunLogsTheDecisionAndChangesNothing) {
+    for (auto action :
+         {ResendAction::reject, ResendAction::hold, ResendAction::drop_duplicates, ResendAction::tag}) {
+        ResendPolicy p;
+        p.action = action;
+        p.dry_run = true;
+        auto m = message({"bob@defer.example"});
+        auto d = decide_resend(m, {pending("bob@defer.example")}, p);
+        EXPECT_TRUE(d.dry_run);
+        EXPECT_EQ(d.verdict, to_string(action));
+        EXPECT_EQ(d.result, MilterResult::accept) << to_string(action);
+        EXPECT_TRUE(d.delete_recipients.empty());
+        EXPECT_TRUE(d.header_name.empty());
+        EXPECT_TRUE(d.reply_code.empty());
+        const auto line = verdict_line(m, d, p);
+        EXPECT_NE(line.find("verdict=" + std::string(to_string(action)) + " "), std::string::npos) << line;
+        EXPECT_NE(line.find(" dry_run=yes"), std::string::npos) << line;
+        EXPECT_NE(line.find(" original=3F2A1B0C"), std::string::npos) << line;
+    }
+}
+
+// dry_run on one destination: its duplicates stay in the message like new
+// recipients; the other destinations' duplicates get their own action.
+TEST(IdentityResend, DryRunDestinationLeavesItsRecipientsIn) {
+    ResendPolicy p;
+    p.per_destination.emplace("trial.example", rule(ResendAction::reject, "X-Retryguard-Resend", "", true));
+    auto m = message({"bob@defer.example", "eve@trial.example"});
+    auto d = decide_resend(m, {pending("bob@defer.example"), pending("eve@trial.example")}, p);
+    EXPECT_FALSE(d.dry_run);
+    EXPECT_EQ(d.verdict, "drop_duplicates") << "reject would refuse eve too";
+    EXPECT_EQ(d.result, MilterResult::accept);
+    EXPECT_EQ(d.delete_recipients, std::vector<std::string>{"bob@defer.example"});
+    EXPECT_EQ(d.dry_run_recipients, std::vector<std::string>{"eve@trial.example"});
+    EXPECT_NE(verdict_line(m, d, p).find(" dry_run_duplicates=eve@trial.example"), std::string::npos);
+
+    auto only = decide_resend(message({"eve@trial.example"}), {pending("eve@trial.example")}, p);
+    EXPECT_TRUE(only.dry_run);
+    EXPECT_EQ(only.verdict, "reject");
+    EXPECT_EQ(only.result, MilterResult::accept);
+}
+
+// The tag header and the refusal text are those of the rule that chose the action.
+TEST(IdentityResend, TheChosenRulesHeaderAndTextAreUsed) {
+    ResendPolicy p;
+    p.per_destination.emplace("defer.example", rule(ResendAction::tag, "X-Copy"));
+    p.per_destination.emplace("texted.example",
+                              rule(ResendAction::reject, "X-Retryguard-Resend", "queued: {original}"));
+    auto tagged = decide_resend(message({"bob@defer.example"}), {pending("bob@defer.example")}, p);
+    EXPECT_EQ(tagged.header_name, "X-Copy");
+    auto refused = decide_resend(message({"bob@texted.example"}), {pending("bob@texted.example")}, p);
+    EXPECT_EQ(refused.reply_text, "queued: 3F2A1B0C");
+    auto global = decide_resend(message({"bob@other.example"}), {pending("bob@other.example")}, p);
+    EXPECT_NE(global.reply_text.find("Not accepted again"), std::string::npos) << global.reply_text;
 }
 
 TEST(IdentityResend, SendmailPathNeverTempfails) {

@@ -251,10 +251,13 @@ std::string journal_entry_to_line(const JournalEntry& entry, std::size_t max_lin
 // Receives syslog datagrams forwarded by rsyslog / syslog-ng on a UNIX datagram
 // socket (created at `path`, removed on destruction) ...
 Result<std::unique_ptr<LineSource>> open_syslog_unix_source(std::string path, FollowerSettings settings = {});
-// ... or on UDP, loopback only: `address` is "127.0.0.1" or "::1", port 0 picks a
-// free port (see bound_port()).
+// ... or on UDP: `address` is an IP address literal ("127.0.0.1", "::1"), on
+// loopback unless allow_non_loopback (sources[].allow_non_loopback: anyone who
+// can reach the address can feed lines); port 0 picks a free port (see
+// bound_port()).
 Result<std::unique_ptr<LineSource>> open_syslog_udp_source(std::string address, std::uint16_t port,
-                                                           FollowerSettings settings = {});
+                                                           FollowerSettings settings = {},
+                                                           bool allow_non_loopback = false);
 // The UDP port a syslog UDP source listens on (0 for other sources).
 std::uint16_t bound_port(const LineSource& source);
 

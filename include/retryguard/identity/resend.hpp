@@ -44,21 +44,36 @@ bool counts_as_retrying(const PendingCopy& copy) noexcept;
 std::optional<TimePoint> next_retry_estimate(const PendingCopy& copy, Duration minimal_backoff,
                                              Duration maximal_backoff);
 
-struct ResendPolicy {
+// reinjection.action, reinjection.tag_header, reinjection.reject_text and
+// dry_run as they apply to one recipient: the global values, or those of the
+// recipient's destination rule.
+struct ResendRule {
     ResendAction action = ResendAction::reject;
-    // per destination domain: exact "example.org" or ".example.org" (subdomains)
-    std::map<std::string, ResendAction, std::less<>> per_destination;
-    std::string reject_code = "550";  // 5xx; 4xx allowed on SMTP only
-    std::string reject_xcode = "5.7.1";
     std::string header_name = "X-Retryguard-Resend";
     // reinjection.reject_text: the refusal's text with {recipient} {original}
     // {destination} {since} {reply} {next_retry} {more}; empty: the built-in text.
     std::string reply_template;
+    // dry_run: the decision is made and logged (dry_run=yes) but not carried
+    // out; the recipient goes through as if it were new.
+    bool dry_run = false;
+
+    bool operator==(const ResendRule&) const = default;
+};
+
+// The global rule (the base) and the destination rules.
+struct ResendPolicy : ResendRule {
+    // per destination domain: exact "example.org" or ".example.org" (subdomains)
+    std::map<std::string, ResendRule, std::less<>> per_destination;
+    std::string reject_code = "550";  // 5xx; 4xx allowed on SMTP only
+    std::string reject_xcode = "5.7.1";
     // the sending Postfix's main.cf values, for the "next retry" estimate
     Duration minimal_backoff = std::chrono::seconds(300);
     Duration maximal_backoff = std::chrono::seconds(4000);
 
-    ResendAction action_for(std::string_view recipient) const;
+    // The rule for a recipient's domain: exact, then the longest "*." suffix,
+    // then the global one.
+    const ResendRule& rule_for(std::string_view recipient) const;
+    ResendAction action_for(std::string_view recipient) const { return rule_for(recipient).action; }
 };
 
 struct MessageFacts {
@@ -91,6 +106,11 @@ struct ResendDecision {
     std::string header_name, header_value;            // for tag
     std::vector<PendingCopy> duplicates;              // the pending copies that matched
     std::vector<std::string> new_recipients;          // recipients with no pending copy
+    // Duplicates whose destination is in dry run: left in the message.
+    std::vector<std::string> dry_run_recipients;
+    // Every duplicate is in dry run: `verdict` is what would have been done,
+    // `result` is accept and nothing is changed.
+    bool dry_run = false;
 };
 
 // pending: every pending copy the ledger found for the message's recipients
@@ -104,13 +124,21 @@ struct ResendDecision {
 //  - drop_duplicates with no new recipient discards the message silently;
 //  - on the sendmail path a reject is always 5xx (cleanup bounces it to the
 //    submitter with the reply text); a 4xx would make pickup retry it forever.
+//  - a duplicate whose destination is in dry run (dry_run, globally or per
+//    destination) is left in the message like a new recipient; when every
+//    duplicate is, the decision is only logged (dry_run=yes) and the message
+//    accepted unchanged;
+//  - the reply text and tag header are those of the rule that chose the action.
 ResendDecision decide_resend(const MessageFacts& msg, const std::vector<PendingCopy>& pending,
                              const ResendPolicy& policy);
 
 // The reply text for a refused resend: the original queue id, the
 // destination, the literal remote reply, since when and the next retry.
 // Printable ASCII only, bounded to fit an SMTP reply line.
-std::string resend_reply_text(const std::vector<PendingCopy>& duplicates, const ResendPolicy& policy);
+// The text is reinjection.reject_text of `rule` (the policy's global rule when
+// null), or the built-in text when that is empty.
+std::string resend_reply_text(const std::vector<PendingCopy>& duplicates, const ResendPolicy& policy,
+                              const ResendRule* rule = nullptr);
 
 // One verdict line (without the syslog prefix):
 // "QID: verdict=reject action=reject path=smtp original=QID1 duplicates=a@x ..."
