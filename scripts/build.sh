@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build.sh -- configure and build retryguard.
 #   scripts/build.sh                 release build in build/
-#   scripts/build.sh --sanitize      ASan+UBSan build in build-asan/
+#   scripts/build.sh --sanitize      ASan+UBSan build in build-asan/ (no benchmarks: no test
+#                                    runs them; they measure the release build)
 #   scripts/build.sh --tsan          ThreadSanitizer build in build-tsan/ (no benchmarks)
 #   scripts/build.sh --fuzz          libFuzzer targets with clang in build-fuzz/
 set -euo pipefail
@@ -11,7 +12,7 @@ mode=${1:-}
 [ $# -gt 0 ] && shift
 targets=("$@")  # only these targets (default: all)
 case "$mode" in
-  --sanitize) dir=build-asan flags+=(-DRETRYGUARD_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug) ;;
+  --sanitize) dir=build-asan flags+=(-DRETRYGUARD_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DRETRYGUARD_BENCH=OFF) ;;
   --tsan) dir=build-tsan flags+=(-DRETRYGUARD_TSAN=ON -DRETRYGUARD_BENCH=OFF) ;;
   --fuzz) dir=build-fuzz flags+=(-DRETRYGUARD_FUZZ=ON -DRETRYGUARD_SANITIZE=ON -DRETRYGUARD_BENCH=OFF
                                 -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++) ;;

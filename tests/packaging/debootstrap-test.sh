@@ -19,6 +19,7 @@
 # What the tree gets besides debootstrap's own files, and why:
 #  - /proc, /sys, /dev, /dev/pts and a private /run, as any running system has;
 #  - /etc/resolv.conf and /etc/hosts from this machine (name resolution);
+#  - this machine's apt archive as its package cache (see below);
 #  - /usr/sbin/policy-rc.d answering 101, the standard chroot rule: package
 #    installs do not start daemons (a real machine's systemd would start them
 #    under its own control; here they would outlive the test). Every test
@@ -76,9 +77,22 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
-log "debootstrap bookworm from $mirror"
+# This machine's apt archive (/var/cache/apt/archives) serves as the package
+# cache of debootstrap and then of the tree's apt: the tree installs the same
+# Debian 12 packages this machine has, and downloading them again from the
+# mirror was the part of this test that varied most (minutes on a slow
+# mirror). It changes nothing the tree installs: apt uses a cached .deb only
+# when its checksum matches the tree's own signed index, and downloads it
+# otherwise. RETRYGUARD_DEBOOTSTRAP_APT_CACHE=0 downloads everything.
+apt_cache=
+if [ "${RETRYGUARD_DEBOOTSTRAP_APT_CACHE:-1}" != 0 ] && [ -d /var/cache/apt/archives ]; then
+  apt_cache=/var/cache/apt/archives
+  mkdir -p "$apt_cache/partial"
+fi
+log "debootstrap bookworm from $mirror${apt_cache:+ (package cache $apt_cache)}"
 started=$(date +%s)
-debootstrap --variant=minbase bookworm "$tree" "$mirror" >"$work/debootstrap.log" 2>&1 || {
+debootstrap --variant=minbase ${apt_cache:+--cache-dir=$apt_cache} bookworm "$tree" "$mirror" \
+  >"$work/debootstrap.log" 2>&1 || {
   tail -30 "$work/debootstrap.log" >&2; fail "debootstrap failed"; }
 log "tree made in $(($(date +%s) - started)) s"
 
@@ -92,6 +106,7 @@ bind sysfs /sys -t sysfs
 bind /dev /dev --rbind
 mount --make-rslave "$tree/dev"
 bind tmpfs /run -t tmpfs -o mode=0755,nosuid,nodev
+[ -n "$apt_cache" ] && bind "$apt_cache" /var/cache/apt/archives --bind
 cp /etc/resolv.conf "$tree/etc/resolv.conf"
 cp /etc/hosts "$tree/etc/hosts"
 printf '#!/bin/sh\nexit 101\n' >"$tree/usr/sbin/policy-rc.d"
