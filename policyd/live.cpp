@@ -137,8 +137,7 @@ Status LiveIngest::open_sources() {
                 src.id = s.name;
                 if (!s.address) return make_error(ErrorKind::config, "source " + s.name + ": no address");
                 opened = open_syslog_udp_source(s.address->host, s.address->port, fs, s.allow_non_loopback);
-                if (boost::system::error_code ec;
-                    opened && !asio::ip::make_address(s.address->host, ec).is_loopback())
+                if (opened && !config::is_loopback(s.address->host))
                     log_.warning(
                         fmt::format("source {}: listening for log lines on {} (allow_non_loopback): "
                                     "anyone who can reach it can feed the ledger",

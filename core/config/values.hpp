@@ -13,7 +13,6 @@
 namespace retryguard::config {
 
 std::optional<HostPort> parse_host_port(std::string_view text, std::string* why);
-bool is_loopback(std::string_view host);
 // A literal IPv4 or IPv6 address (no name lookup).
 bool is_ip_address(std::string_view host);
 bool check_placeholders(std::string_view text, std::span<const std::string_view> allowed, std::string* why);

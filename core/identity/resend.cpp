@@ -214,15 +214,11 @@ ResendDecision decide_resend(const MessageFacts& msg, const std::vector<PendingC
     }
     // The strongest action over the duplicates outside dry run; the others stay in.
     ResendAction act = ResendAction::log_only, would = ResendAction::log_only;
-    const ResendRule* rule = nullptr;
-    const ResendRule* would_rule = nullptr;
+    const ResendRule* rule = nullptr;  // the rule whose action won, outside dry run
     std::vector<const PendingCopy*> acted;
     for (const auto& p : d.duplicates) {
         const ResendRule& r = policy.rule_for(p.recipient);
-        if (!would_rule || strength(r.action) > strength(would)) {
-            would = r.action;
-            would_rule = &r;
-        }
+        if (strength(r.action) > strength(would)) would = r.action;
         if (r.dry_run) {
             d.dry_run_recipients.push_back(p.recipient);
             continue;

@@ -194,6 +194,10 @@ struct SourceConfig {
     TextMark mark;  // where the entry starts (0-based, as yaml-cpp gives it)
 };
 
+// "localhost", 127.0.0.0/8 or ::1: the addresses the listeners take without
+// an allow_non_loopback.
+bool is_loopback(std::string_view host);
+
 // The name a source gets when none is given: "file:PATH", "journal:MATCH",
 // "syslog:unix:PATH", "syslog:udp:HOST:PORT".
 std::string default_source_name(const SourceConfig& s);
