@@ -254,6 +254,16 @@ constexpr std::span<const std::string_view> kNone{};
                    365 * kDay, "Age of a " #name " episode before it escalates: " why,                      \
                    categories[idx].escalate_after)
 
+// The local category's episode is the sending host's own (one for all
+// destinations), so its keys are global: a destination rule cannot set them.
+#define RG_CATEGORY_GLOBAL(name, idx, watch, escalate, why)                                                  \
+    RG_GLOBAL_SETTING("categories." #name ".watch_after_deferrals", integer, watch, "deferrals", kNone, 1,   \
+                      100000, "Deferrals in one " #name " episode before the destination moves to `watch`.", \
+                      categories[idx].watch_after_deferrals),                                                \
+        RG_GLOBAL_SETTING("categories." #name ".escalate_after", duration, escalate, "duration", kNone,      \
+                          kMin, 365 * kDay, "Age of a " #name " episode before it escalates: " why,          \
+                          categories[idx].escalate_after)
+
 const std::vector<Entry>& table() {
     static const std::vector<Entry> t = {
         // --- ledger -----------------------------------------------------------
@@ -328,8 +338,10 @@ const std::vector<Entry>& table() {
                   "journald: match expression (FIELD=value) selecting Postfix's lines.", journal_match),
         RG_SOURCE("start", enumeration, "end", "", kStarts, 0, 0,
                   "Where to start when no position is stored yet: the end (live) or the beginning.", start),
-        RG_SOURCE("max_line_length", size, "64KiB", "bytes", kNone, 1 * kKiB, 16 * kMiB,
-                  "Longer lines are cut and counted, never fatal.", max_line_length),
+        RG_SOURCE("max_line_length", size, "64KiB", "bytes", kNone, 1 * kKiB, 64 * kKiB,
+                  "Longer lines are cut there and counted (retryguard_follower_lines_truncated_total), "
+                  "never fatal; 64KiB at most, the log parser's own limit.",
+                  max_line_length),
         RG_GLOBAL("ingest.batch_max_events", integer, "2000", "lines", kNone, 1, 100000,
                   "Log lines written to the ledger in one transaction at most (a follower catching up "
                   "fills them; on a live log batch_max_delay ends a batch first).",
@@ -354,7 +366,9 @@ const std::vector<Entry>& table() {
         RG_GLOBAL("milter.timeout", duration, "30s", "duration", kNone, kSec, kHour,
                   "libmilter I/O timeout towards Postfix (smfi_settimeout).", milter.timeout),
         RG_GLOBAL("milter.reject_code", string, "\"550\"", "", kNone, 3, 3,
-                  "SMTP code of a refused resend (4xx or 5xx; quote it).", milter.reject_code),
+                  "SMTP code of a refused resend (quote it): 5xx refuses it for good, 4xx temporarily (the "
+                  "client may try again). Mail from the sendmail command always gets a 5xx.",
+                  milter.reject_code),
         RG_GLOBAL("milter.reject_xcode", string, "\"5.7.1\"", "", kNone, 5, 9,
                   "Enhanced status code of a refused resend; its class must match milter.reject_code.",
                   milter.reject_xcode),
@@ -396,7 +410,7 @@ const std::vector<Entry>& table() {
                   "Time from a request's first byte to its end; a slower client is disconnected.",
                   policy.request_timeout),
         RG_GLOBAL("policy.worker_threads", integer, "2", "threads", kNone, 1, 256,
-                  "Threads that run ledger-backed decisions and reloads off the event loop.",
+                  "Threads that run reloads off the event loop (answers come from memory, on the loop).",
                   policy.worker_threads),
         RG_GLOBAL("policy.idle_timeout", duration, "300s", "duration", kNone, kSec, kHour,
                   "Idle connections are closed after this (Postfix's smtpd_policy_service_max_idle).",
@@ -423,7 +437,8 @@ const std::vector<Entry>& table() {
         RG_CATEGORY(policy, 4, "3", "24h", "this one is about you; look before the queue gives up."),
         RG_CATEGORY(network, 5, "3", "48h", "retry and watch the spread first."),
         RG_CATEGORY(routing, 6, "3", "24h", "broken DNS rarely fixes itself."),
-        RG_CATEGORY(local, 7, "1", "1h", "your own Postfix; nobody else will fix it."),
+        RG_CATEGORY_GLOBAL(local, 7, "1", "1h",
+                           "your own Postfix (one episode for every destination); nobody else will fix it."),
         RG_CATEGORY(unknown, 8, "3", "48h",
                     "also used by categories without a ladder of their own (mailbox, content, ...)."),
 
@@ -611,7 +626,9 @@ const std::vector<Entry>& table() {
         RG_GLOBAL("errors.internal", enumeration, "accept", "", kErrorActions, 0, 0,
                   "A bug of ours (broken invariant, unexpected exception).", errors.internal),
         RG_GLOBAL("errors.bad_input", enumeration, "accept", "", kErrorActions, 0, 0,
-                  "A message or request we cannot parse.", errors.bad_input),
+                  "A message we cannot parse (the milter). A policy request the policy daemon cannot parse "
+                  "closes its connection instead (docs/policyd.md): Postfix reconnects.",
+                  errors.bad_input),
 
         // --- logging ------------------------------------------------------------
         RG_GLOBAL("log.facility", enumeration, "mail", "", kFacilities, 0, 0,
@@ -739,7 +756,7 @@ namespace retryguard::config {
 
 std::string_view key_consumers(std::string_view key) noexcept {
     // Most specific first: a whole key, then its section.
-    static constexpr std::array<std::pair<std::string_view, std::string_view>, 28> kConsumers = {{
+    static constexpr std::array<std::pair<std::string_view, std::string_view>, 29> kConsumers = {{
         {"ledger.retention.prune_interval", "policyd"},
         {"ledger.redis.bulk_load", "cli"},
         {"ledger.retention.", "ledger, policyd, cli"},
@@ -754,13 +771,14 @@ std::string_view key_consumers(std::string_view key) noexcept {
         {"retry.", "engine"},
         {"flags.", "engine"},
         {"reinjection.", "milter"},
-        {"actions.", "engine"},
+        {"actions.", "policyd"},
         {"dry_run", "engine, milter, policyd"},
         {"notify.", "policyd"},
         {"flush.", "policyd"},
         {"postfix.", "policyd"},
         {"spread.", "engine"},
         {"errors.ledger_unavailable", "milter"},
+        {"errors.bad_input", "milter"},
         {"errors.", "milter, policyd"},
         {"log.hostname", "milter"},
         {"log.", "milter, policyd"},

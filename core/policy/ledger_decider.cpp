@@ -35,12 +35,27 @@ bool is_domain_destination(std::string_view name) {
     return !name.empty() && name.find(':') == std::string_view::npos;
 }
 
+// A flag's reason names the class of its episodes or deferrals ("3
+// receiver-config episodes within 2592000 s"; "flag-category" when
+// flags.categories lists several): unknown when it does not say.
+Category flag_category(std::string_view reason) {
+    const auto first = reason.find(' ');
+    if (first == std::string_view::npos) return Category::unknown;
+    std::string_view word = reason.substr(first + 1);
+    word = word.substr(0, word.find(' '));
+    return category_from_string(word).value_or(Category::unknown);
+}
+
 }  // namespace
 
 std::shared_ptr<PolicySnapshot> snapshot_from_engine(const Engine& engine) {
     auto snap = std::make_shared<PolicySnapshot>();
     snap->origin = "engine";
     snap->local_incident = engine.local_incident_open();
+    if (snap->local_incident) {
+        snap->local_incident_since = engine.local_incident_since();
+        snap->local_incident_category = engine.local_incident_category();
+    }
     // Only a destination with an open episode or a flag can be in the snapshot.
     engine.for_each_active([&](const DestinationState& d) {
         const std::string& name = d.name;
@@ -74,7 +89,7 @@ std::shared_ptr<const PolicySnapshot> snapshot_from_flags(const std::vector<Flag
         v.flagged = true;
         v.since = f.set_at;
         v.last_reply = f.reason;
-        v.category = Category::receiver_config;  // the only category that flags by default
+        v.category = flag_category(f.reason);
         snap->by_domain.insert_or_assign(lower_domain(f.destination), std::move(v));
     }
     return snap;
@@ -174,8 +189,11 @@ Decision LedgerDecider::decide_unchecked(const PolicyRequest& request) {
              s.actions.watch.verb != config::PolicyAction::Verb::dunno)
         action = &s.actions.watch;
     if (!action) return {};
-    if (!view) {
-        incident_view.category = Category::local;
+    if (action == &s.actions.local_incident) {
+        // {category} and {since} are the incident's; {mx} and {reply} the
+        // destination's own, when it has an episode.
+        if (view) incident_view = *view;
+        incident_view.category = snap->local_incident_category;
         incident_view.since = snap->local_incident_since;
         view = &incident_view;
     }

@@ -169,6 +169,27 @@ TEST(PolicyLedgerDecider, SnapshotFromFlagsKeepsActiveDomainFlagsOnly) {
     EXPECT_EQ(d.decide(rcpt("u@gone.test"), kDeadline).kind, ActionKind::dunno);
 }
 
+// A flag read back from the ledger answers with the class its reason names
+// ({category} in actions.flagged), not one fixed class.
+TEST(PolicyLedgerDecider, SnapshotFromFlagsTakesTheCategoryFromTheReason) {
+    std::vector<Flag> flags(3);
+    flags[0].destination = "rate.test";
+    flags[0].reason = "4 rate-limited episodes within 2592000 s";
+    flags[1].destination = "config.test";
+    flags[1].reason = "3 receiver-config deferrals within 86400 s";
+    flags[2].destination = "several.test";
+    flags[2].reason = "3 flag-category episodes within 2592000 s";
+    auto s = snapshot_from_flags(flags);
+    ASSERT_EQ(s->by_domain.size(), 3u);
+    EXPECT_EQ(s->by_domain.at("rate.test").category, Category::rate_limited);
+    EXPECT_EQ(s->by_domain.at("config.test").category, Category::receiver_config);
+    EXPECT_EQ(s->by_domain.at("several.test").category, Category::unknown);
+    auto cfg = holder("actions: {flagged: \"WARN {domain} flagged for {category}\"}\n");
+    LedgerDecider d(cfg);
+    d.publish(s);
+    EXPECT_EQ(d.decide(rcpt("u@rate.test"), kDeadline).action, "WARN rate.test flagged for rate-limited");
+}
+
 TEST(PolicyLedgerDecider, SnapshotFromARealEngineFedThePostfixFixture) {
     // The fixture's deferrals span three minutes: a 1m escalate_after makes the
     // receiver_config episode escalate, as a day-long one would by default.

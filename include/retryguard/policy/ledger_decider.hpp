@@ -43,7 +43,8 @@ struct PolicySnapshot {
     std::unordered_map<std::string, DestinationView, Hash, std::equal_to<>> by_domain;  // lower case
     bool local_incident = false;
     TimePoint local_incident_since{};
-    std::string origin;  // "engine" or "ledger flags", for logs
+    Category local_incident_category = Category::local;  // the class of deferrals that opened it
+    std::string origin;                                  // "engine" or "ledger flags", for logs
 };
 
 // Destinations the engine tracks that deserve an answer (watch, escalate, or

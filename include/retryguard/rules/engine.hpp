@@ -150,6 +150,10 @@ class Engine {
             if (auto it = dests_.find(name); it != dests_.end()) f(it->second);
     }
     bool local_incident_open() const { return incident_.has_value(); }
+    // The open incident's class and when it opened (Category::unknown and the
+    // epoch when none is open).
+    Category local_incident_category() const { return incident_ ? incident_->category : Category::unknown; }
+    TimePoint local_incident_since() const { return incident_ ? incident_->started : TimePoint{}; }
     // Deferrals the open incident owns (0 when none is open).
     std::int64_t incident_deferrals() const { return incident_ ? incident_->deferrals : 0; }
     TimePoint now() const { return now_; }
