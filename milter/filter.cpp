@@ -225,7 +225,11 @@ sfsistat apply(SMFICTX* ctx, MessageContext& m, const ResendDecision& d) {
                 log_line(Severity::warning,
                          fmt::format("{}: smfi_setreply failed; default reply used", m.facts.queue_id));
             ++counters.refused;
-            return SMFIS_REJECT;
+            // libmilter sends the reply set above only with the status of its
+            // class (5xx with REJECT, 4xx with TEMPFAIL); with the other one it
+            // drops it and the MTA answers its default 550 5.7.1. A 4xx
+            // milter.reject_code is therefore a temporary refusal.
+            return d.reply_code.starts_with('4') ? SMFIS_TEMPFAIL : SMFIS_REJECT;
         case MilterResult::discard: ++counters.discarded; return SMFIS_DISCARD;
         case MilterResult::quarantine:
             if (smfi_quarantine(ctx, const_cast<char*>(d.quarantine_reason.c_str())) != MI_SUCCESS)

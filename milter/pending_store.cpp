@@ -194,10 +194,8 @@ class AsyncRecorder final : public PendingStore {
         Item item{msg, when};
         {
             std::lock_guard lock(mu_);
-            if (stop_ || queue_.size() >= limit_) {
-                ++dropped_;
+            if (stop_ || queue_.size() >= limit_)  // the caller counts it (failed_records does not)
                 return make_error(ErrorKind::limit, "record queue full: identity not recorded");
-            }
             for (std::size_t i = 0; i < k.of.n; ++i) queued_keys_.emplace(k.of.key[i], k.self);
             queue_.push_back(std::move(item));
             // wake the writer only when there is something new for it to do:
@@ -208,7 +206,7 @@ class AsyncRecorder final : public PendingStore {
         return {};
     }
     std::string describe() const override { return inner_->describe(); }
-    std::uint64_t failed_records() const override { return dropped_ + failed_; }
+    std::uint64_t failed_records() const override { return failed_; }
     std::uint64_t filtered_lookups() const override { return inner_->filtered_lookups(); }
     std::uint64_t filter_errors() const override { return inner_->filter_errors(); }
     std::uint64_t exceptions_caught() const override { return exceptions_ + inner_->exceptions_caught(); }
@@ -298,7 +296,7 @@ class AsyncRecorder final : public PendingStore {
     KeyMap queued_keys_;   // of queue_
     KeyMap writing_keys_;  // of the batch being written
     bool stop_ = false;
-    std::atomic<std::uint64_t> dropped_{0}, failed_{0}, exceptions_{0};
+    std::atomic<std::uint64_t> failed_{0}, exceptions_{0};
     std::thread worker_;  // last: starts once everything above exists
 };
 

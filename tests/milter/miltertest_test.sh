@@ -99,6 +99,81 @@ check 'stopping: counters: messages=3 accepted=3 refused=0 .* failopen_ledger=3 
 [ "$(grep -c 'identity filter: change stream failed' <<<"$log")" = 1 ] ||
     { echo "FAIL: the stream failure is not logged exactly once" >&2; exit 1; }
 
+# Third milter, on the first one's ledger, with settings other than the
+# shipped ones; each is shown by what the milter does (settings.lua, lock.lua).
+"$RETRYGUARD_MILTER" "${milter_conf[@]}" -o "milter.socket=unix:$dir/settings.sock" \
+    -o "ledger.sqlite.path=$dir/ledger.db" -o milter.filter_rescan=0s -o ledger.sqlite.busy_timeout=1m \
+    -o milter.reject_code=450 -o milter.reject_xcode=4.7.1 -o 'reinjection.fingerprint.parts=[sender, body]' \
+    -o reinjection.fingerprint.body_limit=2KiB -o milter.deadline=3s -o milter.record_queue=1 \
+    -o milter.timeout=1s -o log.ident=edge-guard 2>"$dir/settings.stderr" &
+pid=$!
+for _ in $(seq 100); do [ -S "$dir/settings.sock" ] && break; sleep 0.05; done
+rc=0
+out=$(RG_SOCKET=$dir/settings.sock RG_LOG=$dir/settings.log timeout -k 5 60 miltertest -s "$(dirname "$0")/settings.lua" 2>&1) ||
+    rc=$?
+printf '%s\n' "$out"
+[ "$rc" = 0 ] || { cat "$dir/settings.stderr"; echo "FAIL: miltertest (settings) exited $rc" >&2; exit 1; }
+grep -q "settings: all checks passed" <<<"$out"
+# milter.timeout=1s: a command that stops half-way (its header announces 12
+# bytes that never come) has its connection closed after a second (the shipped
+# 30 s would outlast this client's 10 s)
+idle=$(python3 - "$dir/settings.sock" <<'EOF_PY'
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.settimeout(10)
+s.sendall(b"\x00\x00\x00\x0dO")
+t = time.monotonic()
+try:
+    data = s.recv(1)
+    print("closed after %.1f s" % (time.monotonic() - t) if data == b"" else "answered")
+except socket.timeout:
+    print("open after 10 s")
+EOF_PY
+)
+echo "stalled command: connection $idle"
+[[ "$idle" =~ ^closed\ after\ [0-3]\. ]] || { echo "FAIL: milter.timeout=1s: stalled connection $idle" >&2; exit 1; }
+# Another process holds the ledger's write lock while lock.lua sends mail.
+"${run_as[@]}" python3 - "$dir/ledger.db" "$dir/locked" "$dir/release" <<'EOF_PY' &
+import os, sqlite3, sys, time
+con = sqlite3.connect(sys.argv[1], timeout=30, isolation_level=None)
+con.execute("BEGIN IMMEDIATE")
+open(sys.argv[2], "w").close()
+t = time.monotonic()
+while not os.path.exists(sys.argv[3]) and time.monotonic() - t < 60:
+    time.sleep(0.05)
+con.execute("ROLLBACK")
+EOF_PY
+holder=$!
+for _ in $(seq 100); do [ -e "$dir/locked" ] && break; sleep 0.05; done
+[ -e "$dir/locked" ] || { echo "FAIL: the ledger could not be locked" >&2; exit 1; }
+rc=0
+out=$(RG_SOCKET=$dir/settings.sock timeout -k 5 60 miltertest -s "$(dirname "$0")/lock.lua" 2>&1) || rc=$?
+: >"$dir/release"
+wait "$holder" || true
+kill "$pid"
+wait "$pid" || true
+pid=
+log=$(cat "$dir/settings.stderr")
+printf '%s\n%s\n' "$out" "$log"
+[ "$rc" = 0 ] || { echo "FAIL: miltertest (lock) exited $rc" >&2; exit 1; }
+grep -q "lock: all checks passed" <<<"$out"
+# milter.reject_code and milter.reject_xcode are the reply to a refused resend,
+# found by reinjection.fingerprint.parts=[sender, body] under another subject,
+# its body the same up to reinjection.fingerprint.body_limit=2KiB
+check 'EEE0000001: verdict=reject path=smtp original=DDD0000001 .*matched=fingerprint .*response="450 4.7.1"'
+check 'EEE0000002: verdict=accept '
+# log.ident=edge-guard names the milter's lines
+check '^edge-guard/milter\[[0-9]+\]: starting: '
+# milter.deadline=3s: the resend waited for its original's record and was
+# answered by the ledger, not failed open; milter.record_queue=1: with the
+# writer waiting for the lock, the records of FFF0000003 and FFF0000004 found
+# the queue full and were dropped (counted, logged)
+check 'FFF0000002: verdict=accept '
+check 'FFF0000003: could not record the message identity: record queue full'
+# (each dropped record counted once)
+check 'stopping: counters: messages=7 accepted=6 refused=1 .* recorded=4 failopen_ledger=0 failopen_timeout=0 .* record_errors=2 '
+
 # A start that fails after the socket exists (here the ledger cannot be
 # opened: read-only, or below a regular file, where its directory cannot be
 # created) exits non-zero and leaves no stale socket behind.
