@@ -209,8 +209,9 @@ double metric(const std::string& text, const std::string& series) {
 
 class Daemon {
   public:
+    // `wrapper`: a command the daemon is started through (its arguments follow).
     explicit Daemon(std::vector<std::string> extra = {}, std::map<std::string, std::string> env = {},
-                    bool with_table = true, bool metrics_flag = true) {
+                    bool with_table = true, bool metrics_flag = true, std::vector<std::string> wrapper = {}) {
         dir_ = fs::temp_directory_path() /
                ("rg-policyd-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
         fs::remove_all(dir_);
@@ -243,6 +244,7 @@ class Daemon {
             args.insert(args.end(),
                         {"-c", "/dev/null", "-o", "policy.user=nobody", "-o", "policy.group=nogroup"});
         args.insert(args.end(), extra.begin(), extra.end());
+        args.insert(args.begin(), wrapper.begin(), wrapper.end());
         start(args, env);
     }
     ~Daemon() {
@@ -258,6 +260,8 @@ class Daemon {
         fs::rename(tmp, table_);
     }
     bool ready() const { return port_ > 0 && metrics_port_ > 0; }
+    bool listening() const { return port_ > 0; }  // the policy socket, whether or not metrics are served
+    std::string ready_file() const { return read_file(dir_ / "ready"); }
     int port() const { return port_; }
     int metrics_port() const { return metrics_port_; }
     const std::string& unix_path() const { return unix_path_; }
@@ -1350,4 +1354,245 @@ TEST(PolicydDaemon, SuppressedWarningCountIsLoggedWhenTheLimiterOpens) {
     };
     EXPECT_TRUE(eventually([&] { return accounted() == kBad; }, 10s)) << accounted() << "\n" << d.log();
     EXPECT_GE(count_lines(d.log(), "similar malformed-request warning(s) suppressed"), 1u) << d.log();
+}
+
+// ------------------------------------------------- settings and their effect
+
+namespace {
+
+// A loopback port free at the time of the call (SOCK_STREAM or SOCK_DGRAM).
+int free_port(int type) {
+    const int fd = ::socket(AF_INET, type, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = 0;
+    if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) ::close(fd);
+    return port;
+}
+
+bool send_datagram(int port, const std::string& datagram) {
+    const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(port));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool sent =
+        fd >= 0 && ::sendto(fd, datagram.data(), datagram.size(), 0, reinterpret_cast<const sockaddr*>(&to),
+                            sizeof to) == static_cast<ssize_t>(datagram.size());
+    if (fd >= 0) ::close(fd);
+    return sent;
+}
+
+}  // namespace
+
+// policy.socket_mode: the UNIX policy socket gets that mode (not the default 0660).
+TEST(PolicydDaemon, UnixPolicySocketGetsTheConfiguredMode) {
+    Daemon d({"-o", "policy.socket_mode=0600"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    struct stat st {};
+    ASSERT_EQ(::stat(d.unix_path().c_str(), &st), 0);
+    EXPECT_TRUE(S_ISSOCK(st.st_mode));
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    Client c = Client::unix_socket(d.unix_path());
+    ASSERT_TRUE(c.connected());
+    ASSERT_TRUE(c.send(request("user@flagged.test")));
+    EXPECT_EQ(c.answer(), kReject);
+}
+
+// policy.max_attributes: a request with more attribute lines than that closes
+// its connection and is counted; one within the limit is answered.
+TEST(PolicydDaemon, RequestWithMoreAttributesThanTheLimitIsRefused) {
+    Daemon d({"-o", "policy.max_attributes=12"});  // request() sends exactly 12
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client ok = Client::tcp(d.port());
+    ASSERT_TRUE(ok.send(request("a@flagged.test")));
+    EXPECT_EQ(ok.answer(), kReject);
+    Client many = Client::tcp(d.port());
+    ASSERT_TRUE(many.send(request("a@flagged.test", "RCPT", "ccert_subject=x\nccert_issuer=y\n")));
+    EXPECT_EQ(many.answer(1000ms), "");
+    EXPECT_TRUE(many.closed_within(3000ms));
+    EXPECT_EQ(metric(d.metrics(), "retryguard_policy_malformed_total{reason=\"too_many_attributes\"}"), 1)
+        << d.metrics();
+    // The connection within the limit goes on.
+    ASSERT_TRUE(ok.send(request("b@flagged.test")));
+    EXPECT_EQ(ok.answer(), kReject);
+}
+
+// policy.worker_threads: decisions that may block run on that many threads.
+// Eight decisions of 200 ms each take 1.6 s on one worker (one after the
+// other), and about 200 ms on eight; the default two would take 800 ms.
+TEST(PolicydDaemon, BlockingDecisionsRunOnAsManyThreadsAsConfigured) {
+    auto elapsed_for_eight = [](const std::string& threads) {
+        Daemon d({"--simulate-slow-decider", "200", "-o", "policy.deadline=10s", "-o",
+                  "policy.worker_threads=" + threads});
+        EXPECT_TRUE(d.ready()) << d.log();
+        if (!d.ready()) return Clock::duration::zero();
+        std::vector<Client> clients;
+        for (int i = 0; i < 8; ++i) clients.push_back(Client::tcp(d.port()));
+        const auto t0 = Clock::now();
+        for (auto& c : clients) EXPECT_TRUE(c.send(request("a@flagged.test")));
+        for (auto& c : clients) EXPECT_EQ(c.answer(10s), kReject);
+        const auto took = Clock::now() - t0;
+        EXPECT_EQ(metric(d.metrics(), "retryguard_policy_fail_open_total{reason=\"timeout\"}"), 0);
+        return took;
+    };
+    const auto one = elapsed_for_eight("1");
+    EXPECT_GE(one, 1600ms) << "one worker runs the decisions one after the other";
+    const auto eight = elapsed_for_eight("8");
+    EXPECT_LT(eight, 700ms) << "eight workers run them at once";
+}
+
+// metrics.enabled false: nothing listens on metrics.listen, and the daemon
+// serves policy requests without it.
+TEST(PolicydDaemon, MetricsDisabledServesNoEndpoint) {
+    const int port = free_port(SOCK_STREAM);
+    ASSERT_GT(port, 0);
+    const std::string listen = "metrics.listen=127.0.0.1:" + std::to_string(port);
+    Daemon off({"-o", "metrics.enabled=false", "-o", listen}, {}, true, false);
+    ASSERT_TRUE(off.listening()) << off.log();
+    EXPECT_EQ(off.metrics_port(), 0) << off.ready_file();
+    EXPECT_EQ(off.ready_file().find("metrics"), std::string::npos) << off.ready_file();
+    EXPECT_FALSE(Client::tcp(port).connected()) << "something listens on the metrics address";
+    Client c = Client::tcp(off.port());
+    ASSERT_TRUE(c.send(request("user@flagged.test")));
+    EXPECT_EQ(c.answer(), kReject);
+    off.stop();
+    // The same address with metrics on (the default) is served.
+    Daemon on({"-o", listen}, {}, true, false);
+    ASSERT_TRUE(on.ready()) << on.log();
+    EXPECT_EQ(on.metrics_port(), port);
+    EXPECT_NE(http_body(port, "/health").find("ok"), std::string::npos);
+}
+
+// sources[].address and sources[].max_line_length: a syslog_udp source listens
+// on its address (the deferrals sent there escalate the destination) and cuts
+// a line at its own max_line_length, counted per source; a datagram line
+// longer than 8 KiB fits the default 64 KiB.
+TEST(PolicydLive, SyslogUdpSourcesListenOnTheirAddressAndCutAtTheirLineLength) {
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-udp-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    give_to_nobody(dir);
+    const int wide = free_port(SOCK_DGRAM), narrow = free_port(SOCK_DGRAM);
+    ASSERT_GT(wide, 0);
+    ASSERT_GT(narrow, 0);
+    ASSERT_NE(wide, narrow);
+    std::ofstream(dir / "retryguard.yaml")
+        << "policy: {user: nobody, group: nogroup}\n"
+           "ledger: {backend: sqlite, sqlite: {path: " +
+               (dir / "ledger.db").string() +
+               "}}\n"
+               "sources:\n"
+               "  - {type: syslog_udp, name: udp-wide, address: \"127.0.0.1:" +
+               std::to_string(wide) +
+               "\"}\n"
+               "  - {type: syslog_udp, name: udp-narrow, address: \"127.0.0.1:" +
+               std::to_string(narrow) +
+               "\", max_line_length: 1KiB}\n"
+               "ingest: {batch_max_delay: 50ms}\n"
+               "categories: {receiver_config: {watch_after_deferrals: 1, escalate_after: 1m}}\n"
+               "actions:\n"
+               "  escalated: \"REJECT 4.7.1 retryguard: {domain} escalated ({category})\"\n";
+    Daemon d({"-c", (dir / "retryguard.yaml").string()}, {}, false);
+    ASSERT_TRUE(d.ready()) << d.log();
+    EXPECT_EQ(ask_rcpt(d.port(), "user@cfgerr.lab.test"), kDunno);
+
+    const auto lines = fixture_lines();
+    ASSERT_GT(lines.size(), 10u);
+    for (const auto& l : lines) ASSERT_TRUE(send_datagram(wide, "<22>" + l));
+    std::string answer;
+    EXPECT_TRUE(eventually([&] {
+        answer = ask_rcpt(d.port(), "someone@cfgerr.lab.test");
+        return answer != kDunno;
+    })) << d.log();
+    EXPECT_EQ(answer.rfind("action=REJECT 4.7.1 retryguard: cfgerr.lab.test escalated (receiver-config)", 0),
+              0u)
+        << answer;
+
+    const std::string head = "<22>Nov 29 20:38:50 relay postfix/smtp[1]: ";
+    ASSERT_TRUE(send_datagram(narrow, head + std::string(2000, 'n')));
+    ASSERT_TRUE(send_datagram(wide, head + std::string(12000, 'w')));
+    const std::string cut_narrow = "retryguard_follower_lines_truncated_total{source=\"udp-narrow\"}";
+    const std::string cut_wide = "retryguard_follower_lines_truncated_total{source=\"udp-wide\"}";
+    std::string m;
+    EXPECT_TRUE(eventually([&] {
+        m = d.metrics();
+        return metric(m, "retryguard_follower_lines_total{source=\"udp-narrow\"}") >= 1 &&
+               metric(m, "retryguard_follower_lines_total{source=\"udp-wide\"}") >=
+                   static_cast<double>(lines.size() + 1);
+    })) << m;
+    EXPECT_EQ(metric(m, cut_narrow), 1) << m;
+    EXPECT_EQ(metric(m, cut_wide), 0) << m;
+    d.stop();
+    fs::remove_all(dir);
+}
+
+// log.facility and log.ident: with log.target syslog, the daemon's own lines
+// and its verdict lines reach syslog under that facility (local3.info: <158>)
+// and ident (IDENT/policyd), not mail (<22> for info) and retryguard/policyd. The daemon runs in a mount
+// namespace of its own whose /dev/log is a socket of this test.
+TEST(PolicydDaemon, SyslogLinesCarryTheConfiguredFacilityAndIdent) {
+    if (::geteuid() != 0 || std::system("/usr/bin/unshare --mount /bin/true 2>/dev/null") != 0) {
+        if (std::getenv("CI")) FAIL() << "needs root and mount namespaces (unshare --mount)";
+        GTEST_SKIP() << "NO MOUNT NAMESPACES HERE (needs root and unshare --mount)";
+    }
+    const fs::path dev = fs::temp_directory_path() / ("rg-policyd-dev-" + std::to_string(::getpid()));
+    fs::remove_all(dev);
+    fs::create_directories(dev);
+    ::chmod(dev.c_str(), 0755);
+    const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    const std::string log_path = (dev / "log").string();
+    ASSERT_LT(log_path.size(), sizeof a.sun_path);
+    std::strncpy(a.sun_path, log_path.c_str(), sizeof a.sun_path - 1);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ::chmod(log_path.c_str(), 0666);  // the daemon writes to it as nobody
+    // /dev in the namespace: this directory, with the real device nodes the
+    // daemon may open bound into it.
+    const std::string setup =
+        "set -e; d=\"$RG_DEV\"; for n in null zero full random urandom; do "
+        "[ -e /dev/$n ] || continue; : >\"$d/$n\"; mount --bind /dev/$n \"$d/$n\"; done; "
+        "mount --rbind \"$d\" /dev; exec \"$@\"";
+    Daemon d({"-o", "log.target=syslog", "-o", "log.facility=local3", "-o", "log.ident=edge-guard"},
+             {{"RG_DEV", dev.string()}}, true, true,
+             {"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup, "sh"});
+    ASSERT_TRUE(d.ready()) << d.log();
+    Client c = Client::tcp(d.port());
+    ASSERT_TRUE(c.send(request("user@flagged.test")));
+    EXPECT_EQ(c.answer(), kReject);
+
+    std::vector<std::string> got;
+    auto has = [&](const std::string& text) {
+        for (const auto& g : got)
+            if (g.find(text) != std::string::npos) return true;
+        return false;
+    };
+    const auto until = Clock::now() + 10s;
+    while (Clock::now() < until && !(has("listening: policy") && has("verdict=policy_reject"))) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 200) <= 0) continue;
+        char buf[8192];
+        const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n > 0) got.emplace_back(buf, static_cast<std::size_t>(n));
+    }
+    d.stop();
+    ::close(fd);
+    fs::remove_all(dev);
+    std::string all;
+    for (const auto& g : got) all += g + "\n";
+    ASSERT_TRUE(has("listening: policy")) << all << d.log();
+    ASSERT_TRUE(has("verdict=policy_reject")) << all;
+    for (const auto& g : got) {
+        ASSERT_EQ(g.rfind("<", 0), 0u) << g;
+        EXPECT_EQ(std::stoi(g.substr(1)) / 8, 19) << "not facility local3: " << g;
+        EXPECT_NE(g.find(" edge-guard/policyd["), std::string::npos) << g;
+    }
+    EXPECT_TRUE(has("<158>")) << "no local3.info line: " << all;
 }
