@@ -364,7 +364,10 @@ const std::vector<Entry>& table() {
                   "(errors.timeout).",
                   milter.deadline),
         RG_GLOBAL("milter.timeout", duration, "30s", "duration", kNone, kSec, kHour,
-                  "libmilter I/O timeout towards Postfix (smfi_settimeout).", milter.timeout),
+                  "libmilter I/O timeout towards Postfix (smfi_settimeout): a connection whose command stops "
+                  "partway is closed after it; an idle connection between commands is left to libmilter's "
+                  "own, much longer, check.",
+                  milter.timeout),
         RG_GLOBAL("milter.reject_code", string, "\"550\"", "", kNone, 3, 3,
                   "SMTP code of a refused resend (quote it): 5xx refuses it for good, 4xx temporarily (the "
                   "client may try again). Mail from the sendmail command always gets a 5xx.",

@@ -85,10 +85,14 @@ struct CategoryKeys {
     const char* key;
 };
 const std::vector<CategoryKeys> kLadderCategories = {
-    {Category::receiver_system, "receiver_system"}, {Category::greylisting, "greylisting"},
-    {Category::rate_limited, "rate_limited"},       {Category::policy, "policy"},
-    {Category::network, "network"},                 {Category::routing, "routing"},
-    {Category::local, "local"},                     {Category::unknown, "unknown"},
+    {Category::receiver_system, "receiver_system"},
+    {Category::greylisting, "greylisting"},
+    {Category::rate_limited, "rate_limited"},
+    {Category::policy, "policy"},
+    {Category::network, "network"},
+    {Category::routing, "routing"},
+    {Category::local, "local"},
+    {Category::unknown, "unknown"},
 };
 
 // Where one deferral of `c` is filed: the sending Postfix's own failures under
@@ -106,10 +110,11 @@ TEST(ConfigEffects, WatchAfterDeferralsPerCategoryDecidesWhenADestinationIsWatch
     constexpr int kConfigured = 7;
     for (const CategoryKeys& l : kLadderCategories) {
         SCOPED_TRACE(l.key);
-        const int by_default = static_cast<int>(config::defaults()->global.thresholds(l.category).watch_after_deferrals);
+        const int by_default =
+            static_cast<int>(config::defaults()->global.thresholds(l.category).watch_after_deferrals);
         ASSERT_LT(by_default, kConfigured);
         Engined configured("categories: {" + std::string(l.key) +
-                       ": {watch_after_deferrals: " + std::to_string(kConfigured) + "}}\n");
+                           ": {watch_after_deferrals: " + std::to_string(kConfigured) + "}}\n");
         Engined shipped("");
         const Target t = target_for(l);
         for (int i = 1; i <= kConfigured; ++i) {
@@ -168,7 +173,8 @@ TEST(ConfigEffects, RetryMinIntervalIsTheShortestRetryNotReported) {
 TEST(ConfigEffects, RetryMinIntervalAfterGreylistingAppliesAfterAGreylistingReply) {
     Engined configured("retry: {min_interval_after_greylisting: 40m}\n");
     Engined shipped("");
-    const std::string grey = "host mx.grey.example[192.0.2.1] said: 450 4.2.0 Greylisted, please try again later";
+    const std::string grey =
+        "host mx.grey.example[192.0.2.1] said: 450 4.2.0 Greylisted, please try again later";
     for (Engined* r : {&configured, &shipped}) {
         (*r)(deferred(T0, "G1", "a@grey.example", "mx.grey.example", grey), Category::greylisting);
         (*r)(deferred(T0 + 20min, "G1", "a@grey.example", "mx.grey.example", grey), Category::greylisting);
@@ -229,7 +235,8 @@ TEST(ConfigEffects, FlagsPeriodIsTheWindowInWhichEpisodesCount) {
     Engined wide("flags: {period: 60d}\n");
     for (Engined* r : {&narrow, &shipped, &wide})
         for (int i = 0; i < 3; ++i)
-            episode(*r, T0 + i * 10 * 24h, "often.example", Category::receiver_config, "F" + std::to_string(i));
+            episode(*r, T0 + i * 10 * 24h, "often.example", Category::receiver_config,
+                    "F" + std::to_string(i));
     EXPECT_EQ(shipped.count("flagged", "often.example"), 1);
     EXPECT_EQ(narrow.count("flagged", "often.example"), 0);
     EXPECT_EQ(wide.count("flagged", "often.example"), 1);
@@ -238,7 +245,8 @@ TEST(ConfigEffects, FlagsPeriodIsTheWindowInWhichEpisodesCount) {
     Engined shipped_slow("");
     for (Engined* r : {&wide_slow, &shipped_slow})
         for (int i = 0; i < 3; ++i)
-            episode(*r, T0 + i * 20 * 24h, "slow.example", Category::receiver_config, "W" + std::to_string(i));
+            episode(*r, T0 + i * 20 * 24h, "slow.example", Category::receiver_config,
+                    "W" + std::to_string(i));
     EXPECT_EQ(wide_slow.count("flagged", "slow.example"), 1);
     EXPECT_EQ(shipped_slow.count("flagged", "slow.example"), 0);
 }
@@ -349,7 +357,8 @@ TEST(ConfigEffects, ActionsFlaggedIsTheAnswerForAFlaggedDestination) {
     for (const std::string& yaml : {flags, configured}) {
         Engined run(yaml);
         for (int k = 0; k < 3; ++k)
-            run(deferred(T0 + k * 40min, "B1", "u@flaky.example", "mx.flaky.example"), Category::receiver_config);
+            run(deferred(T0 + k * 40min, "B1", "u@flaky.example", "mx.flaky.example"),
+                Category::receiver_config);
         ASSERT_EQ(run.count("flagged", "flaky.example"), 1);
         const Decision d = answer(run, yaml, "someone@flaky.example");
         if (yaml == flags) {
@@ -397,11 +406,13 @@ TEST(ConfigEffects, LocalCategoryKeysAreGlobalOnly) {
                                               key + "}}\n",
                                           "effects.yaml");
         ASSERT_FALSE(loaded.ok()) << key;
-        EXPECT_NE(loaded.errors[0].message.find("global only"), std::string::npos) << loaded.errors[0].to_string();
+        EXPECT_NE(loaded.errors[0].message.find("global only"), std::string::npos)
+            << loaded.errors[0].to_string();
         EXPECT_EQ(loaded.errors[0].line, 3) << loaded.errors[0].to_string();
     }
-    Engined e("categories: {local: {escalate_after: 10m}}\n"
-              "destinations:\n  - domain: near.example\n    categories: {network: {escalate_after: 5h}}\n");
+    Engined e(
+        "categories: {local: {escalate_after: 10m}}\n"
+        "destinations:\n  - domain: near.example\n    categories: {network: {escalate_after: 5h}}\n");
     e(deferred(T0, "L1", "u@near.example", "none"), Category::local);
     e.advance(T0 + 11min);
     EXPECT_EQ(e.count("escalate", std::string(kLocalDestination)), 1);
