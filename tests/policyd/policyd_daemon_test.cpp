@@ -993,6 +993,35 @@ TEST(PolicydLive, FollowedDeferralsEscalateTheDomainAndItsMailGetsTheConfiguredA
     fs::remove_all(dir);
 }
 
+// ingest.batch_max_events bounds the lines of one ledger transaction: a
+// follower catching up on a file that was there before the start writes
+// one batch per line with a limit of 1 (with the shipped 2,000 the whole
+// fixture fits in one).
+TEST(PolicydLive, BatchMaxEventsBoundsTheLinesOfOneBatch) {
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-batch-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const auto lines = fixture_lines();
+    ASSERT_GT(lines.size(), 10u);
+    {
+        std::ofstream log(dir / "mail.log");
+        for (const auto& l : lines) log << l << '\n';
+    }
+    std::ofstream(dir / "retryguard.yaml") << live_config(dir);
+    Daemon d({"-c", (dir / "retryguard.yaml").string(), "-o", "ingest.batch_max_events=1"}, {}, false);
+    ASSERT_TRUE(d.ready()) << d.log();
+    const auto n = static_cast<double>(lines.size());
+    std::string m;
+    EXPECT_TRUE(eventually([&] {
+        m = d.metrics();
+        return metric(m, "retryguard_ingest_lines_total") >= n;
+    })) << m;
+    EXPECT_EQ(metric(m, "retryguard_ingest_lines_total"), n) << m;
+    EXPECT_EQ(metric(m, "retryguard_ingest_batches_total"), n) << m;
+    d.stop();
+    fs::remove_all(dir);
+}
+
 // errors.timeout: tempfail turns the fail-open DUNNO of a decision past its
 // deadline into DEFER_IF_PERMIT (counted as a fail-open and as the action);
 // a reload back to accept answers DUNNO again.
