@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include <fmt/format.h>
@@ -37,6 +38,23 @@ namespace {
 constexpr int kExitOk = 0;
 constexpr int kExitUsage = 2;
 constexpr int kExitFailure = 1;
+
+// Wraps a decider and makes every decision throw, as a broken invariant of
+// ours would, to exercise errors.internal in tests and drills
+// (--simulate-decider-error).
+class FailingDecider final : public PolicyDecider {
+  public:
+    explicit FailingDecider(std::shared_ptr<PolicyDecider> inner) : inner_(std::move(inner)) {}
+    Decision decide(const PolicyRequest&, PolicyDeadline) override {
+        throw std::logic_error("simulated decider error");
+    }
+    bool may_block() const noexcept override { return inner_->may_block(); }
+    Status reload() override { return inner_->reload(); }
+    std::string describe() const override { return inner_->describe() + " (every decision fails)"; }
+
+  private:
+    std::shared_ptr<PolicyDecider> inner_;
+};
 
 // Wraps a decider and makes every decision slow and off-loop, to exercise the
 // deadline and fail-open path in tests and drills (--simulate-slow-decider).
@@ -229,6 +247,7 @@ struct CommandLine {
     std::vector<std::string> overrides;
     bool foreground = false;
     long slow_ms = 0;
+    bool failing = false;
 };
 
 int fail_early(const std::string& msg, int rc) {
@@ -252,6 +271,8 @@ bool parse_command_line(int argc, char** argv, CommandLine& o, int& rc) {
                    "testing and measuring aid: answer from a static table ('domain ACTION [text]' lines) "
                    "instead of the ledger; no log is followed");
     app.add_option("--simulate-slow-decider", o.slow_ms, "testing aid: every decision sleeps this many ms");
+    app.add_flag("--simulate-decider-error", o.failing,
+                 "testing aid: every decision fails as a bug of ours would (errors.internal applies)");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -411,6 +432,7 @@ struct Policyd {
         table_decider = dynamic_cast<const StaticDestinationDecider*>(decider.get());
         if (cl.slow_ms > 0)
             decider = std::make_shared<SlowDecider>(decider, std::chrono::milliseconds(cl.slow_ms));
+        if (cl.failing) decider = std::make_shared<FailingDecider>(decider);
         auto target = verdict_target_from(cfg());
         if (!target) {
             log().error(target.error().message);

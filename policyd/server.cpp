@@ -174,10 +174,10 @@ awaitable<void> Server::decide_offloaded(const PolicyRequest& request, std::stri
         co_return;
     }
     const FailOpenReason why = state->failed ? FailOpenReason::decider_error : FailOpenReason::timeout;
-    service_.answer_fail_open(out, why);
+    const std::string_view verb = service_.answer_fail_open(out, why);
     limited_line(log_, fail_open_log_, [&] {
-        return fmt::format("fail-open ({}) for recipient=<{}>: answered DUNNO", to_string(why),
-                           request.get(PolicyAttr::recipient));
+        return fmt::format("fail-open ({}) for recipient=<{}>: answered {}", to_string(why),
+                           request.get(PolicyAttr::recipient), verb);
     });
 }
 
@@ -254,10 +254,11 @@ awaitable<void> Server::session(Socket socket) {
                 const Decision d = service_.decide_contained(*decider_, request,
                                                              started + options_.decision_timeout, failed);
                 if (failed) {
-                    service_.answer_fail_open(out, FailOpenReason::decider_error);
+                    const std::string_view verb =
+                        service_.answer_fail_open(out, FailOpenReason::decider_error);
                     limited_line(log_, fail_open_log_, [&] {
-                        return fmt::format("fail-open (decider_error) for recipient=<{}>: answered DUNNO",
-                                           request.get(PolicyAttr::recipient));
+                        return fmt::format("fail-open (decider_error) for recipient=<{}>: answered {}",
+                                           request.get(PolicyAttr::recipient), verb);
                     });
                 } else {
                     service_.answer(out, d);

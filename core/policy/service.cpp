@@ -161,14 +161,14 @@ void PolicyService::answer_dunno(std::string& out) noexcept {
     format_policy_answer(out, "DUNNO");
 }
 
-void PolicyService::answer_fail_open(std::string& out, FailOpenReason reason) noexcept {
+std::string_view PolicyService::answer_fail_open(std::string& out, FailOpenReason reason) noexcept {
     metrics_.fail_open(reason);
     const bool tempfail = reason == FailOpenReason::decider_error
                               ? tempfail_internal_.load(std::memory_order_relaxed)
                               : tempfail_timeout_.load(std::memory_order_relaxed);
     if (!tempfail) {
         answer_dunno(out);
-        return;
+        return "DUNNO";
     }
     tempfailed_.fetch_add(1, std::memory_order_relaxed);
     metrics_.action(ActionKind::defer_if_permit);
@@ -176,6 +176,7 @@ void PolicyService::answer_fail_open(std::string& out, FailOpenReason reason) no
         out, reason == FailOpenReason::decider_error
                  ? "DEFER_IF_PERMIT retryguard: policy check failed, try again later"
                  : "DEFER_IF_PERMIT retryguard: policy check not completed in time, try again later");
+    return "DEFER_IF_PERMIT";
 }
 
 Decision PolicyService::decide_contained(PolicyDecider& decider, const PolicyRequest& request,

@@ -1051,6 +1051,40 @@ TEST(PolicydLive, ErrorsTimeoutTempfailDefersInsteadOfDunnoAndFollowsReload) {
     fs::remove_all(dir);
 }
 
+// errors.internal: a decision that fails as a bug of ours would
+// (--simulate-decider-error) is answered DEFER_IF_PERMIT with tempfail, and
+// the warning says which answer went out; a reload to accept answers DUNNO.
+TEST(PolicydLive, ErrorsInternalDecidesTheAnswerToAFailedDecision) {
+    const fs::path dir = fs::temp_directory_path() / ("rg-policyd-internal-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "retryguard.yaml") << live_config(dir, "errors: {internal: tempfail}\n");
+    std::ofstream(dir / "mail.log").flush();
+    Daemon d({"-c", (dir / "retryguard.yaml").string(), "--simulate-decider-error"}, {}, false);
+    ASSERT_TRUE(d.ready()) << d.log();
+    const std::string answer = ask_rcpt(d.port(), "user@example.test");
+    EXPECT_EQ(answer.rfind("action=DEFER_IF_PERMIT retryguard: policy check failed", 0), 0u) << answer;
+    EXPECT_TRUE(eventually([&] {
+        return d.log().find(
+                   "fail-open (decider_error) for recipient=<user@example.test>: answered "
+                   "DEFER_IF_PERMIT") != std::string::npos;
+    })) << d.log();
+    const std::string m = d.metrics();
+    EXPECT_EQ(metric(m, "retryguard_policy_fail_open_total{reason=\"decider_error\"}"), 1) << m;
+    EXPECT_EQ(metric(m, "retryguard_policy_actions_total{action=\"defer_if_permit\"}"), 1) << m;
+
+    std::ofstream(dir / "retryguard.yaml", std::ios::trunc)
+        << live_config(dir, "errors: {internal: accept}\n");
+    ::kill(d.pid(), SIGHUP);
+    EXPECT_TRUE(eventually([&] { return d.log().find("reload done") != std::string::npos; })) << d.log();
+    EXPECT_EQ(ask_rcpt(d.port(), "other@example.test"), kDunno);
+    const std::string after = d.metrics();  // still a fail-open, now answered DUNNO
+    EXPECT_EQ(metric(after, "retryguard_policy_fail_open_total{reason=\"decider_error\"}"), 2) << after;
+    EXPECT_EQ(metric(after, "retryguard_policy_actions_total{action=\"defer_if_permit\"}"), 1) << after;
+    d.stop();
+    fs::remove_all(dir);
+}
+
 // ledger.retention.prune_interval: the daemon prunes the ledger (at start, then
 // every interval) on its own thread and connection while it follows the log.
 TEST(PolicydLive, PrunesTheLedgerWhileFollowing) {

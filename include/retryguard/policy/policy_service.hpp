@@ -142,7 +142,8 @@ class PolicyService {
     // DUNNO, or with tempfail set for that reason (errors.timeout for a
     // deadline or overload, errors.internal for a failed decider)
     // "DEFER_IF_PERMIT retryguard: ...", counted as tempfailed too.
-    void answer_fail_open(std::string& out, FailOpenReason reason) noexcept;
+    // Returns the verb answered: "DUNNO", or "DEFER_IF_PERMIT" when errors.* says tempfail.
+    std::string_view answer_fail_open(std::string& out, FailOpenReason reason) noexcept;
     // errors.timeout and errors.internal: true = tempfail. Safe to call while
     // requests are answered (reload).
     void set_tempfail(bool on_timeout, bool on_internal) noexcept {
