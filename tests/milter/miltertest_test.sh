@@ -105,7 +105,7 @@ check 'stopping: counters: messages=3 accepted=3 refused=0 .* failopen_ledger=3 
     -o "ledger.sqlite.path=$dir/ledger.db" -o milter.filter_rescan=0s -o ledger.sqlite.busy_timeout=1m \
     -o milter.reject_code=450 -o milter.reject_xcode=4.7.1 -o 'reinjection.fingerprint.parts=[sender, body]' \
     -o reinjection.fingerprint.body_limit=2KiB -o milter.deadline=3s -o milter.record_queue=1 \
-    -o milter.timeout=1s -o log.ident=edge-guard 2>"$dir/settings.stderr" &
+    -o milter.timeout=1s -o log.ident=edge-guard -o errors.bad_input=tempfail 2>"$dir/settings.stderr" &
 pid=$!
 for _ in $(seq 100); do [ -S "$dir/settings.sock" ] && break; sleep 0.05; done
 rc=0
@@ -172,7 +172,9 @@ check '^edge-guard/milter\[[0-9]+\]: starting: '
 check 'FFF0000002: verdict=accept '
 check 'FFF0000003: could not record the message identity: record queue full'
 # (each dropped record counted once)
-check 'stopping: counters: messages=7 accepted=6 refused=1 .* recorded=4 failopen_ledger=0 failopen_timeout=0 .* record_errors=2 '
+# errors.bad_input=tempfail: the message past the input limits is tempfailed
+check 'GGG0000001: verdict=tempfail path=smtp failopen=input-limit detail="more than 1000 headers"'
+check 'stopping: counters: messages=8 accepted=6 refused=1 .* recorded=4 failopen_ledger=0 failopen_timeout=0 failopen_internal=0 failopen_input=1 tempfailed=1 record_errors=2 '
 
 # A start that fails after the socket exists (here the ledger cannot be
 # opened: read-only, or below a regular file, where its directory cannot be

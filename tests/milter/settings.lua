@@ -3,7 +3,8 @@
 --   milter.reject_code=450, milter.reject_xcode=4.7.1,
 --   reinjection.fingerprint.parts=[sender, body],
 --   reinjection.fingerprint.body_limit=2KiB, milter.timeout=1s,
---   milter.filter_rescan=0s (every lookup reaches the ledger).
+--   milter.filter_rescan=0s (every lookup reaches the ledger),
+--   errors.bad_input=tempfail.
 -- Environment: RG_SOCKET, RG_LEDGER, RG_FEED, RG_LOG (as protocol.lua).
 
 local socket = os.getenv("RG_SOCKET")
@@ -89,6 +90,23 @@ if r ~= SMFIR_REPLYCODE then fail("resend with another subject not refused: " ..
 r = message(conn, "EEE0000002", "bob@parts.example", "<parts-3@client.example>",
   "Quarterly figures", "Other words entirely.\r\n", 4096)
 if r ~= SMFIR_ACCEPT then fail("other content not accepted: " .. tostring(r)) end
+mt.disconnect(conn)
+
+-- errors.bad_input=tempfail: a message past the milter's input limits (more
+-- than 1000 headers) is not looked up; over SMTP it is tempfailed instead of
+-- accepted unchecked (checked in the log and counters by miltertest_test.sh)
+conn = connect()
+mt.macro(conn, SMFIC_MAIL, "i", "GGG0000001")
+if mt.mailfrom(conn, "<alice@example.org>") ~= nil then fail("mailfrom") end
+mt.macro(conn, SMFIC_RCPT, "i", "GGG0000001")
+if mt.rcptto(conn, "<bob@parts.example>") ~= nil then fail("rcptto") end
+for i = 1, 1001 do
+  if mt.header(conn, "X-Trace-" .. i, "hop " .. i) ~= nil then fail("header " .. i) end
+end
+if mt.bodystring(conn, "short\r\n") ~= nil then fail("body") end
+if mt.eom(conn) ~= nil then fail("eom") end
+r = mt.getreply(conn)
+if r ~= SMFIR_TEMPFAIL and r ~= SMFIR_REPLYCODE then fail("over-limit message not tempfailed: " .. tostring(r)) end
 mt.disconnect(conn)
 mt.echo("settings: all checks passed")
 end
