@@ -234,6 +234,7 @@ void Planner::on_deferral(const Event& e, Category c, const Engine& engine) {
     const RuleSettings& rs = engine.settings_for(domain, mx);
     if (auto esc = rs.thresholds(ep ? ep->dominant() : c).escalate_after) n.escalation = episode_start + *esc;
     n.escalated = ep && ep->ladder == Ladder::escalate;
+    n.dry_run = s.dry_run;
     notified_[qid] = e.time;
     episode_notices_[episode_key] = e.time;
     ++stats_.notices_planned;
@@ -257,6 +258,7 @@ void Planner::on_verdict(const Verdict& v, const Engine& engine, bool replayed) 
     Flush f;
     f.destination = v.key;
     f.time = v.time;
+    f.dry_run = s.dry_run;
     const auto max = static_cast<std::size_t>(config_->flush_max_messages);
     for (const auto& qid : d->history.back().messages) {
         if (f.queue_ids.size() >= max) break;
@@ -292,6 +294,7 @@ void Planner::maybe_probe(TimePoint now, const Engine& engine) {
             f.destination = name;
             f.time = now;
             f.probe = true;
+            f.dry_run = s.dry_run;
             f.queue_ids.push_back(qid);
             flushes_.push_back(std::move(f));
             ++stats_.probes;

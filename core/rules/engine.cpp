@@ -114,6 +114,24 @@ bool contains(const std::vector<Category>& v, Category c) {
     return std::find(v.begin(), v.end(), c) != v.end();
 }
 
+// The host of a logged relay= value ("mx.example.com[192.0.2.1]:25"), empty
+// for Postfix's pseudo relays, as answering_host() reads it from an event.
+std::string relay_host_of(std::string_view relay) {
+    if (auto b = relay.find('['); b != std::string_view::npos) relay = relay.substr(0, b);
+    std::string h = text::ascii_lower(relay);
+    if (h == "none" || h == "local" || h == "virtual" || h == "private") return {};
+    return h;
+}
+
+// The rule of a tracked destination: an MX host's by its host name; a domain's
+// by its name and the host that last answered for it, as its deferrals were
+// judged (an MX-host rule also covers the domains that host serves).
+const RuleSettings& settings_of(const Engine& engine, const DestinationState& d) {
+    if (d.is_mx) return engine.settings_for({}, std::string_view(d.name).substr(3));
+    const EpisodeState* last = d.open ? &*d.open : d.history.empty() ? nullptr : &d.history.back();
+    return engine.settings_for(d.name, last ? relay_host_of(last->last_relay) : std::string());
+}
+
 }  // namespace
 
 Engine::Engine(EngineSettings settings) : settings_(std::move(settings)) {
@@ -498,7 +516,7 @@ std::vector<Verdict> Engine::absorb_into_incident(TimePoint horizon, Category c)
         // A deferral is in its domain's episode and its MX host's: count it once.
         if (!d.is_mx) incident_->deferrals += taken;
         ++incident_->absorbed;
-        const RuleSettings& rs = d.is_mx ? settings_for({}, name.substr(3)) : settings_for(name, {});
+        const RuleSettings& rs = settings_of(*this, d);
         if (contains(rs.flag_categories, c)) {
             // Only this window's deferrals can be the incident's.
             auto from = std::find_if(d.config_deferrals.begin(), d.config_deferrals.end(),
@@ -559,8 +577,7 @@ std::vector<Verdict> Engine::advance(TimePoint now) {
             out.push_back(std::move(v));
         }
         if (d.open && d.open->ladder != Ladder::escalate && !d.open->local_suspect)
-            maybe_escalate(d, d.is_mx ? settings_for({}, name.substr(3)) : settings_for(name, {}), now, {},
-                           out);
+            maybe_escalate(d, settings_of(*this, d), now, {}, out);
         if (d.flagged_at && now >= d.flag_expires) {
             Verdict v;
             v.time = now;

@@ -63,6 +63,7 @@ struct Notice {
     TimePoint expiry{};
     std::optional<TimePoint> escalation;  // none: this kind of problem is never escalated
     bool escalated = false;               // the destination is escalated already
+    bool dry_run = false;                 // its destination's dry_run: logged, not sent
 };
 
 // One flush: queue ids deferred to a destination that delivers again, or one
@@ -72,6 +73,7 @@ struct Flush {
     std::vector<std::string> queue_ids;
     TimePoint time{};
     bool probe = false;
+    bool dry_run = false;  // its destination's dry_run: logged, not run
 };
 
 // Counters for metrics; every decision not to act is counted by its reason.
@@ -263,7 +265,8 @@ class ActionRunner {
 
 // Carries out what the planner has decided since the last call: each notice
 // through the runner and each flush through postqueue (neither in dry-run
-// mode), and tells the planner how each went (its state changed when
+// mode: `dry_run`, or the notice's or flush's own, from its destination's
+// settings), and tells the planner how each went (its state changed when
 // `planned`). The verdicts are the ones to log and count: `notified` per
 // notice sent, `flushed`/`probed` per flush Postfix accepted (with dry_run=yes
 // in dry-run mode).
