@@ -1600,8 +1600,13 @@ TEST(PolicydLive, SyslogUdpSourcesListenOnTheirAddressAndCutAtTheirLineLength) {
 // and ident (IDENT/policyd), not mail (<22> for info) and retryguard/policyd. The daemon runs in a mount
 // namespace of its own whose /dev/log is a socket of this test.
 TEST(PolicydDaemon, SyslogLinesCarryTheConfiguredFacilityAndIdent) {
-    if (::geteuid() != 0 || std::system("/usr/bin/unshare --mount /bin/true 2>/dev/null") != 0) {
-        if (std::getenv("CI")) FAIL() << "needs root and mount namespaces (unshare --mount)";
+    // The namespace's /dev is made private before anything is mounted on it,
+    // so nothing reaches the host's; the root's propagation is left alone
+    // (inside a chroot whose root is no mount point it cannot be changed).
+    if (::geteuid() != 0 ||
+        std::system("/usr/bin/unshare --mount --propagation unchanged /bin/sh -c 'mount --make-rprivate /dev "
+                    "&& [ -d /dev/shm ]' 2>/dev/null") != 0) {
+        if (std::getenv("CI")) FAIL() << "needs root, mount namespaces (unshare --mount) and /dev/shm";
         GTEST_SKIP() << "NO MOUNT NAMESPACES HERE (needs root and unshare --mount)";
     }
     const fs::path dev = fs::temp_directory_path() / ("rg-policyd-dev-" + std::to_string(::getpid()));
@@ -1617,15 +1622,18 @@ TEST(PolicydDaemon, SyslogLinesCarryTheConfiguredFacilityAndIdent) {
     std::strncpy(a.sun_path, log_path.c_str(), sizeof a.sun_path - 1);
     ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
     ::chmod(log_path.c_str(), 0666);  // the daemon writes to it as nobody
-    // /dev in the namespace: this directory, with the real device nodes the
-    // daemon may open bound into it.
+    // /dev in the namespace: a tmpfs with the real device nodes the daemon may
+    // open bound into it and `log` pointing at this test's socket. Every mount
+    // is made below the namespace's /dev once it is private (first on its
+    // /dev/shm, then that over /dev), so none can propagate to the host's.
     const std::string setup =
-        "set -e; d=\"$RG_DEV\"; for n in null zero full random urandom; do "
-        "[ -e /dev/$n ] || continue; : >\"$d/$n\"; mount --bind /dev/$n \"$d/$n\"; done; "
-        "mount --rbind \"$d\" /dev; exec \"$@\"";
+        "set -e; mount --make-rprivate /dev; mount -t tmpfs -o mode=0755 rg-dev /dev/shm; "
+        "for n in null zero full random urandom; do [ -e /dev/$n ] || continue; "
+        ": >/dev/shm/$n; mount --bind /dev/$n /dev/shm/$n; done; "
+        "ln -s \"$RG_DEV/log\" /dev/shm/log; mount --rbind /dev/shm /dev; exec \"$@\"";
     Daemon d({"-o", "log.target=syslog", "-o", "log.facility=local3", "-o", "log.ident=edge-guard"},
              {{"RG_DEV", dev.string()}}, true, true,
-             {"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup, "sh"});
+             {"/usr/bin/unshare", "--mount", "--propagation", "unchanged", "/bin/sh", "-c", setup, "sh"});
     ASSERT_TRUE(d.ready()) << d.log();
     Client c = Client::tcp(d.port());
     ASSERT_TRUE(c.send(request("user@flagged.test")));
