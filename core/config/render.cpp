@@ -111,6 +111,8 @@ std::string render_docs_markdown() {
          "ledger, no log followed |\n"
          "| retryguard-policyd | `--simulate-slow-decider MS` | testing aid for the deadline and fail-open "
          "path |\n"
+         "| retryguard-policyd | `--simulate-decider-error` | testing aid: every decision fails as a bug "
+         "would, for `errors.internal` |\n"
          "| retryguard-milter | `-n`, `--check` | one-shot action: check, open the ledger, exit |\n"
          "| retryguard | command options (`--json`, `--now`, `--year`, ...) | they shape one command's "
          "output or input, not the installation |\n\n"
