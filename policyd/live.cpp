@@ -170,9 +170,7 @@ bool LiveIngest::first_deferral_in_ledger(const Event& e) {
 }
 
 void LiveIngest::run_actions() {
-    // Each notice and flush carries its destination's dry_run (the global one
-    // where no rule sets it), so a rule's dry_run: false acts for its destination.
-    auto done = actions::carry_out(*planner_, *runner_, notice_template_, false);
+    auto done = actions::carry_out(*planner_, *runner_, notice_template_);
     if (!done.planned) return;
     actions_dirty_ = true;
     for (const auto& v : done.verdicts) {

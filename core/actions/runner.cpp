@@ -224,14 +224,14 @@ std::size_t ActionRunner::flush(const Flush& f) {
     return ok;
 }
 
-CarriedOut carry_out(Planner& planner, ActionRunner& runner, const NoticeTemplate& tmpl, bool dry_run) {
+CarriedOut carry_out(Planner& planner, ActionRunner& runner, const NoticeTemplate& tmpl) {
     CarriedOut out;
     auto notices = planner.take_notices();
     auto flushes = planner.take_flushes();
     out.planned = !notices.empty() || !flushes.empty();
     for (const auto& n : notices) {
         Verdict v = notified_verdict(n);
-        if (dry_run || n.dry_run) {
+        if (n.dry_run) {
             v.add("dry_run", "yes");
         } else if (!runner.send(n, tmpl)) {
             planner.notice_done(n, false);
@@ -241,12 +241,11 @@ CarriedOut carry_out(Planner& planner, ActionRunner& runner, const NoticeTemplat
         out.verdicts.push_back(std::move(v));
     }
     for (const auto& f : flushes) {
-        const bool dry = dry_run || f.dry_run;
-        const std::size_t done = dry ? f.queue_ids.size() : runner.flush(f);
+        const std::size_t done = f.dry_run ? f.queue_ids.size() : runner.flush(f);
         planner.flush_done(f, done > 0);
         if (done == 0) continue;
         Verdict v = flushed_verdict(f, done);
-        if (dry) v.add("dry_run", "yes");
+        if (f.dry_run) v.add("dry_run", "yes");
         out.verdicts.push_back(std::move(v));
     }
     return out;

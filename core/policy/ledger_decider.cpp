@@ -35,17 +35,6 @@ bool is_domain_destination(std::string_view name) {
     return !name.empty() && name.find(':') == std::string_view::npos;
 }
 
-// A flag's reason names the class of its episodes or deferrals ("3
-// receiver-config episodes within 2592000 s"; "flag-category" when
-// flags.categories lists several): unknown when it does not say.
-Category flag_category(std::string_view reason) {
-    const auto first = reason.find(' ');
-    if (first == std::string_view::npos) return Category::unknown;
-    std::string_view word = reason.substr(first + 1);
-    word = word.substr(0, word.find(' '));
-    return category_from_string(word).value_or(Category::unknown);
-}
-
 }  // namespace
 
 std::shared_ptr<PolicySnapshot> snapshot_from_engine(const Engine& engine) {
@@ -89,7 +78,7 @@ std::shared_ptr<const PolicySnapshot> snapshot_from_flags(const std::vector<Flag
         v.flagged = true;
         v.since = f.set_at;
         v.last_reply = f.reason;
-        v.category = flag_category(f.reason);
+        v.category = flag_reason_category(f.reason);
         snap->by_domain.insert_or_assign(lower_domain(f.destination), std::move(v));
     }
     return snap;

@@ -71,11 +71,29 @@ std::string recipient_domain(std::string_view recipient) {
     return text::ascii_lower(d);
 }
 
-std::string answering_host(const Event& e) {
-    std::string h = e.relay_host;
-    if ((h.empty() || h == "none") && e.reply && !e.reply->remote_host.empty()) h = e.reply->remote_host;
+namespace {
+
+// A relay host as rules match it: lower case, empty for Postfix's pseudo
+// relays.
+std::string rule_host(std::string_view h) {
     if (h == "none" || h == "local" || h == "virtual" || h == "private") return {};
     return text::ascii_lower(h);
+}
+
+}  // namespace
+
+Category flag_reason_category(std::string_view reason) noexcept {
+    const auto first = reason.find(' ');
+    if (first == std::string_view::npos) return Category::unknown;
+    std::string_view word = reason.substr(first + 1);
+    word = word.substr(0, word.find(' '));
+    return category_from_string(word).value_or(Category::unknown);
+}
+
+std::string answering_host(const Event& e) {
+    std::string_view h = e.relay_host;
+    if ((h.empty() || h == "none") && e.reply && !e.reply->remote_host.empty()) h = e.reply->remote_host;
+    return rule_host(h);
 }
 
 namespace {
@@ -114,22 +132,16 @@ bool contains(const std::vector<Category>& v, Category c) {
     return std::find(v.begin(), v.end(), c) != v.end();
 }
 
-// The host of a logged relay= value ("mx.example.com[192.0.2.1]:25"), empty
-// for Postfix's pseudo relays, as answering_host() reads it from an event.
-std::string relay_host_of(std::string_view relay) {
-    if (auto b = relay.find('['); b != std::string_view::npos) relay = relay.substr(0, b);
-    std::string h = text::ascii_lower(relay);
-    if (h == "none" || h == "local" || h == "virtual" || h == "private") return {};
-    return h;
-}
-
 // The rule of a tracked destination: an MX host's by its host name; a domain's
-// by its name and the host that last answered for it, as its deferrals were
-// judged (an MX-host rule also covers the domains that host serves).
+// by its name and the host of its last logged relay= value
+// ("mx.example.com[192.0.2.1]:25"), as its deferrals were judged (an MX-host
+// rule also covers the domains that host serves).
 const RuleSettings& settings_of(const Engine& engine, const DestinationState& d) {
     if (d.is_mx) return engine.settings_for({}, std::string_view(d.name).substr(3));
     const EpisodeState* last = d.open ? &*d.open : d.history.empty() ? nullptr : &d.history.back();
-    return engine.settings_for(d.name, last ? relay_host_of(last->last_relay) : std::string());
+    if (!last) return engine.settings_for(d.name, {});
+    const std::string_view relay = last->last_relay;
+    return engine.settings_for(d.name, rule_host(relay.substr(0, relay.find('['))));
 }
 
 }  // namespace
@@ -446,6 +458,7 @@ void Engine::check_flag(DestinationState& d, const RuleSettings& rs, TimePoint n
     for (const EpisodeState& ep : d.history)
         if (ep.first_deferral >= horizon && counts(ep)) ++episodes;
     if (d.open && counts(*d.open)) ++episodes;
+    // flag_reason_category reads the class back from the reason.
     const std::string what = rs.flag_categories.size() == 1 ? std::string(to_string(rs.flag_categories[0]))
                                                             : std::string("flag-category");
     std::string reason;

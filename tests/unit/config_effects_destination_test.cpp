@@ -17,52 +17,21 @@
 #include "retryguard/policy/policy.hpp"
 #include "retryguard/reply/reply.hpp"
 #include "retryguard/rules/engine.hpp"
+#include "unit/config_effects_util.hpp"
 
 namespace retryguard {
 namespace {
 
 using namespace std::chrono_literals;
+using namespace config_effects;
 
-const TimePoint T0 = from_micros(1'795'985'302'000'000);  // 2026-11-29T20:48:22Z
 const std::string kRuled = "ruled.example";
 const std::string kOther = "other.example";
-
-std::shared_ptr<const config::Config> load(const std::string& yaml) {
-    auto out = config::load_string(yaml, "destination.yaml");
-    EXPECT_TRUE(out.ok()) << (out.errors.empty() ? "" : out.errors[0].to_string());
-    return out.ok() ? out.config : config::defaults();
-}
 
 // `global` followed by one rule for ruled.example holding `body` (flow YAML).
 std::string with_rule(const std::string& body, const std::string& global = "") {
     return global + "destinations:\n  - domain: " + kRuled + "\n    " + body + "\n";
 }
-
-struct Engined {
-    Engine engine;
-    std::vector<Verdict> all;
-    explicit Engined(const std::string& yaml) : engine(config::to_engine_settings(load(yaml))) {}
-    std::vector<Verdict> operator()(const Event& e, Category c) {
-        auto vs = engine.on_event(e, c);
-        all.insert(all.end(), vs.begin(), vs.end());
-        return vs;
-    }
-    std::vector<Verdict> advance(TimePoint t) {
-        auto vs = engine.advance(t);
-        all.insert(all.end(), vs.begin(), vs.end());
-        return vs;
-    }
-    int count(std::string_view name, std::string_view key) const {
-        int n = 0;
-        for (const auto& v : all) n += v.name == name && v.key == key;
-        return n;
-    }
-    const Verdict* find(std::string_view name, std::string_view key) const {
-        for (const auto& v : all)
-            if (v.name == name && v.key == key) return &v;
-        return nullptr;
-    }
-};
 
 Event delivery(TimePoint t, std::string qid, const std::string& domain, DeliveryStatus st, std::string reason,
                const std::string& relay_host = "") {
@@ -96,10 +65,6 @@ void episode(Engined& r, TimePoint t, const std::string& domain, Category c, con
     r(sent(t + 10min, qid + "S", domain), Category::unknown);
 }
 
-struct CategoryKeys {
-    Category category;
-    const char* key;
-};
 // Every category with keys that a destination rule may set.
 const std::vector<CategoryKeys> kRuleCategories = {
     {Category::receiver_config, "receiver_config"},
@@ -403,6 +368,18 @@ std::vector<std::string> flushed_destinations(const std::vector<actions::Flush>&
     return out;
 }
 
+// Carries out what `p` planned through a runner that records each command
+// (sendmail, postqueue) instead of running it.
+actions::CarriedOut carry_out_recording(Planned& p, std::vector<std::vector<std::string>>& commands) {
+    actions::ActionRunner runner(
+        actions::RunnerSettings{}, [](bool, std::string_view) {},
+        [&](const std::vector<std::string>& argv, std::string_view, std::chrono::milliseconds) -> Status {
+            commands.push_back(argv);
+            return {};
+        });
+    return actions::carry_out(p.planner, runner, actions::NoticeTemplate{});
+}
+
 TEST(DestinationRules, DryRunOfARuleOnlyLogsTheNoticesAndFlushesOfItsDestination) {
     Planned p(with_rule("dry_run: true",
                         "notify: {enabled: true}\n"
@@ -412,13 +389,7 @@ TEST(DestinationRules, DryRunOfARuleOnlyLogsTheNoticesAndFlushesOfItsDestination
     p(sent(T0 + 10min, "RUL0000009", kRuled), Category::unknown);
     p(sent(T0 + 10min, "OTH0000009", kOther), Category::unknown);
     std::vector<std::vector<std::string>> commands;
-    actions::ActionRunner runner(
-        actions::RunnerSettings{}, [](bool, std::string_view) {},
-        [&](const std::vector<std::string>& argv, std::string_view, std::chrono::milliseconds) -> Status {
-            commands.push_back(argv);
-            return {};
-        });
-    const auto done = actions::carry_out(p.planner, runner, actions::NoticeTemplate{}, false);
+    const auto done = carry_out_recording(p, commands);
     int ruled_dry = 0, other_live = 0;
     for (const auto& v : done.verdicts) {
         const bool ruled = v.field("destination") == kRuled || v.key == "RUL0000001";
@@ -445,13 +416,7 @@ TEST(DestinationRules, DryRunFalseOfARuleActsForItsDestinationUnderAGlobalDryRun
     p(sent(T0 + 10min, "RUL0000009", kRuled), Category::unknown);
     p(sent(T0 + 10min, "OTH0000009", kOther), Category::unknown);
     std::vector<std::vector<std::string>> commands;
-    actions::ActionRunner runner(
-        actions::RunnerSettings{}, [](bool, std::string_view) {},
-        [&](const std::vector<std::string>& argv, std::string_view, std::chrono::milliseconds) -> Status {
-            commands.push_back(argv);
-            return {};
-        });
-    const auto done = actions::carry_out(p.planner, runner, actions::NoticeTemplate{}, false);
+    const auto done = carry_out_recording(p, commands);
     int ruled_live = 0, other_dry = 0;
     for (const auto& v : done.verdicts) {
         const bool ruled = v.field("destination") == kRuled || v.key == "RUL0000001";

@@ -14,44 +14,13 @@
 #include "retryguard/policy/policy.hpp"
 #include "retryguard/reply/reply.hpp"
 #include "retryguard/rules/engine.hpp"
+#include "unit/config_effects_util.hpp"
 
 namespace retryguard {
 namespace {
 
 using namespace std::chrono_literals;
-
-const TimePoint T0 = from_micros(1'795'985'302'000'000);  // 2026-11-29T20:48:22Z
-
-std::shared_ptr<const config::Config> load(const std::string& yaml) {
-    auto out = config::load_string(yaml, "effects.yaml");
-    EXPECT_TRUE(out.ok()) << (out.errors.empty() ? "" : out.errors[0].to_string());
-    return out.ok() ? out.config : config::defaults();
-}
-
-// The engine a daemon builds from this configuration.
-struct Engined {
-    Engine engine;
-    std::vector<Verdict> all;
-    explicit Engined(const std::string& yaml) : engine(config::to_engine_settings(load(yaml))) {}
-    void operator()(const Event& e, Category c) {
-        auto vs = engine.on_event(e, c);
-        all.insert(all.end(), vs.begin(), vs.end());
-    }
-    void advance(TimePoint t) {
-        auto vs = engine.advance(t);
-        all.insert(all.end(), vs.begin(), vs.end());
-    }
-    int count(std::string_view name, std::string_view key = {}) const {
-        int n = 0;
-        for (const auto& v : all) n += v.name == name && (key.empty() || v.key == key);
-        return n;
-    }
-    const Verdict* find(std::string_view name, std::string_view key) const {
-        for (const auto& v : all)
-            if (v.name == name && v.key == key) return &v;
-        return nullptr;
-    }
-};
+using namespace config_effects;
 
 Event delivery(TimePoint t, std::string qid, std::string rcpt, DeliveryStatus st, std::string relay_host,
                std::string reason) {
@@ -79,11 +48,6 @@ Event sent(TimePoint t, std::string qid, std::string rcpt, std::string relay_hos
                     "250 2.0.0 Ok: queued");
 }
 
-// A category with keys of its own, as the configuration spells it.
-struct CategoryKeys {
-    Category category;
-    const char* key;
-};
 const std::vector<CategoryKeys> kLadderCategories = {
     {Category::receiver_system, "receiver_system"},
     {Category::greylisting, "greylisting"},

@@ -264,9 +264,9 @@ class ActionRunner {
 };
 
 // Carries out what the planner has decided since the last call: each notice
-// through the runner and each flush through postqueue (neither in dry-run
-// mode: `dry_run`, or the notice's or flush's own, from its destination's
-// settings), and tells the planner how each went (its state changed when
+// through the runner and each flush through postqueue (neither when its
+// destination's dry_run, global or from a rule, is set: the planner gives each
+// its own), and tells the planner how each went (its state changed when
 // `planned`). The verdicts are the ones to log and count: `notified` per
 // notice sent, `flushed`/`probed` per flush Postfix accepted (with dry_run=yes
 // in dry-run mode).
@@ -274,6 +274,6 @@ struct CarriedOut {
     bool planned = false;  // there was a notice or a flush to carry out
     std::vector<Verdict> verdicts;
 };
-CarriedOut carry_out(Planner& planner, ActionRunner& runner, const NoticeTemplate& tmpl, bool dry_run);
+CarriedOut carry_out(Planner& planner, ActionRunner& runner, const NoticeTemplate& tmpl);
 
 }  // namespace retryguard::actions

@@ -234,4 +234,9 @@ std::string recipient_domain(std::string_view recipient);
 // The MX host that answered, or "" (relay=none, local transports).
 std::string answering_host(const Event& e);
 
+// The class a flag's reason names ("3 receiver-config episodes within 2592000
+// s", as the engine writes it); unknown when flags.categories lists several
+// ("flag-category") or the reason says none.
+Category flag_reason_category(std::string_view reason) noexcept;
+
 }  // namespace retryguard
