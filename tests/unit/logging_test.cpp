@@ -17,17 +17,32 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <system_error>
 
 namespace retryguard::logging {
 namespace {
 
-std::filesystem::path temp_dir(std::string_view name) {
-    auto d = std::filesystem::temp_directory_path() /
-             ("rg-logging-" + std::string(name) + "-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(d);
-    std::filesystem::create_directories(d);
-    return d;
-}
+// A directory of one test's files, removed when the test ends.
+class TempDir {
+  public:
+    explicit TempDir(std::string_view name)
+        : path_(std::filesystem::temp_directory_path() /
+                ("rg-logging-" + std::string(name) + "-" + std::to_string(::getpid()))) {
+        std::filesystem::remove_all(path_);
+        std::filesystem::create_directories(path_);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path_, ec);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    std::filesystem::path operator/(std::string_view leaf) const { return path_ / leaf; }
+
+  private:
+    std::filesystem::path path_;
+};
 
 std::string slurp(const std::filesystem::path& p) {
     std::ifstream in(p);
@@ -150,7 +165,8 @@ Result<std::unique_ptr<Sink>> open_file_sink(const std::filesystem::path& path,
 }
 
 TEST(LoggingSinks, FileSinkAppendsStampedLinesAndDropsBelowFloor) {
-    auto path = temp_dir("file") / "mail.log";
+    const TempDir dir("file");
+    auto path = dir / "mail.log";
     auto sink = open_file_sink(path, Severity::warning);
     ASSERT_TRUE(sink.ok()) << sink.error().message;
     EXPECT_TRUE((*sink)->write(Severity::info, "dropped below the floor"));
@@ -167,7 +183,8 @@ TEST(LoggingSinks, FileSinkAppendsStampedLinesAndDropsBelowFloor) {
 }
 
 TEST(LoggingSinks, FileSinkEndsATornLine) {
-    auto path = temp_dir("torn") / "mail.log";
+    const TempDir dir("torn");
+    auto path = dir / "mail.log";
     { std::ofstream(path) << "cut mid-wr"; }
     auto sink = open_file_sink(path);
     ASSERT_TRUE(sink.ok());
@@ -186,7 +203,8 @@ TEST(LoggingSinks, FileSinkReportsAnUnopenablePath) {
 }
 
 TEST(LoggingSinks, PostlogSinkSendsOneDatagramPerRecord) {
-    auto path = temp_dir("postlog") / "postlog";
+    const TempDir dir("postlog");
+    auto path = dir / "postlog";
     const int server = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     ASSERT_GE(server, 0);
     sockaddr_un addr{};
@@ -219,7 +237,8 @@ TEST(LoggingSinks, PostlogSinkSendsOneDatagramPerRecord) {
 }
 
 TEST(LoggingSinks, PostlogWithoutAReaderFailsToOpen) {
-    auto t = parse_target("postlog:" + (temp_dir("nopostlog") / "absent").string());
+    const TempDir dir("nopostlog");
+    auto t = parse_target("postlog:" + (dir / "absent").string());
     ASSERT_TRUE(t.ok());
     EXPECT_FALSE(open_sink(*t, Options{}).ok());
 }
@@ -245,7 +264,7 @@ class StderrCapture {
 };
 
 TEST(LoggingSinks, StderrSinkNamesTheProgramUnlessBare) {
-    auto dir = temp_dir("stderr");
+    const TempDir dir("stderr");
     Options o;
     o.program = "retryguard/test";
     auto named = open_sink(*parse_target("stderr"), o);
