@@ -38,20 +38,10 @@ std::string escape_label(std::string_view v) {
     return out;
 }
 
-// Bytes a syslog datagram spends before its message: <PRI>, version, time
-// stamp, host, tag and pid, RFC 5424's structured data.
-constexpr std::size_t kSyslogHeaderRoom = 1024;
-
 FollowerSettings follower_settings(const config::Config& cfg, const config::SourceConfig& s) {
     FollowerSettings f;
     f.batch_max_lines = static_cast<std::size_t>(std::max<std::int64_t>(1, cfg.ingest.batch_max_events));
     if (s.max_line_length >= 80) f.max_line_bytes = static_cast<std::size_t>(s.max_line_length);
-    // A syslog datagram carries one line and its header: room for the line
-    // the source allows (a datagram holds 65535 bytes at most), so a line is
-    // cut at max_line_length and not at a smaller datagram size.
-    if (s.type == config::SourceType::syslog_unix || s.type == config::SourceType::syslog_udp)
-        f.max_datagram_bytes =
-            std::clamp<std::size_t>(f.max_line_bytes + kSyslogHeaderRoom, f.max_datagram_bytes, 65535);
     f.start_at_end = s.start == config::SourceStart::end;
     f.journal_match = s.journal_match;
     f.poll_interval = std::chrono::milliseconds(250);

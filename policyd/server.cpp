@@ -173,7 +173,10 @@ awaitable<void> Server::decide_offloaded(const PolicyRequest& request, std::stri
         log_verdict(verdicts_, request, *state->result);
         co_return;
     }
-    const FailOpenReason why = state->failed ? FailOpenReason::decider_error : FailOpenReason::timeout;
+    fail_open(request, state->failed ? FailOpenReason::decider_error : FailOpenReason::timeout, out);
+}
+
+void Server::fail_open(const PolicyRequest& request, FailOpenReason why, std::string& out) {
     const std::string_view verb = service_.answer_fail_open(out, why);
     limited_line(log_, fail_open_log_, [&] {
         return fmt::format("fail-open ({}) for recipient=<{}>: answered {}", to_string(why),
@@ -254,12 +257,7 @@ awaitable<void> Server::session(Socket socket) {
                 const Decision d = service_.decide_contained(*decider_, request,
                                                              started + options_.decision_timeout, failed);
                 if (failed) {
-                    const std::string_view verb =
-                        service_.answer_fail_open(out, FailOpenReason::decider_error);
-                    limited_line(log_, fail_open_log_, [&] {
-                        return fmt::format("fail-open (decider_error) for recipient=<{}>: answered {}",
-                                           request.get(PolicyAttr::recipient), verb);
-                    });
+                    fail_open(request, FailOpenReason::decider_error, out);
                 } else {
                     service_.answer(out, d);
                     log_verdict(verdicts_, request, d);

@@ -94,6 +94,9 @@ class Server {
     asio::awaitable<void> accept_loop(Acceptor& acceptor);
     asio::awaitable<void> watchdog(std::shared_ptr<Conn> conn);
     asio::awaitable<void> decide_offloaded(const PolicyRequest& request, std::string& out);
+    // The fail-open answer for `why` (errors.* chooses DUNNO or DEFER_IF_PERMIT)
+    // and its rate-limited warning naming the verb sent.
+    void fail_open(const PolicyRequest& request, FailOpenReason why, std::string& out);
     asio::awaitable<void> metrics_loop();
     asio::awaitable<void> http_session(asio::ip::tcp::socket socket);
     asio::awaitable<void> suppressed_tick();

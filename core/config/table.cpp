@@ -246,23 +246,19 @@ constexpr std::span<const std::string_view> kNone{};
                 doc},                    \
             Binder {}                    \
     }
-#define RG_CATEGORY(name, idx, watch, escalate, why)                                                        \
-    RG_SETTING("categories." #name ".watch_after_deferrals", integer, watch, "deferrals", kNone, 1, 100000, \
-               "Deferrals in one " #name " episode before the destination moves to `watch`.",               \
-               categories[idx].watch_after_deferrals),                                                      \
-        RG_SETTING("categories." #name ".escalate_after", duration, escalate, "duration", kNone, kMin,      \
-                   365 * kDay, "Age of a " #name " episode before it escalates: " why,                      \
-                   categories[idx].escalate_after)
-
+// A category's two ladder keys, declared with SETTING (RG_SETTING: a
+// destination rule may override them; RG_GLOBAL_SETTING: top level only).
+#define RG_CATEGORY_KEYS(SETTING, name, idx, watch, escalate, why)                                       \
+    SETTING("categories." #name ".watch_after_deferrals", integer, watch, "deferrals", kNone, 1, 100000, \
+            "Deferrals in one " #name " episode before the destination moves to `watch`.",               \
+            categories[idx].watch_after_deferrals),                                                      \
+        SETTING("categories." #name ".escalate_after", duration, escalate, "duration", kNone, kMin,      \
+                365 * kDay, "Age of a " #name " episode before it escalates: " why,                      \
+                categories[idx].escalate_after)
+#define RG_CATEGORY(...) RG_CATEGORY_KEYS(RG_SETTING, __VA_ARGS__)
 // The local category's episode is the sending host's own (one for all
 // destinations), so its keys are global: a destination rule cannot set them.
-#define RG_CATEGORY_GLOBAL(name, idx, watch, escalate, why)                                                  \
-    RG_GLOBAL_SETTING("categories." #name ".watch_after_deferrals", integer, watch, "deferrals", kNone, 1,   \
-                      100000, "Deferrals in one " #name " episode before the destination moves to `watch`.", \
-                      categories[idx].watch_after_deferrals),                                                \
-        RG_GLOBAL_SETTING("categories." #name ".escalate_after", duration, escalate, "duration", kNone,      \
-                          kMin, 365 * kDay, "Age of a " #name " episode before it escalates: " why,          \
-                          categories[idx].escalate_after)
+#define RG_CATEGORY_GLOBAL(...) RG_CATEGORY_KEYS(RG_GLOBAL_SETTING, __VA_ARGS__)
 
 const std::vector<Entry>& table() {
     static const std::vector<Entry> t = {
@@ -692,6 +688,8 @@ const std::vector<Entry>& table() {
 #undef RG_SOURCE
 #undef RG_DEST
 #undef RG_CATEGORY
+#undef RG_CATEGORY_GLOBAL
+#undef RG_CATEGORY_KEYS
 
 constexpr std::array<std::string_view, 5> kActionPlaceholders = {"domain", "mx", "category", "since",
                                                                  "reply"};

@@ -6,6 +6,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -28,11 +29,18 @@ Status validate(const FollowerSettings& s) {
         return make_error(ErrorKind::config, "follower read_chunk_bytes must be between 4 KiB and 64 MiB");
     if (s.rotation_grace.count() < 0)
         return make_error(ErrorKind::config, "follower rotation_grace is negative");
-    if (s.max_datagram_bytes < 480 || s.max_datagram_bytes > 65535)
-        return make_error(ErrorKind::config, "follower max_datagram_bytes must be between 480 and 65535");
+    if (s.max_datagram_bytes != 0 && (s.max_datagram_bytes < 480 || s.max_datagram_bytes > 65535))
+        return make_error(ErrorKind::config,
+                          "follower max_datagram_bytes must be 0 or between 480 and 65535");
     for (const auto& p : s.journal_identifier_prefixes)
         if (p.empty()) return make_error(ErrorKind::config, "follower journal identifier prefix is empty");
     return {};
+}
+
+std::size_t datagram_limit(const FollowerSettings& s) noexcept {
+    constexpr std::size_t kHeaderRoom = 1024, kFloor = 8 * 1024, kMost = 65535;
+    if (s.max_datagram_bytes != 0) return s.max_datagram_bytes;
+    return std::clamp(s.max_line_bytes + kHeaderRoom, kFloor, kMost);
 }
 
 std::string format_status(const FollowerStatus& st) {

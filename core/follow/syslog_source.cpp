@@ -35,7 +35,8 @@ class SyslogSource final : public LineSource {
         counters_.source = committed_.source;
         counters_.kind = std::move(kind);
         counters_.path = std::move(where);
-        buf_.resize(settings_.max_datagram_bytes + 1);
+        limit_ = datagram_limit(settings_);
+        buf_.resize(limit_ + 1);
     }
 
     ~SyslogSource() override {
@@ -58,8 +59,8 @@ class SyslogSource final : public LineSource {
                                       fmt::format("recv {}: {}", counters_.path, std::strerror(errno)));
                 }
                 ++seen;
-                bool cut = static_cast<std::size_t>(n) > settings_.max_datagram_bytes;
-                std::size_t len = cut ? settings_.max_datagram_bytes : static_cast<std::size_t>(n);
+                bool cut = static_cast<std::size_t>(n) > limit_;
+                std::size_t len = cut ? limit_ : static_cast<std::size_t>(n);
                 auto line = syslog_datagram_to_line(std::string_view(buf_.data(), len),
                                                     settings_.syslog_default_host, settings_.max_line_bytes);
                 if (!line) {
@@ -89,6 +90,7 @@ class SyslogSource final : public LineSource {
     int fd_;
     std::string unlink_path_;
     std::uint16_t port_ = 0;
+    std::size_t limit_ = 0;  // datagram_limit(settings_)
     std::vector<char> buf_;
 };
 

@@ -37,23 +37,32 @@ fi
 # and milter.group apply when started as root).
 milter_conf=(-c "$dir/retryguard.yaml" -o milter.socket_mode=0600 -o "milter.user=$user" -o "milter.group=$group"
     -o log.target=stderr)
-"$RETRYGUARD_MILTER" "${milter_conf[@]}" -o "milter.socket=unix:$dir/milter.sock" \
-    -o "ledger.sqlite.path=$dir/ledger.db" -o milter.filter_rescan=1s \
+# Starts a milter with these settings and ARGS on unix:$dir/NAME.sock, its
+# standard error in $dir/NAME.stderr, and waits for its socket.
+start_milter() {
+    local name=$1
+    shift
+    "$RETRYGUARD_MILTER" "${milter_conf[@]}" -o "milter.socket=unix:$dir/$name.sock" "$@" 2>"$dir/$name.stderr" &
+    pid=$!
+    for _ in $(seq 100); do [ -S "$dir/$name.sock" ] && break; sleep 0.05; done
+}
+# Stops the milter started last; its counters line is then in its log.
+stop_milter() {
+    kill "$pid"
+    wait "$pid" || true
+    pid=
+}
+start_milter milter -o "ledger.sqlite.path=$dir/ledger.db" -o milter.filter_rescan=1s \
     -o 'destinations=[{domain: hold.example, reinjection: {action: hold}}, {domain: tag.example, reinjection: {action: tag}},
         {domain: drop.example, reinjection: {action: drop_duplicates}}, {domain: quiet.example, reinjection: {action: log_only}},
-        {domain: trial.example, dry_run: true}]' \
-    2>"$dir/milter.stderr" &
-pid=$!
-for _ in $(seq 100); do [ -S "$dir/milter.sock" ] && break; sleep 0.05; done
+        {domain: trial.example, dry_run: true}]'
 conf=$dir/retryguard.yaml
 # protocol.lua runs: $RG_FEED LEDGER LOG
 export RG_SOCKET=$dir/milter.sock RG_LEDGER=ledger.sqlite.path=$dir/ledger.db RG_LOG=$dir/postfix.log \
     RG_FEED="${run_as[*]} $RETRYGUARD_CLI import -q -c $conf -o"
 rc=0
 out=$(timeout -k 5 60 miltertest -s "$(dirname "$0")/protocol.lua" 2>&1) || rc=$?
-kill "$pid"
-wait "$pid" || true
-pid=
+stop_milter
 log=$(cat "$dir/milter.stderr")
 printf '%s\n%s\n' "$out" "$log"
 [ "$rc" = 0 ] || { echo "FAIL: miltertest exited $rc" >&2; exit 1; }
@@ -81,15 +90,10 @@ check 'identity filter: 0 keys read in [0-9]+ ms'
 # and each fail-open is logged and counted; its identity filter is not used
 # (its change stream cannot be read), which is one filter error, logged once.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$RETRYGUARD_MILTER" "${milter_conf[@]}" -o "milter.socket=unix:$dir/failopen.sock" \
-    -o ledger.backend=redis -o "ledger.redis.address=127.0.0.1:$port" 2>"$dir/failopen.stderr" &
-pid=$!
-for _ in $(seq 100); do [ -S "$dir/failopen.sock" ] && break; sleep 0.05; done
+start_milter failopen -o ledger.backend=redis -o "ledger.redis.address=127.0.0.1:$port"
 rc=0
 out=$(RG_SOCKET=$dir/failopen.sock timeout -k 5 60 miltertest -s "$(dirname "$0")/failopen.lua" 2>&1) || rc=$?
-kill "$pid"
-wait "$pid" || true
-pid=
+stop_milter
 log=$(cat "$dir/failopen.stderr")
 printf '%s\n%s\n' "$out" "$log"
 [ "$rc" = 0 ] || { echo "FAIL: miltertest (fail open) exited $rc" >&2; exit 1; }
@@ -101,13 +105,11 @@ check 'stopping: counters: messages=3 accepted=3 refused=0 .* failopen_ledger=3 
 
 # Third milter, on the first one's ledger, with settings other than the
 # shipped ones; each is shown by what the milter does (settings.lua, lock.lua).
-"$RETRYGUARD_MILTER" "${milter_conf[@]}" -o "milter.socket=unix:$dir/settings.sock" \
-    -o "ledger.sqlite.path=$dir/ledger.db" -o milter.filter_rescan=0s -o ledger.sqlite.busy_timeout=1m \
+start_milter settings -o "ledger.sqlite.path=$dir/ledger.db" -o milter.filter_rescan=0s \
+    -o ledger.sqlite.busy_timeout=1m \
     -o milter.reject_code=450 -o milter.reject_xcode=4.7.1 -o 'reinjection.fingerprint.parts=[sender, body]' \
     -o reinjection.fingerprint.body_limit=2KiB -o milter.deadline=3s -o milter.record_queue=1 \
-    -o milter.timeout=1s -o log.ident=edge-guard -o errors.bad_input=tempfail 2>"$dir/settings.stderr" &
-pid=$!
-for _ in $(seq 100); do [ -S "$dir/settings.sock" ] && break; sleep 0.05; done
+    -o milter.timeout=1s -o log.ident=edge-guard -o errors.bad_input=tempfail
 rc=0
 out=$(RG_SOCKET=$dir/settings.sock RG_LOG=$dir/settings.log timeout -k 5 60 miltertest -s "$(dirname "$0")/settings.lua" 2>&1) ||
     rc=$?
@@ -151,9 +153,7 @@ rc=0
 out=$(RG_SOCKET=$dir/settings.sock timeout -k 5 60 miltertest -s "$(dirname "$0")/lock.lua" 2>&1) || rc=$?
 : >"$dir/release"
 wait "$holder" || true
-kill "$pid"
-wait "$pid" || true
-pid=
+stop_milter
 log=$(cat "$dir/settings.stderr")
 printf '%s\n%s\n' "$out" "$log"
 [ "$rc" = 0 ] || { echo "FAIL: miltertest (lock) exited $rc" >&2; exit 1; }

@@ -66,16 +66,7 @@ void episode(Engined& r, TimePoint t, const std::string& domain, Category c, con
 }
 
 // Every category with keys that a destination rule may set.
-const std::vector<CategoryKeys> kRuleCategories = {
-    {Category::receiver_config, "receiver_config"},
-    {Category::receiver_system, "receiver_system"},
-    {Category::greylisting, "greylisting"},
-    {Category::rate_limited, "rate_limited"},
-    {Category::policy, "policy"},
-    {Category::network, "network"},
-    {Category::routing, "routing"},
-    {Category::unknown, "unknown"},
-};
+const std::vector<CategoryKeys> kRuleCategories = category_keys_but(Category::local);
 
 // ---------------------------------------------------------------- the engine
 
@@ -380,16 +371,23 @@ actions::CarriedOut carry_out_recording(Planned& p, std::vector<std::vector<std:
     return actions::carry_out(p.planner, runner, actions::NoticeTemplate{});
 }
 
-TEST(DestinationRules, DryRunOfARuleOnlyLogsTheNoticesAndFlushesOfItsDestination) {
-    Planned p(with_rule("dry_run: true",
-                        "notify: {enabled: true}\n"
-                        "categories: {receiver_config: {watch_after_deferrals: 1}}\n"));
+// A message to each destination deferred (a notice each), then mail
+// delivered there (a flush each of the deferred message), carried out with the
+// commands recorded.
+actions::CarriedOut notice_and_flush_each(Planned& p, std::vector<std::vector<std::string>>& commands) {
     p.submitted_and_deferred(T0, "RUL0000001", kRuled);
     p.submitted_and_deferred(T0, "OTH0000001", kOther);
     p(sent(T0 + 10min, "RUL0000009", kRuled), Category::unknown);
     p(sent(T0 + 10min, "OTH0000009", kOther), Category::unknown);
+    return carry_out_recording(p, commands);
+}
+
+TEST(DestinationRules, DryRunOfARuleOnlyLogsTheNoticesAndFlushesOfItsDestination) {
+    Planned p(with_rule("dry_run: true",
+                        "notify: {enabled: true}\n"
+                        "categories: {receiver_config: {watch_after_deferrals: 1}}\n"));
     std::vector<std::vector<std::string>> commands;
-    const auto done = carry_out_recording(p, commands);
+    const auto done = notice_and_flush_each(p, commands);
     int ruled_dry = 0, other_live = 0;
     for (const auto& v : done.verdicts) {
         const bool ruled = v.field("destination") == kRuled || v.key == "RUL0000001";
@@ -411,12 +409,8 @@ TEST(DestinationRules, DryRunFalseOfARuleActsForItsDestinationUnderAGlobalDryRun
                         "dry_run: true\n"
                         "notify: {enabled: true}\n"
                         "categories: {receiver_config: {watch_after_deferrals: 1}}\n"));
-    p.submitted_and_deferred(T0, "RUL0000001", kRuled);
-    p.submitted_and_deferred(T0, "OTH0000001", kOther);
-    p(sent(T0 + 10min, "RUL0000009", kRuled), Category::unknown);
-    p(sent(T0 + 10min, "OTH0000009", kOther), Category::unknown);
     std::vector<std::vector<std::string>> commands;
-    const auto done = carry_out_recording(p, commands);
+    const auto done = notice_and_flush_each(p, commands);
     int ruled_live = 0, other_dry = 0;
     for (const auto& v : done.verdicts) {
         const bool ruled = v.field("destination") == kRuled || v.key == "RUL0000001";

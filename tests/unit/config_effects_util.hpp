@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine_feed.hpp"
 #include "retryguard/config/config.hpp"
 #include "retryguard/config/config_engine.hpp"
 #include "retryguard/rules/engine.hpp"
@@ -28,31 +29,8 @@ inline std::shared_ptr<const config::Config> load(const std::string& yaml,
 }
 
 // The engine a daemon builds from this configuration, and its verdicts.
-struct Engined {
-    Engine engine;
-    std::vector<Verdict> all;
-    explicit Engined(const std::string& yaml) : engine(config::to_engine_settings(load(yaml))) {}
-    std::vector<Verdict> operator()(const Event& e, Category c) {
-        auto vs = engine.on_event(e, c);
-        all.insert(all.end(), vs.begin(), vs.end());
-        return vs;
-    }
-    std::vector<Verdict> advance(TimePoint t) {
-        auto vs = engine.advance(t);
-        all.insert(all.end(), vs.begin(), vs.end());
-        return vs;
-    }
-    // Verdicts named `name` (for `key` when given).
-    int count(std::string_view name, std::string_view key = {}) const {
-        int n = 0;
-        for (const auto& v : all) n += v.name == name && (key.empty() || v.key == key);
-        return n;
-    }
-    const Verdict* find(std::string_view name, std::string_view key) const {
-        for (const auto& v : all)
-            if (v.name == name && v.key == key) return &v;
-        return nullptr;
-    }
+struct Engined : EngineFeed {
+    explicit Engined(const std::string& yaml) : EngineFeed(config::to_engine_settings(load(yaml))) {}
 };
 
 // A category with thresholds of its own, as the configuration spells it.
@@ -60,5 +38,24 @@ struct CategoryKeys {
     Category category;
     const char* key;
 };
+
+// Every category with ladder keys (categories.<key>.*), but `except`.
+inline std::vector<CategoryKeys> category_keys_but(Category except) {
+    static const CategoryKeys kAll[] = {
+        {Category::receiver_config, "receiver_config"},
+        {Category::receiver_system, "receiver_system"},
+        {Category::greylisting, "greylisting"},
+        {Category::rate_limited, "rate_limited"},
+        {Category::policy, "policy"},
+        {Category::network, "network"},
+        {Category::routing, "routing"},
+        {Category::local, "local"},
+        {Category::unknown, "unknown"},
+    };
+    std::vector<CategoryKeys> out;
+    for (const auto& k : kAll)
+        if (k.category != except) out.push_back(k);
+    return out;
+}
 
 }  // namespace retryguard::config_effects

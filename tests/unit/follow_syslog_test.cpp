@@ -131,6 +131,35 @@ TEST(FollowSyslogSocket, UnixDatagramSocketDeliversLinesAndCountsBadOnes) {
     EXPECT_FALSE(std::filesystem::exists(path)) << "the socket file is removed with the source";
 }
 
+// Without max_datagram_bytes, a datagram has room for a max_line_bytes line and
+// its header: a line is cut at max_line_bytes, whatever its size below 64 KiB.
+TEST(FollowSyslogSocket, DatagramsHoldALineOfMaxLineBytes) {
+    FollowerSettings d;
+    EXPECT_EQ(datagram_limit(d), 65535u) << "64 KiB lines by default";
+    d.max_line_bytes = 1024;
+    EXPECT_EQ(datagram_limit(d), 8192u) << "at least 8 KiB";
+    d.max_line_bytes = 20000;
+    EXPECT_EQ(datagram_limit(d), 21024u);
+    d.max_datagram_bytes = 1024;
+    EXPECT_EQ(datagram_limit(d), 1024u) << "an explicit size wins";
+
+    TempDir dir;
+    auto path = dir / "s";
+    auto s = fast_settings();
+    s.max_line_bytes = 20000;
+    auto src = open_syslog_unix_source(path, s);
+    ASSERT_TRUE(src.ok()) << src.error().message;
+    const std::string head = "Nov 29 20:38:50 h postfix/smtp[1]: ";
+    send_unix(path, "<22>" + head + std::string(15000, 'w'));
+    send_unix(path, "<22>" + head + std::string(30000, 'c'));
+    auto got = drain(**src, 2);
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_FALSE(got[0].truncated);
+    EXPECT_EQ(got[0].text.size(), head.size() + 15000);
+    EXPECT_TRUE(got[1].truncated);
+    EXPECT_EQ(got[1].text.size(), 20000u);
+}
+
 TEST(FollowSyslogSocket, RefusesToReplaceAFileThatIsNotASocket) {
     TempDir dir;
     auto path = dir / "regular";

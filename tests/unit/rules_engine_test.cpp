@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "engine_feed.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -43,31 +45,7 @@ std::vector<std::string> names(const std::vector<Verdict>& vs) {
     return out;
 }
 
-struct Feed {
-    Engine engine;
-    std::vector<Verdict> all;
-    explicit Feed(EngineSettings s = {}) : engine(std::move(s)) {}
-    std::vector<Verdict> operator()(const Event& e, Category c) {
-        auto vs = engine.on_event(e, c);
-        all.insert(all.end(), vs.begin(), vs.end());
-        return vs;
-    }
-    std::vector<Verdict> advance(TimePoint t) {
-        auto vs = engine.advance(t);
-        all.insert(all.end(), vs.begin(), vs.end());
-        return vs;
-    }
-    int count(std::string_view name, std::string_view key = {}) const {
-        int n = 0;
-        for (const auto& v : all) n += v.name == name && (key.empty() || v.key == key);
-        return n;
-    }
-    const Verdict* find(std::string_view name, std::string_view key) const {
-        for (const auto& v : all)
-            if (v.name == name && v.key == key) return &v;
-        return nullptr;
-    }
-};
+using Feed = EngineFeed;
 
 TEST(RulesEngine, ReceiverConfigClimbsTheLadderAndRecovers) {
     Feed feed;

@@ -64,12 +64,21 @@ struct FollowerSettings {
     std::string journal_match;
 
     // Syslog datagram sources.
-    std::size_t max_datagram_bytes = 8 * 1024;      // longer datagrams are cut here
+    // Longer datagrams are cut here; 0: room for a max_line_bytes line and its
+    // header (datagram_limit).
+    std::size_t max_datagram_bytes = 0;
     std::string syslog_default_host = "localhost";  // for RFC 3164 datagrams without a host field
 };
 
 // Checks ranges (non-zero batch sizes, line limit >= 80, ...).
 Status validate(const FollowerSettings& settings);
+
+// The size a syslog source reads a datagram into: max_datagram_bytes when
+// set, else a max_line_bytes line plus room for its header (<PRI>, version,
+// time stamp, host, tag and pid, RFC 5424's structured data), at least 8 KiB
+// and at most 65535 bytes (the most a datagram holds), so that a line is cut
+// at max_line_bytes and not at a smaller datagram size.
+std::size_t datagram_limit(const FollowerSettings& settings) noexcept;
 
 // Whether `match` is a journal match as FollowerSettings::journal_match
 // describes it (field names: upper case, digits, '_', not starting with a digit).
