@@ -102,12 +102,14 @@ for scale in $scales; do
   echo
   echo "scale $scale: $(cat "$work/gen.txt" | sed 's/^gen_month_log: //'), $(($(stat -c %s "$log") / 1048576)) MiB"
   cat "$log" > /dev/null  # page cache warm for every tool alike
+  : > "$work/walls"  # "round<TAB>command<TAB>wall s" of this scale, for the summary
 
   for round in $(seq "$rounds"); do
   [ "$rounds" -gt 1 ] && echo "round $round of $rounds"
   read -r p_wall p_cpu p_rss < <(measure pflogsumm "$log")
   row "command" "wall s" "cpu s" "lines/s wall" "peak RSS KiB" "vs pflog" "note"
   row "pflogsumm > /dev/null" "$p_wall" "$p_cpu" "$(rate "$lines" "$p_wall")" "$p_rss" "1.00" "$(us_per_line "$lines" "$p_cpu") cpu us/line"
+  printf '%s\t%s\t%s\n' "$round" "pflogsumm" "$p_wall" >> "$work/walls"
   for which in ${before:+before} after; do
     bin=$cli label="import"
     [ "$which" = before ] && bin=$before label="import (before)"
@@ -121,6 +123,7 @@ for scale in $scales; do
       used_bytes=$(sqlite3 "$work/ledger.db" 'PRAGMA page_count; PRAGMA freelist_count; PRAGMA page_size;' |
         paste -sd' ' | awk '{ printf "%d", ($1 - $2) * $3 }')
     fi
+    printf '%s\t%s\t%s\n' "$round" "$label, SQLite" "$s_wall" >> "$work/walls"
     row "$label, SQLite" "$s_wall" "$s_cpu" "$(rate "$lines" "$s_wall")" "$s_rss" \
       "$(ratio "$p_wall" "$s_wall")" "ledger $((db_bytes / 1048576)) MiB, $((used_bytes / 1048576)) in use, $(us_per_line "$lines" "$s_cpu") cpu us/line"
     # Redis: the bulk load into the empty ledger (the default; its temporary
@@ -139,11 +142,34 @@ for scale in $scales; do
       kill "$rpid"; wait "$rpid" 2>/dev/null || true; rpid=""
       mode="bulk load"
       [ "$bulk" = false ] && mode="batch by batch"
+      printf '%s\t%s\t%s\n' "$round" "$label, Redis ($mode)" "$r_wall" >> "$work/walls"
       row "$label, Redis ($mode)" "$r_wall" "$r_cpu" "$(rate "$lines" "$r_wall")" "$r_rss" \
         "$(ratio "$p_wall" "$r_wall")" "server ${r_srv} cpu s, $((r_mem / 1024)) MiB"
     done
   done
   done
+  if [ "$rounds" -gt 1 ]; then
+    # Over the rounds: each command's wall times, the median of its same-round
+    # ratios to pflogsumm, and best of N (each command's shortest run against
+    # pflogsumm's shortest). pflogsumm's own spread is the machine's.
+    echo "over $rounds rounds (wall s: min-max; vs pflog: median of the rounds' ratios, and best of $rounds against best of $rounds):"
+    awk -F'\t' '
+      { wall[$2 SUBSEP $1] = $3; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
+      END {
+        for (i = 1; i <= n; i++) {
+          c = order[i]; m = 0; lo = ""; hi = ""
+          for (r = 1; (c SUBSEP r) in wall; r++) {
+            w = wall[c SUBSEP r]; lo = (lo == "" || w < lo) ? w : lo; hi = (hi == "" || w > hi) ? w : hi
+            if ((("pflogsumm" SUBSEP r) in wall) && w > 0) q[++m] = wall["pflogsumm" SUBSEP r] / w
+          }
+          if (c == "pflogsumm") best_p = lo
+          for (a = 1; a <= m; a++) for (b = a + 1; b <= m; b++) if (q[b] < q[a]) { t = q[a]; q[a] = q[b]; q[b] = t }
+          med = (m % 2) ? q[(m + 1) / 2] : (q[m / 2] + q[m / 2 + 1]) / 2
+          if (c == "pflogsumm") printf "  %-30s wall %s-%s s\n", c, lo, hi
+          else printf "  %-30s wall %s-%s s, vs pflog median %.2f, best of %d %.2f\n", c, lo, hi, med, m, best_p / lo
+        }
+      }' "$work/walls"
+  fi
   messages=$(sed -n 's/.* lines, \([0-9]*\) messages.*/\1/p' "$work/gen.txt")
   echo "SQLite ledger: $(awk -v b="$db_bytes" -v m="$messages" 'BEGIN { printf "%.0f", b / m }') bytes per message" \
     "(file), $(awk -v b="$used_bytes" -v m="$messages" 'BEGIN { printf "%.0f", b / m }') in use"
